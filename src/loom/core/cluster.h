@@ -1,0 +1,95 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "loom/core/topology.h"
+
+namespace loom {
+
+// Index into `Cluster::gpu_models`.
+using GpuModelId = int;
+// A job that accepts any GPU model.
+inline constexpr GpuModelId kAnyGpuModel = -1;
+// The most GPUs one node may carry (the scheduler keeps a per-node bit mask).
+inline constexpr int kMaxGpusPerNode = 16;
+
+// A kind of GPU. `speed` is relative throughput: a job whose trace duration
+// is D seconds runs D / speed seconds on this model in the simulator, and
+// `any`-model jobs prefer faster models.
+struct GpuModel {
+  std::string name;  // lower case, e.g. "h200"
+  double speed = 1.0;
+  int64_t memory_bytes = 0;
+};
+
+// A set of identical nodes.
+struct PoolSpec {
+  std::string name;
+  int node_count = 0;
+  GpuModelId gpu_model = 0;
+  int gpus_per_node = 8;
+  int64_t gpu_memory_bytes = 0;
+  int64_t cpus_milli = 0;  // CPU cores x 1000
+  int64_t memory_bytes = 0;
+  int64_t nvme_bytes = 0;
+  int nics = 0;
+  std::map<std::string, std::string> labels;
+};
+
+// One concrete node. Nodes are numbered densely from 0 in pool order; the
+// number is the node's id everywhere in `sched`.
+struct NodeSpec {
+  std::string name;  // "<pool>-<index>", e.g. "h200-3"
+  int pool = 0;
+  GpuModelId gpu_model = 0;
+  int gpus = 8;
+  int64_t cpus_milli = 0;
+  int64_t memory_bytes = 0;
+  int64_t nvme_bytes = 0;
+  int nics = 0;
+  std::map<std::string, std::string> labels;
+};
+
+// A team: fair share is computed per project against `weight`; `quota_gpus`
+// is the guaranteed share (0 = none).
+struct ProjectSpec {
+  std::string name;
+  int quota_gpus = 0;
+  double weight = 1.0;
+};
+
+struct PriorityClass {
+  std::string name;
+  int value = 0;
+};
+
+// The whole cluster as declared: the input of `sched` and of the simulator.
+struct Cluster {
+  std::string name;
+  std::vector<GpuModel> gpu_models;
+  std::vector<PoolSpec> pools;
+  std::vector<NodeSpec> nodes;
+  Topology topology;
+  std::vector<ProjectSpec> projects;
+  std::vector<PriorityClass> priority_classes;
+
+  int TotalGpus() const;
+  int TotalGpus(GpuModelId model) const;
+  // Returns the model's id, or -1 when the cluster has no such model.
+  GpuModelId FindGpuModel(std::string_view name) const;
+  // Returns the class's value, or nullptr when it is not defined.
+  const PriorityClass* FindPriorityClass(std::string_view name) const;
+  const ProjectSpec* FindProject(std::string_view name) const;
+};
+
+// The built-in GPU models: `h200` (speed 1.0, 141Gi) and `a100` (0.4, 80Gi).
+std::vector<GpuModel> DefaultGpuModels();
+
+// The default priority classes: low (0), normal (100), high (1000).
+std::vector<PriorityClass> DefaultPriorityClasses();
+
+}  // namespace loom

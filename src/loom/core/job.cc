@@ -1,0 +1,108 @@
+#include "loom/core/job.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace loom {
+
+std::string_view JobKindName(JobKind kind) {
+  switch (kind) {
+    case JobKind::kTrain:
+      return "train";
+    case JobKind::kFinetune:
+      return "finetune";
+    case JobKind::kInference:
+      return "inference";
+    case JobKind::kBatch:
+      return "batch";
+  }
+  return "batch";
+}
+
+absl::StatusOr<JobKind> ParseJobKind(std::string_view name) {
+  if (name == "train") return JobKind::kTrain;
+  if (name == "finetune") return JobKind::kFinetune;
+  if (name == "inference") return JobKind::kInference;
+  if (name == "batch") return JobKind::kBatch;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown job kind '", name,
+                   "' (use train, finetune, inference or batch)"));
+}
+
+absl::StatusOr<JobShape> ShapeFromTotalGpus(int total_gpus, int gpus_per_node,
+                                            int nodes) {
+  if (total_gpus <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpus: must be positive, got ", total_gpus));
+  }
+  if (gpus_per_node <= 0) {
+    return absl::InvalidArgumentError("gpus per node must be positive");
+  }
+  JobShape shape;
+  if (nodes > 0) {
+    if (total_gpus % nodes != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gpus: ", total_gpus, " GPUs cannot be spread evenly over ", nodes,
+          " nodes"));
+    }
+    shape.tasks = nodes;
+    shape.gpus_per_task = total_gpus / nodes;
+    return shape;
+  }
+  if (nodes < 0) {
+    return absl::InvalidArgumentError("nodes: must not be negative");
+  }
+  if (total_gpus <= gpus_per_node) {
+    shape.tasks = 1;
+    shape.gpus_per_task = total_gpus;
+    return shape;
+  }
+  if (total_gpus % gpus_per_node != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gpus: ", total_gpus, " GPUs is more than one node and not a multiple "
+        "of ", gpus_per_node, " GPUs per node; give --nodes or use whole nodes"));
+  }
+  shape.tasks = total_gpus / gpus_per_node;
+  shape.gpus_per_task = gpus_per_node;
+  return shape;
+}
+
+absl::Status ValidateJobRequest(const JobRequest& job, const Cluster& cluster) {
+  const JobShape& s = job.shape;
+  if (s.tasks <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tasks: must be positive, got ", s.tasks));
+  }
+  if (s.gpus_per_task < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "resources.gpus_per_task: must not be negative, got ",
+        s.gpus_per_task));
+  }
+  if (s.gpus_per_task > kMaxGpusPerNode) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "resources.gpus_per_task: ", s.gpus_per_task,
+        " is more than any node can hold (", kMaxGpusPerNode, ")"));
+  }
+  if (s.tasks > 1000000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tasks: ", s.tasks, " is absurd"));
+  }
+  if (s.gpu_model != kAnyGpuModel &&
+      (s.gpu_model < 0 ||
+       s.gpu_model >= static_cast<int>(cluster.gpu_models.size()))) {
+    return absl::InvalidArgumentError("resources.gpu_model: unknown model");
+  }
+  if (s.cpus_milli_per_task < 0) {
+    return absl::InvalidArgumentError(
+        "resources.cpus_per_task: must not be negative");
+  }
+  if (s.memory_bytes_per_task < 0) {
+    return absl::InvalidArgumentError(
+        "resources.memory_per_task: must not be negative");
+  }
+  if (job.time_limit <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("time_limit: must be positive");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace loom

@@ -1,0 +1,62 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "loom/core/cluster.h"
+
+namespace loom {
+
+using JobId = int64_t;
+
+enum class JobKind { kTrain, kFinetune, kInference, kBatch };
+
+std::string_view JobKindName(JobKind kind);
+absl::StatusOr<JobKind> ParseJobKind(std::string_view name);
+
+// The resource shape of a job: `tasks` tasks of `gpus_per_task` GPUs each, all
+// of one GPU model. A task never spans nodes.
+struct JobShape {
+  int tasks = 1;
+  int gpus_per_task = 1;
+  GpuModelId gpu_model = kAnyGpuModel;
+  int64_t cpus_milli_per_task = 0;    // 0: no CPU requirement
+  int64_t memory_bytes_per_task = 0;  // 0: no memory requirement
+
+  int TotalGpus() const { return tasks * gpus_per_task; }
+};
+
+// Turns "N GPUs in total" into a shape, as `loom run -g N [--nodes K]` and
+// trace replays do. Without `nodes` (0), up to `gpus_per_node` GPUs make one
+// task and larger counts are split into whole nodes of `gpus_per_node` (the
+// count must then be a multiple of it). With `nodes` = K, the GPUs are
+// spread evenly over K tasks (N must divide by K).
+absl::StatusOr<JobShape> ShapeFromTotalGpus(int total_gpus, int gpus_per_node,
+                                            int nodes = 0);
+
+// What the scheduler knows about a job. No true duration: policies never see
+// how long a job will really run, only its optional time limit.
+struct JobRequest {
+  JobId id = 0;
+  std::string name;
+  std::string project = "default";
+  std::string user = "default";
+  JobKind kind = JobKind::kBatch;
+  int priority = 100;  // value of the job's priority class
+  bool preemptible = false;
+  JobShape shape;
+  // InfiniteDuration() when the job has no time limit.
+  absl::Duration time_limit = absl::InfiniteDuration();
+  absl::Time submit_time = absl::UnixEpoch();
+};
+
+// Checks a request against the cluster's limits: positive counts, a known GPU
+// model, a task no bigger than the largest node. Returns InvalidArgument
+// naming the field.
+absl::Status ValidateJobRequest(const JobRequest& job, const Cluster& cluster);
+
+}  // namespace loom
