@@ -48,8 +48,8 @@ absl::StatusOr<int64_t> ParseBytes(std::string_view text) {
   double value = 0;
   std::string_view suffix;
   if (!SplitNumber(s, &value, &suffix)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", text, "' is not a byte quantity (e.g. 80Gi, 2Ti)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", std::string(text), "' is not a byte quantity (e.g. 80Gi, 2Ti)"));
   }
   double mult = 1;
   if (suffix.empty()) {
@@ -76,13 +76,13 @@ absl::StatusOr<int64_t> ParseBytes(std::string_view text) {
     mult = 1e15;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        "'", text, "' has an unknown unit '", suffix,
+        "'", std::string(text), "' has an unknown unit '", std::string(suffix),
         "' (use Ki, Mi, Gi, Ti, Pi or k, M, G, T, P)"));
   }
   double bytes = value * mult;
   if (!(bytes < 9.0e18)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("'", text, "' is too large"));
+        absl::StrCat("'", std::string(text), "' is too large"));
   }
   return static_cast<int64_t>(std::llround(bytes));
 }
@@ -97,8 +97,9 @@ absl::StatusOr<absl::Duration> ParseDuration(std::string_view text) {
     double value = 0;
     std::string_view rest;
     if (!SplitNumber(s, &value, &rest)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "'", text, "' is not a duration (e.g. 30s, 15m, 12h, 2d)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", std::string(text),
+                       "' is not a duration (e.g. 30s, 15m, 12h, 2d)"));
     }
     size_t unit_len = 0;
     while (unit_len < rest.size() &&
@@ -121,18 +122,18 @@ absl::StatusOr<absl::Duration> ParseDuration(std::string_view text) {
       seconds = value * 7 * 86400;
     } else {
       return absl::InvalidArgumentError(
-          absl::StrCat("'", text, "' has an unknown unit '", unit,
-                       "' (use ms, s, m, h, d or w)"));
+          absl::StrCat("'", std::string(text), "' has an unknown unit '",
+                       std::string(unit), "' (use ms, s, m, h, d or w)"));
     }
     if (!(seconds < 1e15)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("'", text, "' is too long"));
+          absl::StrCat("'", std::string(text), "' is too long"));
     }
     total += absl::Seconds(seconds);
     s = rest.substr(unit_len);
     if (unit.empty() && !s.empty()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("'", text, "' is not a duration"));
+          absl::StrCat("'", std::string(text), "' is not a duration"));
     }
   }
   return total;

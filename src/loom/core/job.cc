@@ -24,7 +24,7 @@ absl::StatusOr<JobKind> ParseJobKind(std::string_view name) {
   if (name == "inference") return JobKind::kInference;
   if (name == "batch") return JobKind::kBatch;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown job kind '", name,
+      absl::StrCat("unknown job kind '", std::string(name),
                    "' (use train, finetune, inference or batch)"));
 }
 
@@ -40,9 +40,9 @@ absl::StatusOr<JobShape> ShapeFromTotalGpus(int total_gpus, int gpus_per_node,
   JobShape shape;
   if (nodes > 0) {
     if (total_gpus % nodes != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "gpus: ", total_gpus, " GPUs cannot be spread evenly over ", nodes,
-          " nodes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("gpus: ", total_gpus,
+                       " GPUs cannot be spread evenly over ", nodes, " nodes"));
     }
     shape.tasks = nodes;
     shape.gpus_per_task = total_gpus / nodes;
@@ -58,8 +58,10 @@ absl::StatusOr<JobShape> ShapeFromTotalGpus(int total_gpus, int gpus_per_node,
   }
   if (total_gpus % gpus_per_node != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "gpus: ", total_gpus, " GPUs is more than one node and not a multiple "
-        "of ", gpus_per_node, " GPUs per node; give --nodes or use whole nodes"));
+        "gpus: ", total_gpus,
+        " GPUs is more than one node and not a multiple "
+        "of ",
+        gpus_per_node, " GPUs per node; give --nodes or use whole nodes"));
   }
   shape.tasks = total_gpus / gpus_per_node;
   shape.gpus_per_task = gpus_per_node;
@@ -73,9 +75,9 @@ absl::Status ValidateJobRequest(const JobRequest& job, const Cluster& cluster) {
         absl::StrCat("tasks: must be positive, got ", s.tasks));
   }
   if (s.gpus_per_task < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "resources.gpus_per_task: must not be negative, got ",
-        s.gpus_per_task));
+    return absl::InvalidArgumentError(
+        absl::StrCat("resources.gpus_per_task: must not be negative, got ",
+                     s.gpus_per_task));
   }
   if (s.gpus_per_task > kMaxGpusPerNode) {
     return absl::InvalidArgumentError(absl::StrCat(

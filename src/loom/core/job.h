@@ -54,9 +54,11 @@ struct JobRequest {
   absl::Time submit_time = absl::UnixEpoch();
 };
 
-// Checks a request against the cluster's limits: positive counts, a known GPU
-// model, a task no bigger than the largest node. Returns InvalidArgument
-// naming the field.
+// Checks a request for values that are wrong on any cluster: counts that are
+// not positive or absurd, a task larger than any node can be
+// (`kMaxGpusPerNode`), a GPU model id the cluster does not have, a time limit
+// that is not positive. Returns InvalidArgument naming the field. Whether the
+// job fits this cluster is `CouldEverRun`'s question (loom/sched/placement.h).
 absl::Status ValidateJobRequest(const JobRequest& job, const Cluster& cluster);
 
 }  // namespace loom

@@ -239,9 +239,8 @@ int Topology::LowestCommonLevel(const std::vector<int>& nodes) const {
   if (same) return 0;
   for (int lvl = 1; lvl <= num_levels_; ++lvl) {
     int a = ancestors_[nodes[0]][lvl];
-    bool all = std::all_of(nodes.begin(), nodes.end(), [&](int n) {
-      return ancestors_[n][lvl] == a;
-    });
+    bool all = std::all_of(nodes.begin(), nodes.end(),
+                           [&](int n) { return ancestors_[n][lvl] == a; });
     if (all) return lvl;
   }
   return num_levels_;

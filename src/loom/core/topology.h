@@ -13,10 +13,10 @@ namespace loom {
 struct Switch {
   std::string name;
   int level = 1;
-  int parent = -1;              // switch index, -1 for the root
-  std::vector<int> children;    // switch indices (level > 1)
-  std::vector<int> nodes;       // node ids (leaves only)
-  int node_count = 0;           // nodes anywhere below
+  int parent = -1;            // switch index, -1 for the root
+  std::vector<int> children;  // switch indices (level > 1)
+  std::vector<int> nodes;     // node ids (leaves only)
+  int node_count = 0;         // nodes anywhere below
 };
 
 // An explicit tree as written in a cluster spec: a switch with either child
@@ -69,7 +69,7 @@ class Topology {
 
   std::vector<Switch> switches_;
   std::vector<int> leaf_of_node_;
-  std::vector<std::vector<int>> by_level_;  // index 0 unused
+  std::vector<std::vector<int>> by_level_;   // index 0 unused
   std::vector<std::vector<int>> ancestors_;  // [node][level] -> switch
   int num_levels_ = 0;
   int root_ = -1;

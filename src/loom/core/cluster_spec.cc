@@ -1,0 +1,1150 @@
+#include "loom/core/cluster_spec.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "loom/common/units.h"
+#include "yaml-cpp/yaml.h"
+
+namespace loom {
+namespace {
+
+// Limits that keep a typo from turning into a cluster that exhausts memory.
+constexpr int64_t kMaxNodesPerPool = 100000;
+constexpr int64_t kMaxClusterNodes = 1000000;
+constexpr int64_t kMaxCores = 1000000;
+constexpr int64_t kMaxNics = 1024;
+constexpr int64_t kMaxQuotaGpus = 100000000;
+constexpr int64_t kMaxFanout = 100000;
+constexpr int kMaxTreeLevels = 8;
+
+// The fabric assumed when a spec has no `network` section.
+constexpr int kDefaultNodesPerLeaf = 16;
+constexpr int kDefaultLeavesPerSpine = 8;
+
+// The name given to the switch that joins several top-level switches.
+constexpr absl::string_view kCoreSwitchName = "core";
+
+// Joins a field path and a key: ("pools[1]", "gpu") -> "pools[1].gpu".
+std::string ChildPath(absl::string_view path, absl::string_view key) {
+  if (path.empty()) return std::string(key);
+  return absl::StrCat(path, ".", key);
+}
+
+// Names the element `index` of the list at `path`: "pools[1]".
+std::string ElementPath(absl::string_view path, size_t index) {
+  return absl::StrCat(path, "[", index, "]");
+}
+
+// Says what kind of YAML value `node` is, for error messages.
+absl::string_view KindOf(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Scalar:
+      return "a scalar";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      return "nothing";
+  }
+  return "something else";
+}
+
+// The Levenshtein distance between `a` and `b`, used to suggest the field a
+// user probably meant.
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
+                         diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// True when `name` is usable as a pool name, and so as the stem of node
+// names: ASCII letters, digits, '-', '_' and '.', starting with a letter or
+// digit.
+bool IsValidPoolName(absl::string_view name) {
+  if (name.empty() || !absl::ascii_isalnum(static_cast<unsigned char>(name[0])))
+    return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-' ||
+           c == '_' || c == '.';
+  });
+}
+
+// True when `name` is a valid GPU model name: lower-case letters, digits,
+// '-', '_' and '.', starting with a letter or digit.
+bool IsValidGpuModelName(absl::string_view name) {
+  if (name.empty() ||
+      !(absl::ascii_islower(static_cast<unsigned char>(name[0])) ||
+        absl::ascii_isdigit(static_cast<unsigned char>(name[0])))) {
+    return false;
+  }
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return absl::ascii_islower(static_cast<unsigned char>(c)) ||
+           absl::ascii_isdigit(static_cast<unsigned char>(c)) || c == '-' ||
+           c == '_' || c == '.';
+  });
+}
+
+// Expands a node-name pattern: "h200-[0-3,8]" gives h200-0 .. h200-3 and
+// h200-8; a name without brackets stands for itself. Returns the reason on a
+// malformed pattern.
+absl::StatusOr<std::vector<std::string>> ExpandNodeNames(
+    absl::string_view pattern) {
+  const size_t open = pattern.find('[');
+  if (open == absl::string_view::npos) {
+    if (pattern.find(']') != absl::string_view::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", pattern, "' has ']' without '['"));
+    }
+    return std::vector<std::string>{std::string(pattern)};
+  }
+  const size_t close = pattern.find(']', open);
+  const auto malformed = [&] {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", pattern,
+                     "' is not a node name or range (write e.g. "
+                     "\"h200-[0-15]\" or \"h200-[0-3,8]\")"));
+  };
+  if (close == absl::string_view::npos) return malformed();
+  const absl::string_view prefix = pattern.substr(0, open);
+  const absl::string_view body = pattern.substr(open + 1, close - open - 1);
+  const absl::string_view suffix = pattern.substr(close + 1);
+  if (suffix.find_first_of("[]") != absl::string_view::npos) return malformed();
+  std::vector<std::string> names;
+  for (absl::string_view item : absl::StrSplit(body, ',')) {
+    item = absl::StripAsciiWhitespace(item);
+    const std::vector<absl::string_view> bounds = absl::StrSplit(item, '-');
+    if (bounds.size() > 2) return malformed();
+    int64_t first = 0;
+    int64_t last = 0;
+    if (!absl::SimpleAtoi(bounds[0], &first) || first < 0) return malformed();
+    last = first;
+    if (bounds.size() == 2 &&
+        (!absl::SimpleAtoi(bounds[1], &last) || last < 0)) {
+      return malformed();
+    }
+    if (last < first) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", pattern, "' has the empty range ", first, "-", last));
+    }
+    if (last - first + static_cast<int64_t>(names.size()) >= kMaxClusterNodes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", pattern, "' names more nodes than any cluster has"));
+    }
+    for (int64_t i = first; i <= last; ++i) {
+      names.push_back(absl::StrCat(prefix, i, suffix));
+    }
+  }
+  return names;
+}
+
+// The name a spec without `name` gets: the file name without directory and
+// extension ("conf/big.yaml" -> "big"), or "cluster".
+std::string DefaultClusterName(absl::string_view source) {
+  const size_t slash = source.find_last_of('/');
+  absl::string_view stem =
+      slash == absl::string_view::npos ? source : source.substr(slash + 1);
+  const size_t dot = stem.find_last_of('.');
+  if (dot != absl::string_view::npos && dot > 0) stem = stem.substr(0, dot);
+  if (stem.empty() || !IsValidPoolName(stem)) return "cluster";
+  return std::string(stem);
+}
+
+// One entry of a YAML map.
+struct Field {
+  std::string key;
+  YAML::Node key_node;
+  YAML::Node value;
+};
+
+// A YAML map whose keys have been checked against the allowed ones.
+struct MapNode {
+  YAML::Node node;
+  std::string path;
+  std::vector<Field> fields;
+
+  // Returns the entry `key`, or nullptr when the map does not have it.
+  const Field* Find(absl::string_view key) const {
+    for (const Field& f : fields) {
+      if (f.key == key) return &f;
+    }
+    return nullptr;
+  }
+};
+
+// Names declared so far in one list, with the 1-based line of each.
+using NameLines = std::map<std::string, int, std::less<>>;
+
+// A switch of an explicit network tree as parsed, with its height (1 for a
+// leaf switch).
+struct ParsedSwitch {
+  TreeSpec spec;
+  int height = 1;
+};
+
+// Bookkeeping while an explicit network tree is parsed.
+struct TreeState {
+  std::unordered_map<std::string, int> node_ids;
+  // For every node, the leaf switch that claimed it, or empty.
+  std::vector<std::string> leaf_of;
+  // Switch names seen so far, with where they were declared.
+  std::map<std::string, YAML::Mark, std::less<>> switch_names;
+};
+
+// Turns the YAML document of a cluster spec into a `Cluster`. Every method
+// returns InvalidArgument with "<source>:<line>:<column>: <path>: <reason>" on
+// bad input. The parser never throws; yaml-cpp exceptions are caught by the
+// caller of `Parse`.
+class SpecParser {
+ public:
+  // `source` must outlive the parser.
+  explicit SpecParser(absl::string_view source) : source_(source) {}
+
+  absl::StatusOr<Cluster> Parse(const YAML::Node& root);
+
+  // Formats an error at `mark` (0-based, as yaml-cpp keeps it) about the
+  // field at `path` (may be empty).
+  absl::Status Error(const YAML::Mark& mark, absl::string_view path,
+                     absl::string_view reason) const {
+    std::string where(source_);
+    if (mark.line >= 0) {
+      absl::StrAppend(&where, ":", mark.line + 1, ":", mark.column + 1);
+    }
+    if (path.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", reason));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": ", path, ": ", reason));
+  }
+
+  absl::Status Error(const YAML::Node& node, absl::string_view path,
+                     absl::string_view reason) const {
+    return Error(node.Mark(), path, reason);
+  }
+
+ private:
+  absl::StatusOr<MapNode> ReadMap(
+      const YAML::Node& node, std::string path,
+      std::initializer_list<absl::string_view> allowed) const;
+  absl::StatusOr<std::vector<YAML::Node>> ReadList(const YAML::Node& node,
+                                                   absl::string_view path,
+                                                   bool allow_empty) const;
+  absl::StatusOr<const Field*> Require(const MapNode& map,
+                                       absl::string_view key) const;
+  absl::StatusOr<std::string> ReadString(const YAML::Node& node,
+                                         absl::string_view path) const;
+  absl::StatusOr<int64_t> ReadInt(const YAML::Node& node,
+                                  absl::string_view path, int64_t min,
+                                  int64_t max) const;
+  absl::StatusOr<double> ReadNumber(const YAML::Node& node,
+                                    absl::string_view path) const;
+  absl::StatusOr<int64_t> ReadBytes(const YAML::Node& node,
+                                    absl::string_view path, int64_t min) const;
+  // Reads the required `name` of the list element `map`. `seen` holds the
+  // names of earlier elements with the line each was declared on; a repeat is
+  // an error that calls the thing `what` ("pool", "project").
+  absl::StatusOr<std::string> ReadUniqueName(const MapNode& map,
+                                             absl::string_view what,
+                                             NameLines* seen) const;
+
+  absl::Status ParseGpuModels(const Field& field,
+                              std::vector<GpuModel>* models) const;
+  absl::Status ParsePools(const Field& field, Cluster* cluster) const;
+  absl::Status ParseLabels(const Field& field, absl::string_view path,
+                           std::map<std::string, std::string>* labels) const;
+  absl::Status ParseNetwork(const Field* field, const YAML::Node& root,
+                            Cluster* cluster) const;
+  absl::StatusOr<ParsedSwitch> ParseSwitch(const YAML::Node& node,
+                                           const std::string& path, int depth,
+                                           TreeState* state) const;
+  absl::Status ParseProjects(const Field& field, Cluster* cluster) const;
+  absl::Status ParsePriorityClasses(const Field& field, Cluster* cluster) const;
+
+  absl::string_view source_;
+};
+
+absl::StatusOr<MapNode> SpecParser::ReadMap(
+    const YAML::Node& node, std::string path,
+    std::initializer_list<absl::string_view> allowed) const {
+  if (!node.IsMap()) {
+    return Error(node, path, absl::StrCat("must be a map, got ", KindOf(node)));
+  }
+  MapNode map{node, std::move(path), {}};
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const YAML::Node key_node = it->first;
+    if (!key_node.IsScalar()) {
+      return Error(key_node, map.path, "field names must be plain strings");
+    }
+    std::string key = key_node.Scalar();
+    const std::string key_path = ChildPath(map.path, key);
+    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+      std::string reason = absl::StrCat("unknown field '", key, "'");
+      absl::string_view closest;
+      size_t best = 3;
+      for (absl::string_view a : allowed) {
+        const size_t d = EditDistance(key, a);
+        if (d < best) {
+          best = d;
+          closest = a;
+        }
+      }
+      if (!closest.empty()) {
+        absl::StrAppend(&reason, " (did you mean '", closest, "'?)");
+      } else {
+        absl::StrAppend(
+            &reason, " (expected one of: ", absl::StrJoin(allowed, ", "), ")");
+      }
+      return Error(key_node, key_path, reason);
+    }
+    if (const Field* prior = map.Find(key); prior != nullptr) {
+      return Error(key_node, key_path,
+                   absl::StrCat("given twice (first on line ",
+                                prior->key_node.Mark().line + 1, ")"));
+    }
+    map.fields.push_back(Field{std::move(key), key_node, it->second});
+  }
+  return map;
+}
+
+absl::StatusOr<std::vector<YAML::Node>> SpecParser::ReadList(
+    const YAML::Node& node, absl::string_view path, bool allow_empty) const {
+  if (!node.IsSequence()) {
+    return Error(node, path,
+                 absl::StrCat("must be a list, got ", KindOf(node)));
+  }
+  std::vector<YAML::Node> items;
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    items.push_back(*it);
+  }
+  if (items.empty() && !allow_empty) {
+    return Error(node, path, "must not be empty");
+  }
+  return items;
+}
+
+absl::StatusOr<const Field*> SpecParser::Require(const MapNode& map,
+                                                 absl::string_view key) const {
+  const Field* f = map.Find(key);
+  if (f == nullptr) {
+    return Error(map.node, ChildPath(map.path, key), "is required");
+  }
+  return f;
+}
+
+absl::StatusOr<std::string> SpecParser::ReadString(
+    const YAML::Node& node, absl::string_view path) const {
+  if (!node.IsScalar()) {
+    return Error(node, path,
+                 absl::StrCat("must be a string, got ", KindOf(node)));
+  }
+  if (node.Scalar().empty()) {
+    return Error(node, path, "must not be empty");
+  }
+  return node.Scalar();
+}
+
+absl::StatusOr<int64_t> SpecParser::ReadInt(const YAML::Node& node,
+                                            absl::string_view path, int64_t min,
+                                            int64_t max) const {
+  if (!node.IsScalar()) {
+    return Error(node, path,
+                 absl::StrCat("must be a whole number, got ", KindOf(node)));
+  }
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(node.Scalar(), &value)) {
+    return Error(
+        node, path,
+        absl::StrCat("must be a whole number, got '", node.Scalar(), "'"));
+  }
+  if (value < min || value > max) {
+    if (max == std::numeric_limits<int64_t>::max()) {
+      return Error(node, path,
+                   absl::StrCat("must be at least ", min, ", got ", value));
+    }
+    return Error(
+        node, path,
+        absl::StrCat("must be between ", min, " and ", max, ", got ", value));
+  }
+  return value;
+}
+
+absl::StatusOr<double> SpecParser::ReadNumber(const YAML::Node& node,
+                                              absl::string_view path) const {
+  if (!node.IsScalar()) {
+    return Error(node, path,
+                 absl::StrCat("must be a number, got ", KindOf(node)));
+  }
+  double value = 0;
+  if (!absl::SimpleAtod(node.Scalar(), &value) || !std::isfinite(value)) {
+    return Error(node, path,
+                 absl::StrCat("must be a number, got '", node.Scalar(), "'"));
+  }
+  return value;
+}
+
+absl::StatusOr<int64_t> SpecParser::ReadBytes(const YAML::Node& node,
+                                              absl::string_view path,
+                                              int64_t min) const {
+  if (!node.IsScalar()) {
+    return Error(node, path,
+                 absl::StrCat("must be a byte quantity such as 80Gi, got ",
+                              KindOf(node)));
+  }
+  absl::StatusOr<int64_t> bytes = ParseBytes(node.Scalar());
+  if (!bytes.ok()) return Error(node, path, bytes.status().message());
+  if (*bytes < min) {
+    return Error(node, path,
+                 min == 1 ? std::string("must be more than zero")
+                          : absl::StrCat("must be at least ", min, " bytes"));
+  }
+  return *bytes;
+}
+
+absl::StatusOr<std::string> SpecParser::ReadUniqueName(const MapNode& map,
+                                                       absl::string_view what,
+                                                       NameLines* seen) const {
+  absl::StatusOr<const Field*> f = Require(map, "name");
+  if (!f.ok()) return f.status();
+  const std::string path = ChildPath(map.path, "name");
+  absl::StatusOr<std::string> name = ReadString((*f)->value, path);
+  if (!name.ok()) return name.status();
+  if (auto prior = seen->find(*name); prior != seen->end()) {
+    return Error(
+        (*f)->value, path,
+        absl::StrCat("duplicate ", what, " name '", *name,
+                     "' (first declared on line ", prior->second, ")"));
+  }
+  seen->emplace(*name, (*f)->value.Mark().line + 1);
+  return name;
+}
+
+absl::Status SpecParser::ParseGpuModels(const Field& field,
+                                        std::vector<GpuModel>* models) const {
+  const std::string path = field.key;
+  absl::StatusOr<std::vector<YAML::Node>> items =
+      ReadList(field.value, path, /*allow_empty=*/true);
+  if (!items.ok()) return items.status();
+  std::vector<std::string> declared;
+  for (size_t i = 0; i < items->size(); ++i) {
+    absl::StatusOr<MapNode> map =
+        ReadMap((*items)[i], ElementPath(path, i), {"name", "speed", "memory"});
+    if (!map.ok()) return map.status();
+    absl::StatusOr<const Field*> name_field = Require(*map, "name");
+    if (!name_field.ok()) return name_field.status();
+    const std::string name_path = ChildPath(map->path, "name");
+    absl::StatusOr<std::string> name =
+        ReadString((*name_field)->value, name_path);
+    if (!name.ok()) return name.status();
+    if (!IsValidGpuModelName(*name)) {
+      return Error((*name_field)->value, name_path,
+                   absl::StrCat("'", *name,
+                                "' is not a valid GPU model name (use lower-"
+                                "case letters, digits, '-', '_' and '.')"));
+    }
+    if (*name == "any") {
+      return Error((*name_field)->value, name_path,
+                   "'any' is reserved for jobs that accept every model");
+    }
+    if (std::find(declared.begin(), declared.end(), *name) != declared.end()) {
+      return Error((*name_field)->value, name_path,
+                   absl::StrCat("GPU model '", *name, "' is declared twice"));
+    }
+    declared.push_back(*name);
+
+    auto existing =
+        std::find_if(models->begin(), models->end(),
+                     [&](const GpuModel& m) { return m.name == *name; });
+    GpuModel model;
+    if (existing != models->end()) model = *existing;
+    model.name = *name;
+    if (const Field* f = map->Find("speed"); f != nullptr) {
+      const std::string speed_path = ChildPath(map->path, "speed");
+      absl::StatusOr<double> speed = ReadNumber(f->value, speed_path);
+      if (!speed.ok()) return speed.status();
+      if (*speed <= 0) {
+        return Error(f->value, speed_path,
+                     absl::StrCat("must be more than zero, got ", *speed));
+      }
+      model.speed = *speed;
+    } else if (existing == models->end()) {
+      model.speed = 1.0;
+    }
+    if (const Field* f = map->Find("memory"); f != nullptr) {
+      absl::StatusOr<int64_t> memory =
+          ReadBytes(f->value, ChildPath(map->path, "memory"), 1);
+      if (!memory.ok()) return memory.status();
+      model.memory_bytes = *memory;
+    } else if (existing == models->end()) {
+      return Error(
+          map->node, ChildPath(map->path, "memory"),
+          absl::StrCat("is required for the new GPU model '", *name, "'"));
+    }
+    if (existing != models->end()) {
+      *existing = model;
+    } else {
+      models->push_back(model);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SpecParser::ParseLabels(
+    const Field& field, absl::string_view path,
+    std::map<std::string, std::string>* labels) const {
+  if (!field.value.IsMap()) {
+    return Error(
+        field.value, path,
+        absl::StrCat("must be a map of strings, got ", KindOf(field.value)));
+  }
+  for (auto it = field.value.begin(); it != field.value.end(); ++it) {
+    const YAML::Node key = it->first;
+    const YAML::Node value = it->second;
+    if (!key.IsScalar() || key.Scalar().empty()) {
+      return Error(key, path, "label names must be non-empty strings");
+    }
+    const std::string label_path = ChildPath(path, key.Scalar());
+    if (labels->count(key.Scalar()) > 0) {
+      return Error(key, label_path, "given twice");
+    }
+    if (!value.IsScalar()) {
+      return Error(value, label_path,
+                   absl::StrCat("must be a string, got ", KindOf(value)));
+    }
+    (*labels)[key.Scalar()] = value.Scalar();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SpecParser::ParsePools(const Field& field,
+                                    Cluster* cluster) const {
+  const std::string path = field.key;
+  absl::StatusOr<std::vector<YAML::Node>> items =
+      ReadList(field.value, path, /*allow_empty=*/false);
+  if (!items.ok()) return items.status();
+  NameLines seen;
+  int64_t total_nodes = 0;
+  for (size_t i = 0; i < items->size(); ++i) {
+    absl::StatusOr<MapNode> map = ReadMap(
+        (*items)[i], ElementPath(path, i),
+        {"name", "nodes", "gpu", "cpus", "memory", "nvme", "nics", "labels"});
+    if (!map.ok()) return map.status();
+    PoolSpec pool;
+
+    absl::StatusOr<std::string> name = ReadUniqueName(*map, "pool", &seen);
+    if (!name.ok()) return name.status();
+    if (!IsValidPoolName(*name)) {
+      return Error(map->Find("name")->value, ChildPath(map->path, "name"),
+                   absl::StrCat("'", *name,
+                                "' is not a valid pool name (use letters, "
+                                "digits, '-', '_' and '.')"));
+    }
+    pool.name = *name;
+
+    absl::StatusOr<const Field*> f = Require(*map, "nodes");
+    if (!f.ok()) return f.status();
+    const std::string nodes_path = ChildPath(map->path, "nodes");
+    absl::StatusOr<int64_t> count =
+        ReadInt((*f)->value, nodes_path, 1, kMaxNodesPerPool);
+    if (!count.ok()) return count.status();
+    total_nodes += *count;
+    if (total_nodes > kMaxClusterNodes) {
+      return Error((*f)->value, nodes_path,
+                   absl::StrCat("the cluster would have more than ",
+                                kMaxClusterNodes, " nodes"));
+    }
+    pool.node_count = static_cast<int>(*count);
+
+    f = Require(*map, "gpu");
+    if (!f.ok()) return f.status();
+    absl::StatusOr<MapNode> gpu = ReadMap(
+        (*f)->value, ChildPath(map->path, "gpu"), {"model", "count", "memory"});
+    if (!gpu.ok()) return gpu.status();
+    f = Require(*gpu, "model");
+    if (!f.ok()) return f.status();
+    const std::string model_path = ChildPath(gpu->path, "model");
+    absl::StatusOr<std::string> model_name =
+        ReadString((*f)->value, model_path);
+    if (!model_name.ok()) return model_name.status();
+    const std::string lower = absl::AsciiStrToLower(*model_name);
+    const auto model_index = [&](absl::string_view n) -> int {
+      for (size_t m = 0; m < cluster->gpu_models.size(); ++m) {
+        if (cluster->gpu_models[m].name == n) return static_cast<int>(m);
+      }
+      return -1;
+    };
+    const int model = model_index(*model_name);
+    if (model < 0) {
+      if (lower != *model_name && model_index(lower) >= 0) {
+        return Error((*f)->value, model_path,
+                     absl::StrCat("GPU model names are lower case; write '",
+                                  lower, "'"));
+      }
+      std::vector<std::string> known;
+      for (const GpuModel& m : cluster->gpu_models) known.push_back(m.name);
+      return Error((*f)->value, model_path,
+                   absl::StrCat("unknown GPU model '", *model_name,
+                                "' (known: ", absl::StrJoin(known, ", "),
+                                "; declare others under gpu_models)"));
+    }
+    pool.gpu_model = model;
+    f = Require(*gpu, "count");
+    if (!f.ok()) return f.status();
+    absl::StatusOr<int64_t> gpus =
+        ReadInt((*f)->value, ChildPath(gpu->path, "count"), 1, kMaxGpusPerNode);
+    if (!gpus.ok()) return gpus.status();
+    pool.gpus_per_node = static_cast<int>(*gpus);
+    pool.gpu_memory_bytes = cluster->gpu_models[model].memory_bytes;
+    if (const Field* mem = gpu->Find("memory"); mem != nullptr) {
+      absl::StatusOr<int64_t> bytes =
+          ReadBytes(mem->value, ChildPath(gpu->path, "memory"), 1);
+      if (!bytes.ok()) return bytes.status();
+      pool.gpu_memory_bytes = *bytes;
+    }
+
+    f = Require(*map, "cpus");
+    if (!f.ok()) return f.status();
+    const std::string cpus_path = ChildPath(map->path, "cpus");
+    absl::StatusOr<double> cpus = ReadNumber((*f)->value, cpus_path);
+    if (!cpus.ok()) return cpus.status();
+    if (*cpus < 0.001 || *cpus > kMaxCores) {
+      return Error((*f)->value, cpus_path,
+                   absl::StrCat("must be between 0.001 and ", kMaxCores,
+                                " cores, got ", (*f)->value.Scalar()));
+    }
+    pool.cpus_milli = std::llround(*cpus * 1000);
+
+    f = Require(*map, "memory");
+    if (!f.ok()) return f.status();
+    absl::StatusOr<int64_t> memory =
+        ReadBytes((*f)->value, ChildPath(map->path, "memory"), 1);
+    if (!memory.ok()) return memory.status();
+    pool.memory_bytes = *memory;
+
+    if (const Field* nvme = map->Find("nvme"); nvme != nullptr) {
+      absl::StatusOr<int64_t> bytes =
+          ReadBytes(nvme->value, ChildPath(map->path, "nvme"), 0);
+      if (!bytes.ok()) return bytes.status();
+      pool.nvme_bytes = *bytes;
+    }
+    if (const Field* nics = map->Find("nics"); nics != nullptr) {
+      absl::StatusOr<int64_t> n =
+          ReadInt(nics->value, ChildPath(map->path, "nics"), 0, kMaxNics);
+      if (!n.ok()) return n.status();
+      pool.nics = static_cast<int>(*n);
+    }
+    if (const Field* labels = map->Find("labels"); labels != nullptr) {
+      absl::Status st =
+          ParseLabels(*labels, ChildPath(map->path, "labels"), &pool.labels);
+      if (!st.ok()) return st;
+    }
+    cluster->pools.push_back(std::move(pool));
+  }
+
+  cluster->nodes.reserve(total_nodes);
+  for (size_t p = 0; p < cluster->pools.size(); ++p) {
+    const PoolSpec& pool = cluster->pools[p];
+    for (int i = 0; i < pool.node_count; ++i) {
+      NodeSpec node;
+      node.name = absl::StrCat(pool.name, "-", i);
+      node.pool = static_cast<int>(p);
+      node.gpu_model = pool.gpu_model;
+      node.gpus = pool.gpus_per_node;
+      node.cpus_milli = pool.cpus_milli;
+      node.memory_bytes = pool.memory_bytes;
+      node.nvme_bytes = pool.nvme_bytes;
+      node.nics = pool.nics;
+      node.labels = pool.labels;
+      cluster->nodes.push_back(std::move(node));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ParsedSwitch> SpecParser::ParseSwitch(const YAML::Node& node,
+                                                     const std::string& path,
+                                                     int depth,
+                                                     TreeState* state) const {
+  if (depth > kMaxTreeLevels) {
+    return Error(node, path,
+                 absl::StrCat("the network tree is deeper than ",
+                              kMaxTreeLevels, " levels"));
+  }
+  absl::StatusOr<MapNode> map =
+      ReadMap(node, path, {"name", "children", "nodes"});
+  if (!map.ok()) return map.status();
+  ParsedSwitch out;
+
+  absl::StatusOr<const Field*> name_field = Require(*map, "name");
+  if (!name_field.ok()) return name_field.status();
+  const std::string name_path = ChildPath(path, "name");
+  absl::StatusOr<std::string> name =
+      ReadString((*name_field)->value, name_path);
+  if (!name.ok()) return name.status();
+  if (auto prior = state->switch_names.find(*name);
+      prior != state->switch_names.end()) {
+    if (prior->second.line < 0) {
+      return Error((*name_field)->value, name_path,
+                   absl::StrCat("'", *name,
+                                "' is the name of the root switch that joins "
+                                "the top-level switches; choose another"));
+    }
+    return Error((*name_field)->value, name_path,
+                 absl::StrCat("duplicate switch name '", *name,
+                              "' (first declared on line ",
+                              prior->second.line + 1, ")"));
+  }
+  state->switch_names.emplace(*name, (*name_field)->value.Mark());
+  out.spec.name = *name;
+
+  const Field* children = map->Find("children");
+  const Field* nodes = map->Find("nodes");
+  if (children != nullptr && nodes != nullptr) {
+    const Field* later =
+        children->key_node.Mark().pos > nodes->key_node.Mark().pos ? children
+                                                                   : nodes;
+    return Error(later->key_node, ChildPath(path, later->key),
+                 "a switch has either `children` (switches) or `nodes`, not "
+                 "both");
+  }
+  if (children == nullptr && nodes == nullptr) {
+    return Error(map->node, path,
+                 absl::StrCat("switch '", *name,
+                              "' needs `children` (switches) or `nodes` (node "
+                              "names)"));
+  }
+
+  if (children != nullptr) {
+    const std::string children_path = ChildPath(path, "children");
+    absl::StatusOr<std::vector<YAML::Node>> items =
+        ReadList(children->value, children_path, /*allow_empty=*/false);
+    if (!items.ok()) return items.status();
+    int height = -1;
+    std::string first_name;
+    for (size_t i = 0; i < items->size(); ++i) {
+      const std::string child_path = ElementPath(children_path, i);
+      absl::StatusOr<ParsedSwitch> child =
+          ParseSwitch((*items)[i], child_path, depth + 1, state);
+      if (!child.ok()) return child.status();
+      if (height == -1) {
+        height = child->height;
+        first_name = child->spec.name;
+      } else if (child->height != height) {
+        return Error(
+            (*items)[i], child_path,
+            absl::StrCat("switch '", child->spec.name, "' is ", child->height,
+                         " level(s) high but its sibling '", first_name,
+                         "' is ", height,
+                         "; every leaf switch must be at the same "
+                         "depth"));
+      }
+      out.spec.children.push_back(std::move(child->spec));
+    }
+    out.height = height + 1;
+    return out;
+  }
+
+  const std::string nodes_path = ChildPath(path, "nodes");
+  absl::StatusOr<std::vector<YAML::Node>> items =
+      ReadList(nodes->value, nodes_path, /*allow_empty=*/false);
+  if (!items.ok()) return items.status();
+  for (size_t i = 0; i < items->size(); ++i) {
+    const std::string item_path = ElementPath(nodes_path, i);
+    absl::StatusOr<std::string> pattern = ReadString((*items)[i], item_path);
+    if (!pattern.ok()) return pattern.status();
+    absl::StatusOr<std::vector<std::string>> names = ExpandNodeNames(*pattern);
+    if (!names.ok())
+      return Error((*items)[i], item_path, names.status().message());
+    for (const std::string& node_name : *names) {
+      auto id = state->node_ids.find(node_name);
+      if (id == state->node_ids.end()) {
+        return Error((*items)[i], item_path,
+                     absl::StrCat("unknown node '", node_name,
+                                  "' (nodes are named <pool>-<index>, index "
+                                  "from 0)"));
+      }
+      std::string& owner = state->leaf_of[id->second];
+      if (!owner.empty()) {
+        return Error(
+            (*items)[i], item_path,
+            owner == *name
+                ? absl::StrCat("node '", node_name, "' is listed twice in '",
+                               *name, "'")
+                : absl::StrCat("node '", node_name,
+                               "' is already under leaf switch '", owner,
+                               "'; a node hangs off exactly one leaf"));
+      }
+      owner = *name;
+      out.spec.nodes.push_back(id->second);
+    }
+  }
+  out.height = 1;
+  return out;
+}
+
+absl::Status SpecParser::ParseNetwork(const Field* field,
+                                      const YAML::Node& root,
+                                      Cluster* cluster) const {
+  const int num_nodes = static_cast<int>(cluster->nodes.size());
+  if (field == nullptr) {
+    absl::StatusOr<Topology> t = Topology::Uniform(
+        num_nodes, kDefaultNodesPerLeaf, kDefaultLeavesPerSpine);
+    if (!t.ok()) return Error(root, "network", t.status().message());
+    cluster->topology = *std::move(t);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<MapNode> map = ReadMap(
+      field->value, field->key, {"nodes_per_leaf", "leaves_per_spine", "tree"});
+  if (!map.ok()) return map.status();
+  const Field* tree = map->Find("tree");
+  if (tree == nullptr) {
+    int64_t per_leaf = kDefaultNodesPerLeaf;
+    int64_t per_spine = kDefaultLeavesPerSpine;
+    if (const Field* f = map->Find("nodes_per_leaf"); f != nullptr) {
+      absl::StatusOr<int64_t> v = ReadInt(
+          f->value, ChildPath(map->path, "nodes_per_leaf"), 1, kMaxFanout);
+      if (!v.ok()) return v.status();
+      per_leaf = *v;
+    }
+    if (const Field* f = map->Find("leaves_per_spine"); f != nullptr) {
+      absl::StatusOr<int64_t> v = ReadInt(
+          f->value, ChildPath(map->path, "leaves_per_spine"), 1, kMaxFanout);
+      if (!v.ok()) return v.status();
+      per_spine = *v;
+    }
+    absl::StatusOr<Topology> t = Topology::Uniform(
+        num_nodes, static_cast<int>(per_leaf), static_cast<int>(per_spine));
+    if (!t.ok()) return Error(field->key_node, "network", t.status().message());
+    cluster->topology = *std::move(t);
+    return absl::OkStatus();
+  }
+  for (const Field& f : map->fields) {
+    if (f.key != "tree") {
+      return Error(f.key_node, ChildPath(map->path, f.key),
+                   "cannot be combined with `tree`; give either an explicit "
+                   "tree or nodes_per_leaf/leaves_per_spine");
+    }
+  }
+
+  const std::string tree_path = ChildPath(map->path, "tree");
+  absl::StatusOr<std::vector<YAML::Node>> items =
+      ReadList(tree->value, tree_path, /*allow_empty=*/false);
+  if (!items.ok()) return items.status();
+  TreeState state;
+  state.node_ids.reserve(cluster->nodes.size());
+  for (int n = 0; n < num_nodes; ++n) {
+    state.node_ids.emplace(cluster->nodes[n].name, n);
+  }
+  state.leaf_of.assign(num_nodes, "");
+  if (items->size() > 1) {
+    state.switch_names.emplace(std::string(kCoreSwitchName),
+                               YAML::Mark::null_mark());
+  }
+  std::vector<TreeSpec> roots;
+  int height = -1;
+  std::string first_name;
+  for (size_t i = 0; i < items->size(); ++i) {
+    const std::string switch_path = ElementPath(tree_path, i);
+    absl::StatusOr<ParsedSwitch> sw =
+        ParseSwitch((*items)[i], switch_path, 1, &state);
+    if (!sw.ok()) return sw.status();
+    if (height == -1) {
+      height = sw->height;
+      first_name = sw->spec.name;
+    } else if (sw->height != height) {
+      return Error(
+          (*items)[i], switch_path,
+          absl::StrCat("top-level switch '", sw->spec.name, "' is ", sw->height,
+                       " level(s) high but '", first_name, "' is ", height,
+                       "; every leaf switch must be at the same "
+                       "depth"));
+    }
+    roots.push_back(std::move(sw->spec));
+  }
+  std::vector<std::string> missing;
+  for (int n = 0; n < num_nodes; ++n) {
+    if (state.leaf_of[n].empty()) missing.push_back(cluster->nodes[n].name);
+  }
+  if (!missing.empty()) {
+    std::string reason = absl::StrCat(
+        missing.size() == 1 ? "node " : "nodes ",
+        absl::StrJoin(missing.begin(),
+                      missing.begin() + std::min<size_t>(missing.size(), 5),
+                      ", "));
+    if (missing.size() > 5) {
+      absl::StrAppend(&reason, " and ", missing.size() - 5, " more");
+    }
+    absl::StrAppend(&reason, missing.size() == 1 ? " is" : " are",
+                    " not under any leaf switch");
+    return Error(field->key_node, tree_path, reason);
+  }
+  absl::StatusOr<Topology> t = Topology::Explicit(num_nodes, roots);
+  if (!t.ok()) return Error(field->key_node, tree_path, t.status().message());
+  cluster->topology = *std::move(t);
+  return absl::OkStatus();
+}
+
+absl::Status SpecParser::ParseProjects(const Field& field,
+                                       Cluster* cluster) const {
+  const std::string path = field.key;
+  absl::StatusOr<std::vector<YAML::Node>> items =
+      ReadList(field.value, path, /*allow_empty=*/true);
+  if (!items.ok()) return items.status();
+  NameLines seen;
+  for (size_t i = 0; i < items->size(); ++i) {
+    absl::StatusOr<MapNode> map = ReadMap((*items)[i], ElementPath(path, i),
+                                          {"name", "quota_gpus", "weight"});
+    if (!map.ok()) return map.status();
+    ProjectSpec project;
+    absl::StatusOr<std::string> name = ReadUniqueName(*map, "project", &seen);
+    if (!name.ok()) return name.status();
+    project.name = *name;
+    if (const Field* q = map->Find("quota_gpus"); q != nullptr) {
+      absl::StatusOr<int64_t> quota = ReadInt(
+          q->value, ChildPath(map->path, "quota_gpus"), 0, kMaxQuotaGpus);
+      if (!quota.ok()) return quota.status();
+      project.quota_gpus = static_cast<int>(*quota);
+    }
+    if (const Field* w = map->Find("weight"); w != nullptr) {
+      const std::string weight_path = ChildPath(map->path, "weight");
+      absl::StatusOr<double> weight = ReadNumber(w->value, weight_path);
+      if (!weight.ok()) return weight.status();
+      if (*weight <= 0) {
+        return Error(w->value, weight_path,
+                     absl::StrCat("must be more than zero, got ", *weight));
+      }
+      project.weight = *weight;
+    }
+    cluster->projects.push_back(std::move(project));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SpecParser::ParsePriorityClasses(const Field& field,
+                                              Cluster* cluster) const {
+  const std::string path = field.key;
+  absl::StatusOr<std::vector<YAML::Node>> items =
+      ReadList(field.value, path, /*allow_empty=*/false);
+  if (!items.ok()) return items.status();
+  NameLines seen;
+  for (size_t i = 0; i < items->size(); ++i) {
+    absl::StatusOr<MapNode> map =
+        ReadMap((*items)[i], ElementPath(path, i), {"name", "value"});
+    if (!map.ok()) return map.status();
+    PriorityClass pc;
+    absl::StatusOr<std::string> name =
+        ReadUniqueName(*map, "priority class", &seen);
+    if (!name.ok()) return name.status();
+    pc.name = *name;
+    absl::StatusOr<const Field*> f = Require(*map, "value");
+    if (!f.ok()) return f.status();
+    absl::StatusOr<int64_t> value = ReadInt(
+        (*f)->value, ChildPath(map->path, "value"),
+        std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
+    if (!value.ok()) return value.status();
+    pc.value = static_cast<int>(*value);
+    cluster->priority_classes.push_back(std::move(pc));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Cluster> SpecParser::Parse(const YAML::Node& root) {
+  if (root.IsNull() || !root.IsDefined()) {
+    return Error(YAML::Mark(), "",
+                 "the cluster spec is empty; it needs at least `pools`");
+  }
+  absl::StatusOr<MapNode> map =
+      ReadMap(root, "",
+              {"name", "gpu_models", "pools", "network", "projects",
+               "priority_classes"});
+  if (!map.ok()) return map.status();
+
+  Cluster cluster;
+  cluster.name = DefaultClusterName(source_);
+  if (const Field* f = map->Find("name"); f != nullptr) {
+    absl::StatusOr<std::string> name = ReadString(f->value, f->key);
+    if (!name.ok()) return name.status();
+    cluster.name = *name;
+  }
+
+  cluster.gpu_models = DefaultGpuModels();
+  if (const Field* f = map->Find("gpu_models"); f != nullptr) {
+    absl::Status st = ParseGpuModels(*f, &cluster.gpu_models);
+    if (!st.ok()) return st;
+  }
+
+  absl::StatusOr<const Field*> pools = Require(*map, "pools");
+  if (!pools.ok()) return pools.status();
+  if (absl::Status st = ParsePools(**pools, &cluster); !st.ok()) return st;
+
+  if (absl::Status st = ParseNetwork(map->Find("network"), root, &cluster);
+      !st.ok()) {
+    return st;
+  }
+
+  if (const Field* f = map->Find("projects"); f != nullptr) {
+    absl::Status st = ParseProjects(*f, &cluster);
+    if (!st.ok()) return st;
+  }
+
+  if (const Field* f = map->Find("priority_classes"); f != nullptr) {
+    absl::Status st = ParsePriorityClasses(*f, &cluster);
+    if (!st.ok()) return st;
+  } else {
+    cluster.priority_classes = DefaultPriorityClasses();
+  }
+  return cluster;
+}
+
+// A built-in cluster: its YAML goes through `ParseClusterSpec` like any file.
+struct Preset {
+  absl::string_view name;
+  absl::string_view summary;
+  absl::string_view yaml;
+};
+
+constexpr Preset kPresets[] = {
+    {"small",
+     "28 nodes, 224 GPUs: 18 nodes of 8x H200-141GB plus 10 of 8x A100-80GB "
+     "on one leaf/spine fabric",
+     R"yaml(
+name: small
+pools:
+  - {name: h200, nodes: 18, gpu: {model: h200, count: 8, memory: 141Gi},
+     cpus: 192, memory: 2Ti, nvme: 15Ti, nics: 8}
+  - {name: a100, nodes: 10, gpu: {model: a100, count: 8, memory: 80Gi},
+     cpus: 96, memory: 1Ti, nvme: 8Ti, nics: 8}
+network: {nodes_per_leaf: 16, leaves_per_spine: 8}
+)yaml"},
+    {"large",
+     "2,000 nodes of 8x H200 (16,000 GPUs) on a 3-tier fat-tree: 125 leaves, "
+     "16 spines, one core",
+     R"yaml(
+name: large
+pools:
+  - {name: h200, nodes: 2000, gpu: {model: h200, count: 8, memory: 141Gi},
+     cpus: 192, memory: 2Ti, nvme: 15Ti, nics: 8}
+network: {nodes_per_leaf: 16, leaves_per_spine: 8}
+)yaml"},
+};
+
+const Preset* FindPreset(std::string_view name) {
+  const absl::string_view wanted(name.data(), name.size());
+  for (const Preset& p : kPresets) {
+    if (p.name == wanted) return &p;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+absl::StatusOr<Cluster> ParseClusterSpec(std::string_view yaml,
+                                         std::string_view source) {
+  const std::string source_name(source);
+  SpecParser parser(source_name);
+  try {
+    const YAML::Node root = YAML::Load(std::string(yaml));
+    return parser.Parse(root);
+  } catch (const YAML::Exception& e) {
+    return parser.Error(e.mark, "", absl::StrCat("invalid YAML: ", e.msg));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(
+        source_name, ": reading the cluster spec failed: ", e.what()));
+  }
+}
+
+std::vector<std::string> ClusterPresetNames() {
+  std::vector<std::string> names;
+  for (const Preset& p : kPresets) names.emplace_back(p.name);
+  return names;
+}
+
+std::string ClusterPresetSummary(std::string_view name) {
+  const Preset* p = FindPreset(name);
+  return p == nullptr ? std::string() : std::string(p->summary);
+}
+
+absl::StatusOr<Cluster> ClusterPreset(std::string_view name) {
+  const Preset* p = FindPreset(name);
+  const std::string name_text(name);
+  if (p == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        "no cluster preset '", name_text,
+        "' (presets: ", absl::StrJoin(ClusterPresetNames(), ", "), ")"));
+  }
+  absl::StatusOr<Cluster> cluster =
+      ParseClusterSpec(std::string(p->yaml), absl::StrCat("preset:", p->name));
+  if (!cluster.ok()) {
+    return absl::InternalError(
+        absl::StrCat("built-in preset '", name_text,
+                     "' does not parse: ", cluster.status().message()));
+  }
+  return cluster;
+}
+
+absl::StatusOr<Cluster> LoadCluster(std::string_view name_or_path) {
+  if (name_or_path.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no cluster given; name a preset (",
+        absl::StrJoin(ClusterPresetNames(), ", "), ") or a cluster spec file"));
+  }
+  if (FindPreset(name_or_path) != nullptr) return ClusterPreset(name_or_path);
+
+  const std::string path(name_or_path);
+  std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(status)) {
+    return absl::NotFoundError(absl::StrCat(
+        "cluster '", path, "' is neither a preset (",
+        absl::StrJoin(ClusterPresetNames(), ", "), ") nor an existing file"));
+  }
+  if (std::filesystem::is_directory(status)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": is a directory, not a cluster spec file"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const int error = errno;
+    return absl::ErrnoToStatus(
+        error, absl::StrCat(path, ": cannot read the cluster spec"));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": reading the cluster spec failed"));
+  }
+  return ParseClusterSpec(text.str(), path);
+}
+
+}  // namespace loom

@@ -1,0 +1,47 @@
+#include "loom/sched/backfill.h"
+
+namespace loom {
+
+using Step = GroupedQueue::Step;
+
+Step BackfillPass::Visit(const GroupedQueue::Entry& entry,
+                         GroupedQueue::Group& group) {
+  if (ctx_.state().TotalFreeGpus() == 0) {
+    PendingReason full;
+    full.code = PendingReason::Code::kNoFreeGpus;
+    ctx_.SetDefaultReason(full);
+    return Step::kStop;
+  }
+  PendingReason why;
+  if (!reserved_) {
+    // No reservation yet: this job is the head.
+    if (ctx_.TryStart(entry.id, nullptr, &why)) return Step::kStarted;
+    reservation_ = ctx_.Reserve(entry.id);
+    reserved_ = true;
+    // Jobs of the same shape behind the head cannot fit either.
+    SkipGroup(group, why);
+    return Step::kSkipGroup;
+  }
+  const bool blocked = group.skipped_pass == ctx_.pass();
+  if (!reservation_.valid || EndsBeforeReservation(entry)) {
+    if (ctx_.TryStart(entry.id, nullptr, &why)) return Step::kStarted;
+    // It does not fit anywhere: neither does the rest of its group.
+    if (!blocked) SkipGroup(group, why);
+    return Step::kSkipGroup;
+  }
+  if (blocked) return Step::kNext;  // only short jobs may still go
+  if (ctx_.TryStart(entry.id, &reservation_.nodes, &why)) {
+    return Step::kStarted;
+  }
+  PendingReason delay;
+  delay.code = PendingReason::Code::kWouldDelayReservation;
+  delay.other = reservation_.job;
+  ctx_.SetReason(entry.id, delay);
+  SkipGroup(group, delay);
+  // Later jobs of this group may still start if their time limit ends before
+  // the reservation; with an infinite reservation none can.
+  return reservation_.start == absl::InfiniteFuture() ? Step::kSkipGroup
+                                                      : Step::kNext;
+}
+
+}  // namespace loom

@@ -1,0 +1,44 @@
+#pragma once
+
+#include "loom/sched/grouped_queue.h"
+#include "loom/sched/queue_policy.h"
+
+namespace loom {
+
+// The EASY backfilling rule, shared by the `backfill` and `fair` policies.
+// Jobs are offered in the policy's order. The first job that cannot start
+// gets a reservation (`SchedulingContext::Reserve`); after that a job may
+// start early only if it cannot delay the reservation: it has a time limit
+// that ends before the reserved start, or it fits on nodes the reservation
+// does not need. Jobs without a time limit therefore only backfill onto
+// nodes outside the reservation.
+class BackfillPass {
+ public:
+  explicit BackfillPass(SchedulingContext& ctx) : ctx_(ctx) {}
+
+  // Offers the job at `entry` of `group` and says how the grouped queue
+  // should go on: a group whose shape no longer fits is skipped for the rest
+  // of the pass; the pass ends when no GPU is free.
+  GroupedQueue::Step Visit(const GroupedQueue::Entry& entry,
+                           GroupedQueue::Group& group);
+
+  bool has_reservation() const { return reservation_.valid; }
+  const Reservation& reservation() const { return reservation_; }
+
+ private:
+  bool EndsBeforeReservation(const GroupedQueue::Entry& entry) const {
+    return entry.time_limit != absl::InfiniteDuration() &&
+           reservation_.start != absl::InfiniteFuture() &&
+           ctx_.now() + entry.time_limit <= reservation_.start;
+  }
+  void SkipGroup(GroupedQueue::Group& group, const PendingReason& why) {
+    group.skipped_reason = why;
+    group.skipped_pass = ctx_.pass();
+  }
+
+  SchedulingContext& ctx_;
+  bool reserved_ = false;
+  Reservation reservation_;
+};
+
+}  // namespace loom

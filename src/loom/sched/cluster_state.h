@@ -1,0 +1,184 @@
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/container/btree_set.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "loom/core/cluster.h"
+#include "loom/core/job.h"
+#include "loom/sched/node_mask.h"
+
+namespace loom {
+
+// Where one task runs: a node and the GPUs on it (bit i = GPU i).
+struct TaskPlacement {
+  int node = -1;
+  uint32_t gpu_mask = 0;
+};
+
+// Where a whole gang runs.
+struct Placement {
+  GpuModelId gpu_model = 0;
+  std::vector<TaskPlacement> tasks;  // task i runs at tasks[i]
+  // The lowest switch above every task: level 0 when all tasks share a node
+  // (switch_index is then -1), 1 for one leaf switch, and so on.
+  int switch_level = 0;
+  int switch_index = -1;
+  int nodes = 0;   // distinct nodes used
+  int leaves = 0;  // distinct leaf switches used
+};
+
+// An entry of the reservation index: the time at which `node` will have
+// enough free GPUs, assuming running jobs end at their time limit.
+// `ready == InfinitePast()` means now. Ties prefer fuller nodes, then ids.
+struct ReadyKey {
+  absl::Time ready;
+  int used_gpus;
+  int node;
+  friend bool operator<(const ReadyKey& a, const ReadyKey& b) {
+    if (a.ready != b.ready) return a.ready < b.ready;
+    if (a.used_gpus != b.used_gpus) return a.used_gpus > b.used_gpus;
+    return a.node < b.node;
+  }
+};
+
+// The free resources of every node plus the indexes that make placement fast
+// at 2,000 nodes: nodes bucketed by free GPUs, idle (fully free) nodes, and
+// per switch the number of tasks of g GPUs that fit below it. All indexes are
+// kept up to date incrementally on every allocation, release and node state
+// change; nothing rescans the cluster.
+//
+// Pure data structure: no I/O, no clock. Not thread-safe.
+class ClusterState {
+ public:
+  // `track_ready_times` maintains the reservation index (used by backfilling
+  // policies; it costs a little on every allocation).
+  ClusterState(const Cluster& cluster, bool track_ready_times);
+
+  ClusterState(const ClusterState&) = delete;
+  ClusterState& operator=(const ClusterState&) = delete;
+
+  const Cluster& cluster() const { return cluster_; }
+  const Topology& topology() const { return cluster_.topology; }
+  int num_nodes() const { return static_cast<int>(nodes_.size()); }
+  int num_models() const {
+    return static_cast<int>(cluster_.gpu_models.size());
+  }
+
+  // The largest GPU count of any node of `model` (0 when none).
+  int MaxNodeGpus(GpuModelId model) const { return max_node_gpus_[model]; }
+
+  // Per node.
+  int NodeGpus(int node) const { return nodes_[node].gpus; }
+  GpuModelId NodeModel(int node) const { return nodes_[node].model; }
+  int FreeGpus(int node) const { return nodes_[node].free_gpus; }
+  uint32_t FreeMask(int node) const { return nodes_[node].free_mask; }
+  int64_t FreeCpus(int node) const { return nodes_[node].free_cpus; }
+  int64_t FreeMemory(int node) const { return nodes_[node].free_memory; }
+  bool Schedulable(int node) const { return nodes_[node].schedulable; }
+  bool IsIdle(int node) const {
+    const Node& n = nodes_[node];
+    return n.schedulable && n.free_gpus == n.gpus;
+  }
+  // How many tasks of `shape` fit on `node` now (0 when unschedulable).
+  int TasksThatFit(int node, const JobShape& shape) const;
+
+  // Aggregates over schedulable nodes.
+  int ModelFreeGpus(GpuModelId model) const { return free_by_model_[model]; }
+  int TotalFreeGpus() const { return total_free_; }
+  int SchedulableGpus(GpuModelId model) const {
+    return schedulable_by_model_[model];
+  }
+  // Tasks of `g` GPUs (GPU count only) that fit below switch `sw`.
+  int Slots(int sw, GpuModelId model, int g) const {
+    return slots_[SlotIndex(sw, model, g)];
+  }
+  int IdleNodes(int sw, GpuModelId model) const {
+    return idle_[sw * num_models() + model];
+  }
+  // Partly used schedulable nodes of `model` with exactly `free` free GPUs.
+  const NodeMask& PartialNodes(GpuModelId model, int free) const {
+    return partial_[model * (kMaxGpusPerNode + 1) + free];
+  }
+  int PartialCount(GpuModelId model, int free) const {
+    return partial_count_[model * (kMaxGpusPerNode + 1) + free];
+  }
+  // Leaf switches with idle nodes of `model`, as (idle count, leaf), fewest
+  // first.
+  const absl::btree_set<std::pair<int, int>>& LeavesByIdle(
+      GpuModelId model) const {
+    return leaves_by_idle_[model];
+  }
+  // The largest free GPU count on any schedulable node of `model`.
+  int MaxFreeOnNode(GpuModelId model) const;
+  // The reservation index for tasks of `g` GPUs (requires
+  // `track_ready_times`).
+  const absl::btree_set<ReadyKey>& ReadyIndex(GpuModelId model, int g) const {
+    return ready_[model * (kMaxGpusPerNode + 1) + g];
+  }
+  bool tracks_ready_times() const { return track_ready_; }
+  // Jobs holding GPUs on `node`, in allocation order (a job with several
+  // tasks on the node appears once per task).
+  std::vector<JobId> JobsOn(int node) const;
+
+  // Mutations. `Allocate` requires that the placement fits (checked with
+  // assertions in debug builds and by `CheckInvariants`).
+  void SetSchedulable(int node, bool schedulable);
+  void Allocate(JobId job, const Placement& placement, const JobShape& shape,
+                absl::Time expected_end);
+  void Release(JobId job, const Placement& placement, const JobShape& shape);
+
+  // Recomputes every index from scratch and compares; for tests.
+  absl::Status CheckInvariants() const;
+
+ private:
+  struct Allocation {
+    JobId job;
+    uint32_t gpu_mask;
+    int64_t cpus;
+    int64_t memory;
+    absl::Time expected_end;
+  };
+  struct Node {
+    GpuModelId model = 0;
+    int gpus = 0;
+    int64_t cpus = 0;
+    int64_t memory = 0;
+    bool schedulable = true;
+    int free_gpus = 0;
+    uint32_t free_mask = 0;
+    int64_t free_cpus = 0;
+    int64_t free_memory = 0;
+    std::vector<Allocation> allocations;
+    std::vector<ReadyKey> ready_keys;  // [g] as inserted in ready_, g >= 1
+  };
+
+  size_t SlotIndex(int sw, GpuModelId model, int g) const {
+    return (static_cast<size_t>(sw) * num_models() + model) *
+               (kMaxGpusPerNode + 1) +
+           g;
+  }
+  // Remove / add the node's contribution to every index.
+  void Unindex(int node);
+  void Index(int node);
+  ReadyKey ComputeReadyKey(int node, int g) const;
+
+  const Cluster& cluster_;
+  const bool track_ready_;
+  std::vector<Node> nodes_;
+  std::vector<int> max_node_gpus_;
+  std::vector<int> free_by_model_;
+  std::vector<int> schedulable_by_model_;
+  int total_free_ = 0;
+  std::vector<int> slots_;
+  std::vector<int> idle_;
+  std::vector<NodeMask> partial_;
+  std::vector<int> partial_count_;
+  std::vector<absl::btree_set<std::pair<int, int>>> leaves_by_idle_;
+  std::vector<absl::btree_set<ReadyKey>> ready_;
+};
+
+}  // namespace loom

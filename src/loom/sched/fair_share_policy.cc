@@ -1,0 +1,55 @@
+#include "loom/sched/fair_share_policy.h"
+
+#include "loom/sched/backfill.h"
+
+namespace loom {
+
+void FairSharePolicy::Enqueue(const SchedJob& job) {
+  queue_.Insert(KeyOf(job), job);
+  by_age_.insert({job.request.submit_time, job.request.id});
+}
+
+void FairSharePolicy::Remove(const SchedJob& job) {
+  queue_.Erase(KeyOf(job), job);
+  by_age_.erase({job.request.submit_time, job.request.id});
+}
+
+void FairSharePolicy::Schedule(SchedulingContext& ctx) {
+  BackfillPass pass(ctx);
+  // A starving job goes first, so that it holds the reservation.
+  if (!by_age_.empty()) {
+    const JobId oldest = by_age_.begin()->second;
+    const SchedJob& job = ctx.job(oldest);
+    if (ctx.now() - job.request.submit_time >= starvation_age_) {
+      GroupedQueue::Group* group = queue_.Find(KeyOf(job));
+      GroupedQueue::Entry entry{job.request.submit_time, oldest,
+                                job.request.time_limit};
+      if (pass.Visit(entry, *group) == GroupedQueue::Step::kStarted) {
+        Remove(job);
+      }
+    }
+  }
+  queue_.Visit(
+      [&](const GroupedQueue::Group& g) {
+        return ctx.NormalizedUsage(g.key.project);
+      },
+      [&](const GroupedQueue::Entry& e, GroupedQueue::Group& g) {
+        if (pass.has_reservation() && pass.reservation().job == e.id) {
+          return GroupedQueue::Step::kNext;
+        }
+        GroupedQueue::Step step = pass.Visit(e, g);
+        if (step == GroupedQueue::Step::kStarted) {
+          by_age_.erase({e.submit, e.id});
+        }
+        return step;
+      });
+}
+
+std::optional<PendingReason> FairSharePolicy::SkippedReason(
+    const SchedJob& job, uint64_t pass) const {
+  const GroupedQueue::Group* g = queue_.Find(KeyOf(job));
+  if (g == nullptr || g->skipped_pass != pass) return std::nullopt;
+  return g->skipped_reason;
+}
+
+}  // namespace loom

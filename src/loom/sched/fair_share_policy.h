@@ -1,0 +1,43 @@
+#pragma once
+
+#include "absl/container/btree_set.h"
+#include "loom/sched/grouped_queue.h"
+#include "loom/sched/queue_policy.h"
+
+namespace loom {
+
+// `fair` (loom's default). Order: priority class (higher first), then the
+// project's fair share (decayed GPU-seconds divided by the project's weight,
+// lower first, so a project that used less than its share goes ahead), then
+// age. On top of that order runs EASY backfilling (`BackfillPass`): the
+// first job that cannot start holds a reservation and later jobs may only
+// fill around it. To keep large gangs from starving behind a stream of jobs
+// from lighter projects, a job that has waited longer than
+// `starvation_age` is offered first, ahead of fair-share order, and so takes
+// the reservation if it cannot start. Usage is static within a pass (as in
+// Slurm, which recomputes fair share periodically, not per job).
+class FairSharePolicy : public QueuePolicy {
+ public:
+  explicit FairSharePolicy(absl::Duration starvation_age)
+      : starvation_age_(starvation_age) {}
+
+  std::string_view name() const override { return "fair"; }
+  bool UsesReservations() const override { return true; }
+  void Enqueue(const SchedJob& job) override;
+  void Remove(const SchedJob& job) override;
+  void Schedule(SchedulingContext& ctx) override;
+  std::optional<PendingReason> SkippedReason(const SchedJob& job,
+                                             uint64_t pass) const override;
+
+ private:
+  static GroupedQueue::GroupKey KeyOf(const SchedJob& job) {
+    return {-job.request.priority, job.project, job.request.shape};
+  }
+
+  const absl::Duration starvation_age_;
+  GroupedQueue queue_;
+  // Every pending job by (submit, id): finds the oldest in O(1).
+  absl::btree_set<std::pair<absl::Time, JobId>> by_age_;
+};
+
+}  // namespace loom

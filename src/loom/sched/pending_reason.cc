@@ -1,0 +1,97 @@
+#include "loom/sched/pending_reason.h"
+
+#include "absl/strings/str_cat.h"
+#include "loom/common/units.h"
+
+namespace loom {
+namespace {
+
+std::string ModelName(const Cluster& cluster, GpuModelId model) {
+  if (model == kAnyGpuModel || model < 0 ||
+      model >= static_cast<int>(cluster.gpu_models.size())) {
+    return "";
+  }
+  return absl::StrCat(cluster.gpu_models[model].name, " ");
+}
+
+}  // namespace
+
+const char* PendingReasonCodeName(PendingReason::Code code) {
+  using C = PendingReason::Code;
+  switch (code) {
+    case C::kNew:
+      return "new";
+    case C::kNoFreeGpus:
+      return "no_free_gpus";
+    case C::kNoNodeFits:
+      return "no_node_fits";
+    case C::kNoSwitchFits:
+      return "no_switch_fits";
+    case C::kNoSchedulableNodes:
+      return "no_schedulable_nodes";
+    case C::kBehindHead:
+      return "behind_head";
+    case C::kReserved:
+      return "reserved";
+    case C::kWouldDelayReservation:
+      return "would_delay_reservation";
+    case C::kWaitingForPreemption:
+      return "waiting_for_preemption";
+    case C::kHigherQueuesFirst:
+      return "higher_queues_first";
+  }
+  return "unknown";
+}
+
+std::string FormatPendingReason(const PendingReason& r, const Cluster& cluster,
+                                absl::Time now) {
+  using C = PendingReason::Code;
+  const std::string model = ModelName(cluster, r.gpu_model);
+  switch (r.code) {
+    case C::kNew:
+      return "queued; not yet considered by a scheduling pass";
+    case C::kNoFreeGpus:
+      return absl::StrCat("no free ", model, "GPUs in the cluster");
+    case C::kNoNodeFits:
+      return absl::StrCat("waiting for a node with ", r.need, " free ", model,
+                          "GPUs; the most free on any node is ", r.have);
+    case C::kNoSwitchFits:
+      if (r.whole_nodes) {
+        return absl::StrCat("waiting for ", r.need, " free ", model,
+                            "nodes under one switch; ", r.have, " free");
+      }
+      return absl::StrCat("waiting for room for ", r.need, " tasks of ",
+                          r.gpus_per_task, " ", model,
+                          "GPUs under one switch; room for ", r.have);
+    case C::kNoSchedulableNodes:
+      return absl::StrCat("no schedulable ", model,
+                          "nodes (all down, drained or cordoned)");
+    case C::kBehindHead:
+      return absl::StrCat("queued behind job ", r.other,
+                          " (fifo: strict arrival order)");
+    case C::kReserved:
+      if (r.when == absl::InfiniteFuture()) {
+        return absl::StrCat(
+            "next to run: ", r.need, " ", model,
+            "GPUs reserved as they free up; start time unknown (the jobs "
+            "holding them have no time limit)");
+      }
+      return absl::StrCat(
+          "next to run: ", r.need, " ", model,
+          "GPUs reserved; expected start in ",
+          FormatDurationShort(std::max(absl::ZeroDuration(), r.when - now)));
+    case C::kWouldDelayReservation:
+      return absl::StrCat("would delay job ", r.other,
+                          ", which holds the reservation; no room outside "
+                          "its reserved nodes");
+    case C::kWaitingForPreemption:
+      return absl::StrCat("waiting for ", r.other,
+                          " preempted job(s) to release their GPUs");
+    case C::kHigherQueuesFirst:
+      return absl::StrCat("in LAS queue ", r.level,
+                          "; jobs of higher queues take the free GPUs first");
+  }
+  return "pending";
+}
+
+}  // namespace loom

@@ -1,0 +1,47 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/time/time.h"
+#include "loom/core/cluster.h"
+#include "loom/core/job.h"
+
+namespace loom {
+
+// Why a job is not running, as data; `FormatPendingReason` turns it into the
+// sentence a person reads in `loom show` and `loom queue`. Kept small and
+// copyable because the scheduler stores one per pending job.
+struct PendingReason {
+  enum class Code : uint8_t {
+    kNew,                    // not yet looked at by a scheduling pass
+    kNoFreeGpus,             // the cluster has no free GPU of a usable model
+    kNoNodeFits,             // job fits in one node; no node has room
+    kNoSwitchFits,           // gang needs several nodes under one switch
+    kNoSchedulableNodes,     // every node of the model is down or cordoned
+    kBehindHead,             // fifo: strict arrival order
+    kReserved,               // holds the reservation; starts when it frees up
+    kWouldDelayReservation,  // backfill would delay the reserved job
+    kWaitingForPreemption,   // victims were told to stop; starts after them
+    kHigherQueuesFirst,      // las: higher-priority queues take the GPUs
+  };
+  Code code = Code::kNew;
+  GpuModelId gpu_model = kAnyGpuModel;
+  int need = 0;  // GPUs, nodes or tasks, depending on `code`
+  int have = 0;
+  int gpus_per_task = 0;
+  int level = 0;             // switch level for kNoSwitchFits / kReserved
+  bool whole_nodes = false;  // kNoSwitchFits: each task takes a whole node
+  JobId other = 0;           // the head or reserved job, or victim count
+  absl::Time when = absl::InfiniteFuture();  // reserved start
+};
+
+// Renders `reason` for people, relative to `now` (for "expected start in").
+std::string FormatPendingReason(const PendingReason& reason,
+                                const Cluster& cluster, absl::Time now);
+
+// A short stable identifier of the code, for metrics and JSON
+// ("no_node_fits", "reserved", ...).
+const char* PendingReasonCodeName(PendingReason::Code code);
+
+}  // namespace loom

@@ -1,0 +1,46 @@
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "loom/core/job.h"
+#include "loom/sched/cluster_state.h"
+#include "loom/sched/node_mask.h"
+#include "loom/sched/pending_reason.h"
+
+namespace loom {
+
+// Gang placement on the current free resources. Design assumptions:
+// - All tasks of a job use one GPU model; a task never spans nodes.
+// - A job whose GPUs fit in one node (tasks x GPUs per task <= the node's
+//   GPUs) always runs on one node (NVLink), chosen best-fit: the partly used
+//   node with the fewest free GPUs that fits, and only then an idle node, taken
+//   from the leaf switch with the fewest idle nodes so that whole nodes and
+//   whole leaves stay free for large gangs.
+// - A larger gang goes under the lowest switch level that can hold it; among
+//   the switches of that level the one with the least room that fits (best
+//   fit); below it on the fewest leaf switches (leaves with the most room
+//   first, the last one best-fit), and on the fewest nodes.
+// - With model `any`, faster models are tried first (they finish work
+//   sooner).
+// Pure: reads `state`, never modifies it. Cost is independent of the queue
+// length and, for most requests, of the cluster size (index lookups).
+//
+// Returns the placement, or nullopt with `*why` (if given) saying what is
+// missing. Nodes in `avoid` (may be null) are not used.
+std::optional<Placement> FindPlacement(const ClusterState& state,
+                                       const JobShape& shape,
+                                       const NodeMask* avoid,
+                                       PendingReason* why);
+
+// Whether the gang could ever run on this cluster if it were empty and every
+// node up: the "could it ever run" question. Returns false with a reason in
+// `why` ("needs 300 nodes of h200; the cluster has 18").
+bool CouldEverRun(const Cluster& cluster, const JobShape& shape,
+                  std::string* why);
+
+// GPU models to try for `shape`, fastest first.
+std::vector<GpuModelId> CandidateModels(const Cluster& cluster,
+                                        const JobShape& shape);
+
+}  // namespace loom

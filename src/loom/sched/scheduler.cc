@@ -1,0 +1,450 @@
+#include "loom/sched/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "loom/sched/placement.h"
+
+namespace loom {
+namespace {
+
+// Identical shapes fail identically within a pass (capacity only shrinks
+// while a pass runs), so failures are remembered per shape.
+struct ShapeKey {
+  GpuModelId model;
+  int tasks;
+  int gpus_per_task;
+  int64_t cpus;
+  int64_t memory;
+  const NodeMask* avoid;
+  template <typename H>
+  friend H AbslHashValue(H h, const ShapeKey& k) {
+    return H::combine(std::move(h), k.model, k.tasks, k.gpus_per_task, k.cpus,
+                      k.memory, k.avoid);
+  }
+  friend bool operator==(const ShapeKey& a, const ShapeKey& b) {
+    return std::tie(a.model, a.tasks, a.gpus_per_task, a.cpus, a.memory,
+                    a.avoid) == std::tie(b.model, b.tasks, b.gpus_per_task,
+                                         b.cpus, b.memory, b.avoid);
+  }
+};
+
+ShapeKey KeyOf(const JobShape& s, const NodeMask* avoid) {
+  return {s.gpu_model,
+          s.tasks,
+          s.gpus_per_task,
+          s.cpus_milli_per_task,
+          s.memory_bytes_per_task,
+          avoid};
+}
+
+bool Overlaps(const Placement& a, const Placement& b) {
+  for (const TaskPlacement& x : a.tasks) {
+    for (const TaskPlacement& y : b.tasks) {
+      if (x.node == y.node) return true;
+    }
+  }
+  return false;
+}
+
+// `u` brought forward to `now`: running GPUs accrue GPU-seconds, decayed
+// ones lose half their weight every `half_life`.
+ProjectUsage Advance(ProjectUsage u, absl::Time now, absl::Duration half_life) {
+  if (u.updated == absl::InfinitePast()) {
+    u.updated = now;
+    return u;
+  }
+  const double dt = std::max(0.0, absl::ToDoubleSeconds(now - u.updated));
+  u.gpu_seconds += u.running_gpus * dt;
+  if (half_life == absl::InfiniteDuration()) {
+    u.decayed_gpu_seconds += u.running_gpus * dt;
+  } else {
+    const double h = absl::ToDoubleSeconds(half_life);
+    const double f = std::exp2(-dt / h);
+    u.decayed_gpu_seconds = u.decayed_gpu_seconds * f +
+                            u.running_gpus * h / std::log(2.0) * (1 - f);
+  }
+  u.updated = std::max(u.updated, now);
+  return u;
+}
+
+}  // namespace
+
+// The view of the scheduler that a policy gets during one pass.
+class Scheduler::Context : public SchedulingContext {
+ public:
+  Context(Scheduler* s, absl::Time now, PassResult* result)
+      : s_(s), now_(now), result_(result) {}
+
+  absl::Time now() const override { return now_; }
+  const SchedJob& job(JobId id) const override { return s_->jobs_.at(id); }
+  const ClusterState& state() const override { return s_->state_; }
+
+  uint64_t pass() const override { return s_->pass_; }
+
+  bool TryStart(JobId id, const NodeMask* avoid,
+                PendingReason* why_out) override {
+    SchedJob& job = s_->jobs_.at(id);
+    const JobShape& shape = job.request.shape;
+    ShapeKey key = KeyOf(shape, avoid);
+    if (auto it = failed_.find(key); it != failed_.end()) {
+      SetReason(id, it->second);
+      if (why_out != nullptr) *why_out = it->second;
+      return false;
+    }
+    PendingReason why;
+    std::optional<Placement> p = FindPlacement(s_->state_, shape, avoid, &why);
+    if (!p.has_value()) {
+      failed_.emplace(key, why);
+      SetReason(id, why);
+      if (why_out != nullptr) *why_out = why;
+      return false;
+    }
+    Start(job, std::move(*p));
+    return true;
+  }
+
+  Reservation Reserve(JobId id) override;
+
+  bool PreemptFor(JobId for_job, const std::vector<JobId>& candidates) override;
+
+  void SetReason(JobId id, const PendingReason& reason) override {
+    SchedJob& job = s_->jobs_.at(id);
+    job.reason = reason;
+    job.reason_pass = s_->pass_;
+  }
+
+  void SetDefaultReason(const PendingReason& reason) override {
+    s_->default_reason_ = reason;
+  }
+
+  double NormalizedUsage(int project) const override {
+    const ProjectUsage& u = s_->projects_[project];
+    return Advance(u, now_, s_->options_.usage_half_life).decayed_gpu_seconds /
+           u.weight;
+  }
+
+ private:
+  void Start(SchedJob& job, Placement placement) {
+    s_->Accrue(job.project, now_);
+    job.placement = std::move(placement);
+    job.phase = JobPhase::kRunning;
+    job.start_time = now_;
+    job.expected_end = job.request.time_limit == absl::InfiniteDuration()
+                           ? absl::InfiniteFuture()
+                           : now_ + job.request.time_limit;
+    job.runs += 1;
+    s_->state_.Allocate(job.request.id, job.placement, job.request.shape,
+                        job.expected_end);
+    s_->projects_[job.project].running_gpus += job.request.shape.TotalGpus();
+    s_->pending_count_ -= 1;
+    s_->running_count_ += 1;
+    result_->started.push_back(job.request.id);
+    s_->policy_->Started(job);
+  }
+
+  Scheduler* s_;
+  absl::Time now_;
+  PassResult* result_;
+  absl::flat_hash_map<ShapeKey, PendingReason> failed_;
+};
+
+Reservation Scheduler::Context::Reserve(JobId id) {
+  const SchedJob& job = s_->jobs_.at(id);
+  const JobShape& shape = job.request.shape;
+  const ClusterState& st = s_->state_;
+  Reservation best;
+  best.nodes = NodeMask(st.num_nodes());
+  for (GpuModelId model : CandidateModels(s_->cluster_, shape)) {
+    const int max_node = st.MaxNodeGpus(model);
+    if (max_node < shape.gpus_per_task || !st.tracks_ready_times()) continue;
+    Reservation r;
+    r.nodes = NodeMask(st.num_nodes());
+    r.gpu_model = model;
+    r.job = id;
+    absl::Time start = absl::InfinitePast();
+    if (shape.TotalGpus() <= max_node) {
+      // One node that will have all the GPUs free.
+      for (const ReadyKey& k : st.ReadyIndex(model, shape.TotalGpus())) {
+        const NodeSpec& n = s_->cluster_.nodes[k.node];
+        if (int64_t{shape.tasks} * shape.cpus_milli_per_task > n.cpus_milli ||
+            int64_t{shape.tasks} * shape.memory_bytes_per_task >
+                n.memory_bytes) {
+          continue;
+        }
+        r.nodes.Insert(k.node);
+        start = k.ready;
+        r.valid = true;
+        break;
+      }
+    } else {
+      // Whole nodes, in the order they are expected to become free.
+      int tasks = 0;
+      for (const ReadyKey& k : st.ReadyIndex(model, max_node)) {
+        const NodeSpec& n = s_->cluster_.nodes[k.node];
+        int fit = n.gpus / shape.gpus_per_task;
+        if (shape.cpus_milli_per_task > 0) {
+          fit =
+              std::min<int64_t>(fit, n.cpus_milli / shape.cpus_milli_per_task);
+        }
+        if (shape.memory_bytes_per_task > 0) {
+          fit = std::min<int64_t>(fit,
+                                  n.memory_bytes / shape.memory_bytes_per_task);
+        }
+        if (fit <= 0) continue;
+        r.nodes.Insert(k.node);
+        start = std::max(start, k.ready);
+        tasks += fit;
+        if (tasks >= shape.tasks) {
+          r.valid = true;
+          break;
+        }
+      }
+    }
+    if (!r.valid) continue;
+    r.start = std::max(start, now_);
+    if (!best.valid || r.start < best.start) best = std::move(r);
+  }
+  if (best.valid) {
+    PendingReason why;
+    why.code = PendingReason::Code::kReserved;
+    why.gpu_model = best.gpu_model;
+    why.need = shape.TotalGpus();
+    why.when = best.start;
+    SetReason(id, why);
+  }
+  return best;
+}
+
+bool Scheduler::Context::PreemptFor(JobId for_job,
+                                    const std::vector<JobId>& candidates) {
+  static constexpr size_t kMaxTrialVictims = 256;
+  SchedJob& job = s_->jobs_.at(for_job);
+  const JobShape& shape = job.request.shape;
+  ClusterState& st = s_->state_;
+  // Quick reject: even all candidates together do not free enough GPUs.
+  const std::vector<GpuModelId> models = CandidateModels(s_->cluster_, shape);
+  std::vector<int> freeable(st.num_models(), 0);
+  for (GpuModelId m : models) freeable[m] = st.ModelFreeGpus(m);
+  for (JobId v : candidates) {
+    const SchedJob& vj = s_->jobs_.at(v);
+    if (vj.phase != JobPhase::kRunning) continue;
+    freeable[vj.placement.gpu_model] += vj.request.shape.TotalGpus();
+  }
+  bool any = false;
+  for (GpuModelId m : models) any |= freeable[m] >= shape.TotalGpus();
+  if (!any) return false;
+
+  std::vector<SchedJob*> released;
+  std::optional<Placement> found;
+  for (JobId v : candidates) {
+    if (released.size() >= kMaxTrialVictims) break;
+    SchedJob& vj = s_->jobs_.at(v);
+    if (vj.phase != JobPhase::kRunning || v == for_job) continue;
+    if (std::find(models.begin(), models.end(), vj.placement.gpu_model) ==
+        models.end()) {
+      continue;
+    }
+    st.Release(v, vj.placement, vj.request.shape);
+    released.push_back(&vj);
+    found = FindPlacement(st, shape, nullptr, nullptr);
+    if (found.has_value()) break;
+  }
+  // Restore every trial release; the victims keep their GPUs until they stop.
+  for (auto it = released.rbegin(); it != released.rend(); ++it) {
+    st.Allocate((*it)->request.id, (*it)->placement, (*it)->request.shape,
+                (*it)->expected_end);
+  }
+  if (!found.has_value()) return false;
+  int victims = 0;
+  for (SchedJob* vj : released) {
+    if (!Overlaps(vj->placement, *found)) continue;
+    vj->phase = JobPhase::kStopping;
+    vj->preempted_by = for_job;
+    result_->preempted.push_back({vj->request.id, for_job});
+    ++victims;
+  }
+  PendingReason why;
+  why.code = PendingReason::Code::kWaitingForPreemption;
+  why.other = victims;
+  SetReason(for_job, why);
+  return true;
+}
+
+Scheduler::Scheduler(const Cluster& cluster,
+                     std::unique_ptr<QueuePolicy> policy,
+                     SchedulerOptions options)
+    : cluster_(cluster),
+      options_(options),
+      policy_(std::move(policy)),
+      state_(cluster, policy_->UsesReservations()) {
+  for (const ProjectSpec& p : cluster.projects) {
+    int i = InternProject(p.name);
+    projects_[i].weight = p.weight > 0 ? p.weight : 1.0;
+  }
+}
+
+int Scheduler::InternProject(const std::string& name) {
+  auto [it, inserted] =
+      project_index_.emplace(name, static_cast<int>(projects_.size()));
+  if (inserted) {
+    ProjectUsage u;
+    u.name = name;
+    projects_.push_back(u);
+  }
+  return it->second;
+}
+
+void Scheduler::Accrue(int project, absl::Time now) {
+  projects_[project] =
+      Advance(projects_[project], now, options_.usage_half_life);
+}
+
+absl::StatusOr<SubmitOutcome> Scheduler::Submit(const JobRequest& job,
+                                                absl::Time now) {
+  if (absl::Status st = ValidateJobRequest(job, cluster_); !st.ok()) return st;
+  if (job.shape.gpus_per_task < 1) {
+    return absl::InvalidArgumentError(
+        "resources.gpus_per_task: must be at least 1");
+  }
+  if (jobs_.contains(job.id)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", job.id, " is already known to the scheduler"));
+  }
+  std::string why;
+  if (!CouldEverRun(cluster_, job.shape, &why)) {
+    return SubmitOutcome{SubmitOutcome::Kind::kInfeasible, why};
+  }
+  SchedJob& sj = jobs_[job.id];
+  sj.request = job;
+  sj.project = InternProject(job.project);
+  sj.queued_since = now;
+  pending_count_ += 1;
+  policy_->Enqueue(sj);
+  return SubmitOutcome{};
+}
+
+void Scheduler::StopRunning(SchedJob& job, absl::Time now) {
+  Accrue(job.project, now);
+  projects_[job.project].running_gpus -= job.request.shape.TotalGpus();
+  job.attained_gpu_seconds = job.AttainedAt(now);
+  state_.Release(job.request.id, job.placement, job.request.shape);
+  job.placement = Placement{};
+  job.preempted_by = 0;
+  running_count_ -= 1;
+  policy_->Stopped(job);
+}
+
+absl::Status Scheduler::Finish(JobId id, absl::Time now) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("job ", id, " is not live"));
+  }
+  if (it->second.phase == JobPhase::kPending) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " is pending, not running"));
+  }
+  StopRunning(it->second, now);
+  jobs_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::Cancel(JobId id, absl::Time now) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("job ", id, " is not live"));
+  }
+  if (it->second.phase == JobPhase::kPending) {
+    policy_->Remove(it->second);
+    pending_count_ -= 1;
+  } else {
+    StopRunning(it->second, now);
+  }
+  jobs_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::Requeue(JobId id, absl::Time now) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("job ", id, " is not live"));
+  }
+  SchedJob& job = it->second;
+  if (job.phase == JobPhase::kPending) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " is already pending"));
+  }
+  StopRunning(job, now);
+  job.phase = JobPhase::kPending;
+  job.queued_since = now;
+  job.reason = PendingReason{};
+  job.reason_pass = 0;
+  pending_count_ += 1;
+  policy_->Enqueue(job);
+  return absl::OkStatus();
+}
+
+void Scheduler::SetNodeSchedulable(int node, bool schedulable) {
+  state_.SetSchedulable(node, schedulable);
+}
+
+std::vector<JobId> Scheduler::JobsOnNode(int node) const {
+  std::vector<JobId> jobs = state_.JobsOn(node);
+  std::sort(jobs.begin(), jobs.end());
+  jobs.erase(std::unique(jobs.begin(), jobs.end()), jobs.end());
+  return jobs;
+}
+
+PassResult Scheduler::Schedule(absl::Time now) {
+  ++pass_;
+  last_pass_time_ = now;
+  default_reason_ = PendingReason{};
+  PassResult result;
+  Context ctx(this, now, &result);
+  policy_->Schedule(ctx);
+  return result;
+}
+
+const SchedJob* Scheduler::Find(JobId id) const {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+PendingReason Scheduler::ReasonFor(const SchedJob& job) const {
+  if (job.reason_pass == pass_) return job.reason;
+  if (job.queued_since <= last_pass_time_) {
+    if (std::optional<PendingReason> r = policy_->SkippedReason(job, pass_)) {
+      return *r;
+    }
+  }
+  // Not looked at in the latest pass: that pass's default reason applies to
+  // jobs that were already queued when it ran.
+  if (pass_ > 0 && job.queued_since <= last_pass_time_ &&
+      default_reason_.code != PendingReason::Code::kNew) {
+    return default_reason_;
+  }
+  return job.reason;
+}
+
+std::string Scheduler::ExplainPending(JobId id, absl::Time now) const {
+  const SchedJob* job = Find(id);
+  if (job == nullptr) return "unknown job";
+  if (job->phase == JobPhase::kRunning) return "running";
+  if (job->phase == JobPhase::kStopping) {
+    return absl::StrCat("stopping: preempted for job ", job->preempted_by);
+  }
+  return FormatPendingReason(ReasonFor(*job), cluster_, now);
+}
+
+std::vector<ProjectUsage> Scheduler::Usage(absl::Time now) const {
+  std::vector<ProjectUsage> out;
+  out.reserve(projects_.size());
+  for (const ProjectUsage& u : projects_) {
+    out.push_back(Advance(u, now, options_.usage_half_life));
+  }
+  return out;
+}
+
+}  // namespace loom

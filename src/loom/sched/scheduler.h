@@ -1,0 +1,129 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "loom/core/cluster.h"
+#include "loom/core/job.h"
+#include "loom/sched/cluster_state.h"
+#include "loom/sched/queue_policy.h"
+
+namespace loom {
+
+struct SchedulerOptions {
+  // Fair-share accounting: GPU-seconds used by a project lose half their
+  // weight after this long (Slurm's PriorityDecayHalfLife; default 7 days).
+  absl::Duration usage_half_life = absl::Hours(24 * 7);
+};
+
+// The answer to "can this job run here?" at submit time.
+struct SubmitOutcome {
+  enum class Kind { kQueued, kInfeasible };
+  Kind kind = Kind::kQueued;
+  std::string reason;  // why it can never run, for kInfeasible
+};
+
+struct Preemption {
+  JobId victim = 0;
+  JobId for_job = 0;
+};
+
+// What one scheduling pass decided. Started jobs hold their placement
+// (`Scheduler::Find(id)->placement`); preempted jobs are stopping and keep
+// their GPUs until the caller reports them stopped with `Requeue`.
+struct PassResult {
+  std::vector<JobId> started;
+  std::vector<Preemption> preempted;
+};
+
+// Per-project accounting: GPU-seconds, plain and decayed.
+struct ProjectUsage {
+  std::string name;
+  double weight = 1.0;
+  int running_gpus = 0;
+  double gpu_seconds = 0;          // total, as of `updated`
+  double decayed_gpu_seconds = 0;  // as of `updated`
+  absl::Time updated = absl::InfinitePast();
+};
+
+// loom's scheduler: the live jobs, the cluster's free resources and one queue
+// policy. The server and the simulator both drive it: they report events
+// (submit, finish, requeue, cancel, node changes) and call `Schedule(now)`,
+// then carry out its decisions.
+//
+// Pure and deterministic: no I/O, no clock reads (time is always passed
+// in), no randomness; the same calls give the same decisions. Not
+// thread-safe: one thread owns it.
+class Scheduler {
+ public:
+  // `cluster` must outlive the scheduler.
+  Scheduler(const Cluster& cluster, std::unique_ptr<QueuePolicy> policy,
+            SchedulerOptions options = {});
+
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Adds a job to the queue. Returns InvalidArgument for a malformed request
+  // or a duplicate id; a job that could never run on this cluster is not
+  // queued and comes back as kInfeasible with the reason.
+  absl::StatusOr<SubmitOutcome> Submit(const JobRequest& job, absl::Time now);
+
+  // A running job ended. Releases its GPUs and forgets it.
+  absl::Status Finish(JobId id, absl::Time now);
+  // Removes a pending or running job (releasing its GPUs) and forgets it.
+  absl::Status Cancel(JobId id, absl::Time now);
+  // A running or stopping job stopped and goes back to the queue, keeping
+  // the service it received (preemption, node failure, restart policy).
+  absl::Status Requeue(JobId id, absl::Time now);
+
+  // Cordons (false) or uncordons (true) a node: an unschedulable node gets no
+  // new work; jobs already there keep running (the caller decides).
+  void SetNodeSchedulable(int node, bool schedulable);
+  // Live jobs with a task on `node`, each once.
+  std::vector<JobId> JobsOnNode(int node) const;
+
+  // Runs one scheduling pass at `now`.
+  PassResult Schedule(absl::Time now);
+
+  const SchedJob* Find(JobId id) const;
+  // The pending reason of a pending job, as data and as text.
+  PendingReason ReasonFor(const SchedJob& job) const;
+  std::string ExplainPending(JobId id, absl::Time now) const;
+
+  const ClusterState& state() const { return state_; }
+  const QueuePolicy& policy() const { return *policy_; }
+  const Cluster& cluster() const { return cluster_; }
+  int pending_count() const { return pending_count_; }
+  int running_count() const { return running_count_; }
+  // Per-project usage, brought up to `now`.
+  std::vector<ProjectUsage> Usage(absl::Time now) const;
+  uint64_t passes() const { return pass_; }
+
+ private:
+  class Context;
+
+  int InternProject(const std::string& name);
+  void Accrue(int project, absl::Time now);
+  void StopRunning(SchedJob& job, absl::Time now);
+
+  const Cluster& cluster_;
+  const SchedulerOptions options_;
+  std::unique_ptr<QueuePolicy> policy_;
+  ClusterState state_;
+  absl::node_hash_map<JobId, SchedJob> jobs_;
+  std::vector<ProjectUsage> projects_;
+  absl::flat_hash_map<std::string, int> project_index_;
+  int pending_count_ = 0;
+  int running_count_ = 0;
+  uint64_t pass_ = 0;
+  absl::Time last_pass_time_ = absl::InfinitePast();
+  PendingReason default_reason_;
+};
+
+}  // namespace loom

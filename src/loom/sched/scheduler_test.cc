@@ -1,0 +1,211 @@
+#include "loom/sched/scheduler.h"
+
+#include <random>
+#include <set>
+
+#include "gtest/gtest.h"
+#include "loom/sched/test_util.h"
+
+namespace loom {
+namespace {
+
+using testing::MakeCluster;
+using testing::MakeJob;
+using testing::T;
+
+std::unique_ptr<Scheduler> Make(const Cluster& c, const std::string& policy) {
+  return std::make_unique<Scheduler>(
+      c, *MakeQueuePolicy(policy, PolicyOptions{}), SchedulerOptions{});
+}
+
+TEST(Scheduler, SubmitScheduleFinish) {
+  Cluster c = MakeCluster({{2, 0}}, 2, 8);
+  auto s = Make(c, "fair");
+  ASSERT_EQ(s->Submit(MakeJob(1, 1, 4), T(0))->kind,
+            SubmitOutcome::Kind::kQueued);
+  EXPECT_EQ(s->pending_count(), 1);
+  PassResult r = s->Schedule(T(1));
+  ASSERT_EQ(r.started.size(), 1u);
+  EXPECT_EQ(s->running_count(), 1);
+  EXPECT_EQ(s->state().TotalFreeGpus(), 12);
+  ASSERT_TRUE(s->Finish(1, T(11)).ok());
+  EXPECT_EQ(s->state().TotalFreeGpus(), 16);
+  EXPECT_EQ(s->Find(1), nullptr);
+  auto usage = s->Usage(T(20));
+  ASSERT_EQ(usage.size(), 1u);
+  EXPECT_NEAR(usage[0].gpu_seconds, 40.0, 1e-6);
+}
+
+TEST(Scheduler, RejectsBadAndInfeasibleJobs) {
+  Cluster c = MakeCluster({{2, 0}}, 2, 8);
+  auto s = Make(c, "fifo");
+  JobRequest bad = MakeJob(1, 0, 1);
+  EXPECT_EQ(s->Submit(bad, T(0)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto out = s->Submit(MakeJob(2, 3, 8), T(0));
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->kind, SubmitOutcome::Kind::kInfeasible);
+  EXPECT_FALSE(out->reason.empty());
+  EXPECT_EQ(s->pending_count(), 0);
+  ASSERT_TRUE(s->Submit(MakeJob(3, 1, 1), T(0)).ok());
+  EXPECT_EQ(s->Submit(MakeJob(3, 1, 1), T(0)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->Finish(99, T(1)).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s->Finish(3, T(1)).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(Scheduler, GangIsAllOrNothing) {
+  Cluster c = MakeCluster({{3, 0}}, 4, 8);
+  auto s = Make(c, "fifo");
+  ASSERT_TRUE(s->Submit(MakeJob(1, 1, 1), T(0)).ok());
+  s->Schedule(T(0));
+  ASSERT_TRUE(s->Submit(MakeJob(2, 3, 8), T(1)).ok());
+  PassResult r = s->Schedule(T(1));
+  EXPECT_TRUE(r.started.empty());
+  EXPECT_EQ(s->state().TotalFreeGpus(), 23);
+  EXPECT_EQ(s->ExplainPending(2, T(1)),
+            "waiting for 3 free h200 nodes under one switch; 2 free");
+  ASSERT_TRUE(s->Finish(1, T(5)).ok());
+  r = s->Schedule(T(5));
+  ASSERT_EQ(r.started.size(), 1u);
+  EXPECT_EQ(s->Find(2)->placement.tasks.size(), 3u);
+  EXPECT_EQ(s->state().TotalFreeGpus(), 0);
+}
+
+TEST(Scheduler, CancelPendingAndRunning) {
+  Cluster c = MakeCluster({{1, 0}}, 2, 8);
+  auto s = Make(c, "backfill");
+  ASSERT_TRUE(s->Submit(MakeJob(1, 1, 8), T(0)).ok());
+  ASSERT_TRUE(s->Submit(MakeJob(2, 1, 8), T(0)).ok());
+  s->Schedule(T(0));
+  EXPECT_EQ(s->running_count(), 1);
+  ASSERT_TRUE(s->Cancel(2, T(1)).ok());
+  ASSERT_TRUE(s->Cancel(1, T(1)).ok());
+  EXPECT_EQ(s->pending_count() + s->running_count(), 0);
+  EXPECT_EQ(s->state().TotalFreeGpus(), 8);
+  EXPECT_TRUE(s->state().CheckInvariants().ok());
+}
+
+TEST(Scheduler, NodeCordonAndJobsOnNode) {
+  Cluster c = MakeCluster({{2, 0}}, 2, 8);
+  auto s = Make(c, "fair");
+  ASSERT_TRUE(s->Submit(MakeJob(1, 2, 8), T(0)).ok());
+  s->Schedule(T(0));
+  EXPECT_EQ(s->JobsOnNode(0), std::vector<JobId>{1});
+  ASSERT_TRUE(s->Requeue(1, T(10)).ok());
+  s->SetNodeSchedulable(1, false);
+  s->Schedule(T(10));
+  EXPECT_EQ(s->running_count(), 0);
+  EXPECT_NE(s->ExplainPending(1, T(10)).find("2 free h200 nodes"),
+            std::string::npos)
+      << s->ExplainPending(1, T(10));
+  EXPECT_NEAR(s->Find(1)->attained_gpu_seconds, 160.0, 1e-6);
+}
+
+struct Decision {
+  JobId job;
+  std::vector<std::pair<int, uint32_t>> where;
+  bool operator==(const Decision&) const = default;
+};
+
+// Drives a scheduler with a random stream of jobs, finishing them at random
+// times, and checks the invariants after every pass. Returns the decisions.
+std::vector<Decision> RandomRun(const std::string& policy, uint32_t seed,
+                                bool check) {
+  Cluster c = MakeCluster({{12, 0}, {4, 1}}, 4, 2);
+  auto s = Make(c, policy);
+  std::mt19937 rng(seed);
+  std::vector<Decision> decisions;
+  std::vector<std::pair<double, JobId>> running;  // (end, id)
+  const int sizes[] = {1, 1, 1, 1, 2, 4, 8, 8, 16, 32};
+  JobId next = 1;
+  double now = 0;
+  for (int step = 0; step < 600; ++step) {
+    now += rng() % 50;
+    for (int k = rng() % 4; k > 0; --k) {
+      JobRequest j = MakeJob(next++, 1, 1, T(now));
+      j.shape = *ShapeFromTotalGpus(sizes[rng() % 10], 8);
+      j.shape.gpu_model = rng() % 5 == 0 ? 1 : (rng() % 2 ? 0 : kAnyGpuModel);
+      j.project = "p" + std::to_string(rng() % 3);
+      j.preemptible = rng() % 2;
+      if (rng() % 2) j.time_limit = absl::Seconds(100 + rng() % 900);
+      EXPECT_TRUE(s->Submit(j, T(now)).ok());
+    }
+    // Finish what is due.
+    std::sort(running.begin(), running.end());
+    while (!running.empty() && running.front().first <= now) {
+      EXPECT_TRUE(s->Finish(running.front().second, T(now)).ok());
+      running.erase(running.begin());
+    }
+    PassResult r = s->Schedule(T(now));
+    for (const Preemption& p : r.preempted) {
+      EXPECT_TRUE(s->Requeue(p.victim, T(now)).ok());
+      running.erase(
+          std::remove_if(running.begin(), running.end(),
+                         [&](auto& e) { return e.second == p.victim; }),
+          running.end());
+    }
+    for (JobId id : r.started) {
+      const SchedJob* j = s->Find(id);
+      Decision d{id, {}};
+      std::set<std::pair<int, uint32_t>> uniq;
+      for (const TaskPlacement& t : j->placement.tasks) {
+        d.where.emplace_back(t.node, t.gpu_mask);
+        if (check) {
+          EXPECT_EQ(std::popcount(t.gpu_mask), j->request.shape.gpus_per_task);
+          if (j->request.shape.gpu_model != kAnyGpuModel) {
+            EXPECT_EQ(c.nodes[t.node].gpu_model, j->request.shape.gpu_model);
+          }
+        }
+      }
+      if (check) {
+        // All or nothing, and small jobs on one node.
+        EXPECT_EQ(static_cast<int>(j->placement.tasks.size()),
+                  j->request.shape.tasks);
+        if (j->request.shape.TotalGpus() <= 8) {
+          std::set<int> nodes;
+          for (auto& t : j->placement.tasks) nodes.insert(t.node);
+          EXPECT_EQ(nodes.size(), 1u) << "job " << id;
+        }
+      }
+      decisions.push_back(d);
+      running.emplace_back(now + 20 + rng() % 400, id);
+    }
+    if (check) {
+      absl::Status inv = s->state().CheckInvariants();
+      EXPECT_TRUE(inv.ok()) << policy << " step " << step << ": " << inv;
+      if (!inv.ok()) break;
+      int used = 0;
+      for (int n = 0; n < s->state().num_nodes(); ++n) {
+        used += s->state().NodeGpus(n) - s->state().FreeGpus(n);
+      }
+      EXPECT_LE(used, c.TotalGpus());
+      // Every pending job has a reason a person can read.
+      for (JobId id = 1; id < next; ++id) {
+        const SchedJob* j = s->Find(id);
+        if (j != nullptr && j->phase == JobPhase::kPending) {
+          EXPECT_FALSE(s->ExplainPending(id, T(now)).empty());
+        }
+      }
+    }
+  }
+  return decisions;
+}
+
+class AllPolicies : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(AllPolicies, InvariantsHoldOnRandomWorkload) {
+  auto d = RandomRun(GetParam(), 7, true);
+  EXPECT_GT(d.size(), 200u);
+}
+
+TEST_P(AllPolicies, SameInputSameSchedule) {
+  EXPECT_EQ(RandomRun(GetParam(), 11, false), RandomRun(GetParam(), 11, false));
+  EXPECT_NE(RandomRun(GetParam(), 11, false), RandomRun(GetParam(), 12, false));
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, AllPolicies,
+                         ::testing::Values("fifo", "backfill", "las", "fair"));
+
+}  // namespace
+}  // namespace loom

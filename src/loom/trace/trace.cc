@@ -1,0 +1,918 @@
+#include "loom/trace/trace.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <istream>
+#include <limits>
+#include <streambuf>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "loom/common/units.h"
+
+namespace loom {
+namespace {
+
+// A physical line longer than this is a bad line (a header line longer than
+// this is an unrecognised header).
+constexpr size_t kMaxLineBytes = size_t{1} << 20;
+// The largest GPU count a job may ask for.
+constexpr int kMaxGpus = 100000;
+// The largest number of seconds accepted for a submit time, a duration or a
+// time limit (about 3,000 years): it keeps every value exactly representable
+// as int64 microseconds downstream.
+constexpr double kMaxSeconds = 1e11;
+// The longest id, project, user, priority or GPU model accepted.
+constexpr size_t kMaxTextBytes = 256;
+// How much of a bad value an error message quotes.
+constexpr size_t kMaxQuotedBytes = 64;
+
+constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
+
+// Debian's Abseil is built with its own `absl::string_view`, which does not
+// convert from `std::string_view`; this bridges the two.
+absl::string_view Av(std::string_view s) {
+  return absl::string_view(s.data(), s.size());
+}
+
+// Quotes `text` for an error message: C-escaped (so NULs and control bytes
+// stay readable) and cut to `kMaxQuotedBytes`.
+std::string Quote(std::string_view text) {
+  if (text.size() <= kMaxQuotedBytes) {
+    return absl::StrCat("'", absl::CHexEscape(Av(text)), "'");
+  }
+  return absl::StrCat("'",
+                      absl::CHexEscape(Av(text.substr(0, kMaxQuotedBytes))),
+                      "...' (", text.size(), " bytes)");
+}
+
+bool IsSpace(char c) { return c == ' ' || c == '\t'; }
+
+std::string_view TrimSpace(std::string_view s) {
+  while (!s.empty() && IsSpace(s.front())) s.remove_prefix(1);
+  while (!s.empty() && IsSpace(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+bool IsBlank(std::string_view s) {
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return IsSpace(c) || c == '\r'; });
+}
+
+// Splits one line (without its line end) into fields, following RFC 4180
+// except that a quoted field cannot span lines. Unquoted fields are views into
+// `line`; quoted ones are unescaped into `scratch`, whose capacity is reserved
+// up front so that the views stay valid. Returns "" on success, else what is
+// wrong with the line.
+std::string SplitCsvLine(std::string_view line,
+                         std::vector<std::string_view>* fields,
+                         std::string* scratch) {
+  fields->clear();
+  scratch->clear();
+  scratch->reserve(line.size());
+  const size_t n = line.size();
+  size_t i = 0;
+  while (true) {
+    size_t j = i;
+    while (j < n && IsSpace(line[j])) ++j;
+    if (j < n && line[j] == '"') {
+      const size_t begin = scratch->size();
+      ++j;
+      bool closed = false;
+      while (j < n) {
+        const char c = line[j];
+        if (c == '"') {
+          if (j + 1 < n && line[j + 1] == '"') {
+            scratch->push_back('"');
+            j += 2;
+            continue;
+          }
+          closed = true;
+          ++j;
+          break;
+        }
+        scratch->push_back(c);
+        ++j;
+      }
+      if (!closed) {
+        return absl::StrCat("field ", fields->size() + 1,
+                            ": unterminated quoted field");
+      }
+      while (j < n && IsSpace(line[j])) ++j;
+      fields->emplace_back(scratch->data() + begin, scratch->size() - begin);
+      if (j == n) return "";
+      if (line[j] != ',') {
+        return absl::StrCat("field ", fields->size(),
+                            ": text after the closing quote");
+      }
+      i = j + 1;
+    } else {
+      const size_t comma = line.find(',', i);
+      if (comma == std::string_view::npos) {
+        fields->push_back(line.substr(i));
+        return "";
+      }
+      fields->push_back(line.substr(i, comma - i));
+      i = comma + 1;
+    }
+  }
+}
+
+// The parsers below read one cell. Each returns true on success; on failure
+// it sets `*error` to `<column>: <reason>` and returns false.
+
+bool ParseNumber(absl::string_view column, std::string_view cell, double* out,
+                 std::string* error) {
+  const std::string_view text = TrimSpace(cell);
+  if (text.empty()) {
+    *error = absl::StrCat(column, ": empty");
+    return false;
+  }
+  double value = 0;
+  const char* const end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end) {
+    *error = absl::StrCat(column, ": not a number: ", Quote(cell));
+    return false;
+  }
+  if (!std::isfinite(value)) {
+    *error = absl::StrCat(column, ": not a finite number: ", Quote(cell));
+    return false;
+  }
+  *out = value;
+  return true;
+}
+
+// Parses a number of seconds in [0, kMaxSeconds], or in (0, kMaxSeconds]
+// when `positive`.
+bool ParseSeconds(absl::string_view column, std::string_view cell,
+                  bool positive, double* out, std::string* error) {
+  double value = 0;
+  if (!ParseNumber(column, cell, &value, error)) return false;
+  if (positive ? !(value > 0) : !(value >= 0)) {
+    *error = absl::StrCat(column, ": must be ", positive ? "> 0" : ">= 0",
+                          ", got ", Quote(TrimSpace(cell)));
+    return false;
+  }
+  if (value > kMaxSeconds) {
+    *error = absl::StrCat(column, ": must be at most 1e11 seconds, got ",
+                          Quote(TrimSpace(cell)));
+    return false;
+  }
+  *out = value;
+  return true;
+}
+
+// Parses a whole GPU count in [min, kMaxGpus]. A float with no fraction
+// (`8.0`) is accepted.
+bool ParseGpuCount(absl::string_view column, std::string_view cell, int min,
+                   int* out, std::string* error) {
+  double value = 0;
+  if (!ParseNumber(column, cell, &value, error)) return false;
+  if (value < min || value > kMaxGpus || value != std::floor(value)) {
+    *error = absl::StrCat(column, ": must be a whole number from ", min, " to ",
+                          kMaxGpus, ", got ", Quote(TrimSpace(cell)));
+    return false;
+  }
+  *out = static_cast<int>(value);
+  return true;
+}
+
+// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
+// `days_from_civil`).
+int64_t DaysFromCivil(int64_t y, int m, int d) {
+  y -= m <= 2 ? 1 : 0;
+  const int64_t era = (y >= 0 ? y : y - 399) / 400;
+  const int64_t yoe = y - era * 400;
+  const int64_t doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+  const int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + doe - 719468;
+}
+
+bool IsLeapYear(int y) { return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0; }
+
+int DaysInMonth(int y, int m) {
+  static constexpr int kDays[] = {31, 28, 31, 30, 31, 30,
+                                  31, 31, 30, 31, 30, 31};
+  return m == 2 && IsLeapYear(y) ? 29 : kDays[m - 1];
+}
+
+// Parses a UTC time `YYYY-MM-DD HH:MM:SS` (a `T` may stand for the space)
+// into seconds since the Unix epoch.
+bool ParseTimestamp(absl::string_view column, std::string_view cell,
+                    double* out, std::string* error) {
+  const std::string_view s = TrimSpace(cell);
+  const auto digits = [&s](size_t pos, size_t len, int* value) {
+    int v = 0;
+    for (size_t k = pos; k < pos + len; ++k) {
+      if (s[k] < '0' || s[k] > '9') return false;
+      v = v * 10 + (s[k] - '0');
+    }
+    *value = v;
+    return true;
+  };
+  int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0;
+  const bool ok = s.size() == 19 && s[4] == '-' && s[7] == '-' &&
+                  (s[10] == ' ' || s[10] == 'T') && s[13] == ':' &&
+                  s[16] == ':' && digits(0, 4, &year) && digits(5, 2, &month) &&
+                  digits(8, 2, &day) && digits(11, 2, &hour) &&
+                  digits(14, 2, &minute) && digits(17, 2, &second) &&
+                  month >= 1 && month <= 12 && day >= 1 &&
+                  day <= DaysInMonth(year, month) && hour < 24 && minute < 60 &&
+                  second < 60;
+  if (!ok) {
+    *error = absl::StrCat(
+        column, ": not a timestamp YYYY-MM-DD HH:MM:SS: ", Quote(cell));
+    return false;
+  }
+  *out = static_cast<double>(DaysFromCivil(year, month, day) * 86400 +
+                             hour * 3600 + minute * 60 + second);
+  return true;
+}
+
+// Parses an optional boolean: true/false/1/0/yes/no in any letter case; an
+// empty cell leaves `*out` unset.
+bool ParseOptionalBool(absl::string_view column, std::string_view cell,
+                       std::optional<bool>* out, std::string* error) {
+  const std::string_view s = TrimSpace(cell);
+  if (s.empty()) return true;
+  if (absl::EqualsIgnoreCase(Av(s), "true") ||
+      absl::EqualsIgnoreCase(Av(s), "yes") || s == "1") {
+    *out = true;
+    return true;
+  }
+  if (absl::EqualsIgnoreCase(Av(s), "false") ||
+      absl::EqualsIgnoreCase(Av(s), "no") || s == "0") {
+    *out = false;
+    return true;
+  }
+  *error = absl::StrCat(
+      column, ": not a boolean (true/false/1/0/yes/no): ", Quote(cell));
+  return false;
+}
+
+// Parses an optional time limit: seconds as a number, or a duration that
+// `ParseDuration` accepts (`12h`, `1h30m`). It must be > 0. An empty cell
+// leaves `*out` unset.
+bool ParseOptionalTimeLimit(absl::string_view column, std::string_view cell,
+                            std::optional<double>* out, std::string* error) {
+  const std::string_view s = TrimSpace(cell);
+  if (s.empty()) return true;
+  double seconds = 0;
+  const char* const end = s.data() + s.size();
+  const auto [ptr, ec] = std::from_chars(s.data(), end, seconds);
+  if (ec != std::errc() || ptr != end) {
+    absl::StatusOr<absl::Duration> d = ParseDuration(s);
+    if (!d.ok()) {
+      *error = absl::StrCat(
+          column, ": not a duration (e.g. 3600, 90m, 12h): ", Quote(cell));
+      return false;
+    }
+    seconds = absl::ToDoubleSeconds(*d);
+  }
+  if (!std::isfinite(seconds) || !(seconds > 0) || seconds > kMaxSeconds) {
+    *error = absl::StrCat(
+        column, ": must be > 0 and at most 1e11 seconds, got ", Quote(cell));
+    return false;
+  }
+  *out = seconds;
+  return true;
+}
+
+// Reads a free-text cell (id, project, user, priority): trimmed, at most
+// `kMaxTextBytes`, no control characters.
+bool ParseText(absl::string_view column, std::string_view cell,
+               std::string* out, std::string* error) {
+  const std::string_view s = TrimSpace(cell);
+  if (s.size() > kMaxTextBytes) {
+    *error = absl::StrCat(column, ": longer than ", kMaxTextBytes,
+                          " bytes: ", Quote(s));
+    return false;
+  }
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      *error =
+          absl::StrCat(column, ": contains a control character: ", Quote(s));
+      return false;
+    }
+  }
+  out->assign(s.data(), s.size());
+  return true;
+}
+
+// Reads a GPU model: lower-cased; `any` and "" mean any model. Letters,
+// digits, `.`, `_` and `-` only.
+bool ParseGpuModel(absl::string_view column, std::string_view cell,
+                   std::string* out, std::string* error) {
+  const std::string_view s = TrimSpace(cell);
+  const bool ok =
+      s.size() <= kMaxTextBytes && std::all_of(s.begin(), s.end(), [](char c) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' ||
+               c == '_' || c == '-';
+      });
+  if (!ok) {
+    *error = absl::StrCat(
+        column,
+        ": not a GPU model name (letters, digits, '.', '_', '-'): ", Quote(s));
+    return false;
+  }
+  std::string model = absl::AsciiStrToLower(Av(s));
+  if (model == "any") model.clear();
+  *out = std::move(model);
+  return true;
+}
+
+// Where each column a format uses sits in the header; -1 when absent.
+struct Columns {
+  int id = -1;
+  int submit = -1;
+  int duration = -1;
+  int gpus = -1;
+  int gpu_model = -1;
+  int project = -1;
+  int user = -1;
+  int priority = -1;
+  int preemptible = -1;
+  int time_limit = -1;
+  // Alibaba only.
+  int gpu_milli = -1;
+  int qos = -1;
+  int deletion = -1;
+  int scheduled = -1;
+  // The header's column names as written (trimmed), for messages.
+  std::vector<std::string> names;
+};
+
+// One column a format reads: its header name, where its index goes, and
+// whether the header must have it.
+struct ColumnSpec {
+  std::string_view name;
+  int Columns::*index;
+  bool required;
+};
+
+constexpr ColumnSpec kPhillyColumns[] = {
+    {"timestamp", &Columns::submit, true},
+    {"duration", &Columns::duration, true},
+    {"num_gpus", &Columns::gpus, true},
+    {"cluster", &Columns::project, false},
+};
+
+constexpr ColumnSpec kItpColumns[] = {
+    {"job_id", &Columns::id, true},
+    {"submission_time", &Columns::submit, true},
+    {"duration", &Columns::duration, true},
+    {"num_gpu", &Columns::gpus, true},
+};
+
+constexpr ColumnSpec kAlibabaColumns[] = {
+    {"name", &Columns::id, true},
+    {"num_gpu", &Columns::gpus, true},
+    {"gpu_milli", &Columns::gpu_milli, false},
+    {"qos", &Columns::qos, false},
+    {"creation_time", &Columns::submit, true},
+    {"deletion_time", &Columns::deletion, true},
+    {"scheduled_time", &Columns::scheduled, true},
+};
+
+constexpr ColumnSpec kCanonicalColumns[] = {
+    {"job_id", &Columns::id, true},
+    {"submit_time", &Columns::submit, true},
+    {"duration", &Columns::duration, true},
+    {"num_gpus", &Columns::gpus, true},
+    {"gpu_model", &Columns::gpu_model, false},
+    {"project", &Columns::project, false},
+    {"user", &Columns::user, false},
+    {"priority", &Columns::priority, false},
+    {"preemptible", &Columns::preemptible, false},
+    {"time_limit", &Columns::time_limit, false},
+};
+constexpr int kCanonicalRequired = 4;
+
+template <size_t N>
+bool HasRequired(const ColumnSpec (&specs)[N],
+                 const std::vector<std::string>& keys) {
+  for (const ColumnSpec& spec : specs) {
+    if (spec.required &&
+        std::find(keys.begin(), keys.end(), spec.name) == keys.end()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool StartsCanonical(const std::vector<std::string>& keys) {
+  if (keys.size() < kCanonicalRequired) return false;
+  for (int i = 0; i < kCanonicalRequired; ++i) {
+    if (keys[i] != kCanonicalColumns[i].name) return false;
+  }
+  return true;
+}
+
+std::string HeaderText(std::string_view header) {
+  return Quote(header.size() > 200 ? header.substr(0, 200) : header);
+}
+
+// Works out the format and the column positions from the header fields.
+absl::StatusOr<Columns> MapHeader(const std::vector<std::string_view>& fields,
+                                  std::string_view header,
+                                  std::string_view source,
+                                  TraceFormat* format) {
+  Columns columns;
+  std::vector<std::string> keys;  // Trimmed, lower-cased names.
+  keys.reserve(fields.size());
+  for (const std::string_view field : fields) {
+    const std::string_view name = TrimSpace(field);
+    columns.names.emplace_back(name);
+    keys.push_back(absl::AsciiStrToLower(Av(name)));
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i].empty()) continue;
+    if (std::find(keys.begin() + i + 1, keys.end(), keys[i]) != keys.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Av(source), ": the header repeats column ", Quote(columns.names[i])));
+    }
+  }
+
+  if (*format == TraceFormat::kAuto) {
+    if (StartsCanonical(keys)) {
+      *format = TraceFormat::kCanonical;
+    } else if (HasRequired(kAlibabaColumns, keys)) {
+      *format = TraceFormat::kAlibaba;
+    } else if (HasRequired(kItpColumns, keys)) {
+      *format = TraceFormat::kItp;
+    } else if (HasRequired(kPhillyColumns, keys)) {
+      *format = TraceFormat::kPhilly;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Av(source), ": unrecognised trace header ", HeaderText(header),
+          "; expected loom canonical "
+          "(job_id,submit_time,duration,num_gpus,...), Philly "
+          "(timestamp,duration,num_gpus,gpu_time,cluster), ITP "
+          "(job_id,submission_time,duration,num_gpu) or Alibaba openb "
+          "(name,...,num_gpu,...,creation_time,deletion_time,scheduled_time); "
+          "see docs/trace-formats.md"));
+    }
+  }
+
+  const auto map = [&](const auto& specs) -> absl::Status {
+    for (const ColumnSpec& spec : specs) {
+      const auto it = std::find(keys.begin(), keys.end(), spec.name);
+      if (it == keys.end()) {
+        if (spec.required) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              Av(source), ": the header lacks column '", Av(spec.name),
+              "' that the ", Av(TraceFormatName(*format)),
+              " format needs; got ", HeaderText(header)));
+        }
+        continue;
+      }
+      columns.*(spec.index) = static_cast<int>(it - keys.begin());
+    }
+    return absl::OkStatus();
+  };
+
+  absl::Status status;
+  switch (*format) {
+    case TraceFormat::kCanonical: {
+      if (!StartsCanonical(keys)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(Av(source),
+                         ": a canonical trace header must start with "
+                         "job_id,submit_time,duration,num_gpus; got ",
+                         HeaderText(header)));
+      }
+      for (size_t i = kCanonicalRequired; i < keys.size(); ++i) {
+        const bool known = std::any_of(
+            std::begin(kCanonicalColumns), std::end(kCanonicalColumns),
+            [&](const ColumnSpec& spec) { return spec.name == keys[i]; });
+        if (!known) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              Av(source), ": unknown column ", Quote(columns.names[i]),
+              " in a canonical trace header (known optional columns: "
+              "gpu_model, project, user, priority, preemptible, "
+              "time_limit)"));
+        }
+      }
+      status = map(kCanonicalColumns);
+      break;
+    }
+    case TraceFormat::kPhilly:
+      status = map(kPhillyColumns);
+      break;
+    case TraceFormat::kItp:
+      status = map(kItpColumns);
+      break;
+    case TraceFormat::kAlibaba:
+      status = map(kAlibabaColumns);
+      break;
+    case TraceFormat::kAuto:
+      break;
+  }
+  if (!status.ok()) return status;
+  return columns;
+}
+
+// What became of one data line.
+enum class RowOutcome { kJob, kBad, kSkipCpuOnly, kSkipNeverScheduled };
+
+// The cell at `index`, or "" when the column is absent.
+std::string_view Cell(const std::vector<std::string_view>& fields, int index) {
+  return index < 0 ? std::string_view() : fields[index];
+}
+
+const std::string& Name(const Columns& columns, int index) {
+  return columns.names[index];
+}
+
+// Reads the id; an empty id becomes the line number.
+bool ParseId(const Columns& c, const std::vector<std::string_view>& fields,
+             TraceJob* job, std::string* error) {
+  if (c.id >= 0 && !ParseText(Name(c, c.id), fields[c.id], &job->id, error)) {
+    return false;
+  }
+  if (job->id.empty()) job->id = absl::StrCat(job->line);
+  return true;
+}
+
+RowOutcome ParseCanonicalRow(const Columns& c,
+                             const std::vector<std::string_view>& f,
+                             TraceJob* job, std::string* error) {
+  const bool ok =
+      ParseId(c, f, job, error) &&
+      ParseSeconds(Name(c, c.submit), f[c.submit], false, &job->submit_s,
+                   error) &&
+      ParseSeconds(Name(c, c.duration), f[c.duration], true, &job->duration_s,
+                   error) &&
+      ParseGpuCount(Name(c, c.gpus), f[c.gpus], 1, &job->num_gpus, error) &&
+      (c.gpu_model < 0 || ParseGpuModel(Name(c, c.gpu_model), f[c.gpu_model],
+                                        &job->gpu_model, error)) &&
+      (c.project < 0 ||
+       ParseText(Name(c, c.project), f[c.project], &job->project, error)) &&
+      (c.user < 0 ||
+       ParseText(Name(c, c.user), f[c.user], &job->user, error)) &&
+      (c.priority < 0 ||
+       ParseText(Name(c, c.priority), f[c.priority], &job->priority, error)) &&
+      (c.preemptible < 0 ||
+       ParseOptionalBool(Name(c, c.preemptible), f[c.preemptible],
+                         &job->preemptible, error)) &&
+      (c.time_limit < 0 ||
+       ParseOptionalTimeLimit(Name(c, c.time_limit), f[c.time_limit],
+                              &job->time_limit_s, error));
+  return ok ? RowOutcome::kJob : RowOutcome::kBad;
+}
+
+RowOutcome ParsePhillyRow(const Columns& c,
+                          const std::vector<std::string_view>& f, TraceJob* job,
+                          std::string* error) {
+  job->id = absl::StrCat(job->line);
+  const bool ok =
+      ParseTimestamp(Name(c, c.submit), f[c.submit], &job->submit_s, error) &&
+      ParseSeconds(Name(c, c.duration), f[c.duration], true, &job->duration_s,
+                   error) &&
+      ParseGpuCount(Name(c, c.gpus), f[c.gpus], 1, &job->num_gpus, error) &&
+      (c.project < 0 ||
+       ParseText(Name(c, c.project), f[c.project], &job->project, error));
+  return ok ? RowOutcome::kJob : RowOutcome::kBad;
+}
+
+RowOutcome ParseItpRow(const Columns& c, const std::vector<std::string_view>& f,
+                       TraceJob* job, std::string* error) {
+  const bool ok =
+      ParseId(c, f, job, error) &&
+      ParseSeconds(Name(c, c.submit), f[c.submit], false, &job->submit_s,
+                   error) &&
+      ParseSeconds(Name(c, c.duration), f[c.duration], true, &job->duration_s,
+                   error) &&
+      ParseGpuCount(Name(c, c.gpus), f[c.gpus], 1, &job->num_gpus, error);
+  return ok ? RowOutcome::kJob : RowOutcome::kBad;
+}
+
+// Alibaba openb pod list. See docs/trace-formats.md for the mapping.
+RowOutcome ParseAlibabaRow(const Columns& c,
+                           const std::vector<std::string_view>& f,
+                           TraceJob* job, std::string* error) {
+  int gpus = 0;
+  if (!ParseGpuCount(Name(c, c.gpus), f[c.gpus], 0, &gpus, error)) {
+    return RowOutcome::kBad;
+  }
+  if (gpus == 0) return RowOutcome::kSkipCpuOnly;
+  if (TrimSpace(f[c.scheduled]).empty()) {
+    return RowOutcome::kSkipNeverScheduled;
+  }
+  // A sharing pod (num_gpu 1, gpu_milli < 1000) takes one whole GPU, because
+  // loom does not share GPUs; gpu_milli is only checked for sanity.
+  job->num_gpus = gpus;
+  double milli = 0;
+  double deletion = 0;
+  double scheduled = 0;
+  if (!ParseId(c, f, job, error) ||
+      (c.gpu_milli >= 0 && !TrimSpace(f[c.gpu_milli]).empty() &&
+       !ParseNumber(Name(c, c.gpu_milli), f[c.gpu_milli], &milli, error)) ||
+      !ParseSeconds(Name(c, c.submit), f[c.submit], false, &job->submit_s,
+                    error) ||
+      !ParseSeconds(Name(c, c.deletion), f[c.deletion], false, &deletion,
+                    error) ||
+      !ParseSeconds(Name(c, c.scheduled), f[c.scheduled], false, &scheduled,
+                    error)) {
+    return RowOutcome::kBad;
+  }
+  if (milli < 0 || milli > 1000) {
+    *error =
+        absl::StrCat(Name(c, c.gpu_milli), ": must be from 0 to 1000, got ",
+                     Quote(TrimSpace(f[c.gpu_milli])));
+    return RowOutcome::kBad;
+  }
+  job->duration_s = deletion - scheduled;
+  if (!(job->duration_s > 0)) {
+    *error = absl::StrCat(Name(c, c.deletion), ": must be after ",
+                          Name(c, c.scheduled), " (run time ", job->duration_s,
+                          " s)");
+    return RowOutcome::kBad;
+  }
+  // QoS classes map onto loom's default priority classes: latency-sensitive
+  // and Guaranteed pods are `high`, best-effort pods `low` and preemptible,
+  // everything else `normal`.
+  const std::string_view qos = TrimSpace(Cell(f, c.qos));
+  if (absl::EqualsIgnoreCase(Av(qos), "LS") ||
+      absl::EqualsIgnoreCase(Av(qos), "Guaranteed")) {
+    job->priority = "high";
+  } else if (absl::EqualsIgnoreCase(Av(qos), "BE")) {
+    job->priority = "low";
+    job->preemptible = true;
+  } else {
+    job->priority = "normal";
+  }
+  return RowOutcome::kJob;
+}
+
+RowOutcome ParseRow(TraceFormat format, const Columns& columns,
+                    const std::vector<std::string_view>& fields, TraceJob* job,
+                    std::string* error) {
+  switch (format) {
+    case TraceFormat::kCanonical:
+      return ParseCanonicalRow(columns, fields, job, error);
+    case TraceFormat::kPhilly:
+      return ParsePhillyRow(columns, fields, job, error);
+    case TraceFormat::kItp:
+      return ParseItpRow(columns, fields, job, error);
+    case TraceFormat::kAlibaba:
+      return ParseAlibabaRow(columns, fields, job, error);
+    case TraceFormat::kAuto:
+      break;
+  }
+  *error = "internal: no format";
+  return RowOutcome::kBad;
+}
+
+absl::StatusOr<Trace> ParseTraceImpl(std::string_view text,
+                                     std::string_view source,
+                                     TraceFormat format, bool strict) {
+  if (text.starts_with(kUtf8Bom)) text.remove_prefix(kUtf8Bom.size());
+
+  Trace trace;
+  Columns columns;
+  bool have_header = false;
+  std::vector<std::string_view> fields;
+  std::string scratch;
+  int cpu_only = 0;
+  int never_scheduled = 0;
+
+  // One job per line at most; reserving avoids regrowing a large vector.
+  trace.jobs.reserve(std::min<size_t>(
+      static_cast<size_t>(std::count(text.begin(), text.end(), '\n')) + 1,
+      size_t{1} << 24));
+
+  size_t pos = 0;
+  int line_no = 0;
+  while (pos < text.size()) {
+    const size_t nl = text.find('\n', pos);
+    const size_t end = nl == std::string_view::npos ? text.size() : nl;
+    std::string_view line = text.substr(pos, end - pos);
+    pos = nl == std::string_view::npos ? text.size() : nl + 1;
+    if (line_no == std::numeric_limits<int>::max()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Av(source), ": too many lines"));
+    }
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (IsBlank(line)) continue;
+
+    if (!have_header) {
+      if (line.size() > kMaxLineBytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(Av(source), ": unrecognised trace header (line ",
+                         line_no, " is longer than 1 MiB)"));
+      }
+      const std::string split_error = SplitCsvLine(line, &fields, &scratch);
+      if (!split_error.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(Av(source), ": line ", line_no,
+                         ": unrecognised trace header: ", split_error));
+      }
+      absl::StatusOr<Columns> mapped = MapHeader(fields, line, source, &format);
+      if (!mapped.ok()) return mapped.status();
+      columns = *std::move(mapped);
+      trace.format = format;
+      have_header = true;
+      continue;
+    }
+
+    TraceIssue issue{line_no, ""};
+    if (line.size() > kMaxLineBytes) {
+      issue.reason =
+          absl::StrCat("line is longer than 1 MiB (", line.size(), " bytes)");
+    } else {
+      issue.reason = SplitCsvLine(line, &fields, &scratch);
+      if (issue.reason.empty() && fields.size() != columns.names.size()) {
+        issue.reason = absl::StrCat("expected ", columns.names.size(),
+                                    " fields, got ", fields.size());
+      }
+      if (issue.reason.empty()) {
+        TraceJob job;
+        job.line = line_no;
+        switch (ParseRow(format, columns, fields, &job, &issue.reason)) {
+          case RowOutcome::kJob:
+            trace.jobs.push_back(std::move(job));
+            continue;
+          case RowOutcome::kSkipCpuOnly:
+            ++cpu_only;
+            continue;
+          case RowOutcome::kSkipNeverScheduled:
+            ++never_scheduled;
+            continue;
+          case RowOutcome::kBad:
+            break;
+        }
+      }
+    }
+    if (strict) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Av(source), ": ", FormatTraceIssue(issue)));
+    }
+    trace.issues.push_back(std::move(issue));
+  }
+
+  if (!have_header) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Av(source), ": empty trace (no header line)"));
+  }
+
+  std::vector<std::string> reasons;
+  if (cpu_only > 0) {
+    reasons.push_back(absl::StrCat(cpu_only, " CPU-only pods (num_gpu 0)"));
+  }
+  if (never_scheduled > 0) {
+    reasons.push_back(absl::StrCat(never_scheduled,
+                                   " never-scheduled pods (scheduled_time "
+                                   "empty)"));
+  }
+  trace.skipped = cpu_only + never_scheduled;
+  trace.skipped_reason = absl::StrJoin(reasons, "; ");
+
+  // Sort small (submit, index) keys rather than whole jobs; jobs were
+  // appended in line order, so breaking ties by index breaks them by line.
+  std::vector<std::pair<double, size_t>> order;
+  order.reserve(trace.jobs.size());
+  for (size_t i = 0; i < trace.jobs.size(); ++i) {
+    order.emplace_back(trace.jobs[i].submit_s, i);
+  }
+  std::sort(order.begin(), order.end());
+  std::vector<TraceJob> sorted;
+  sorted.reserve(trace.jobs.size());
+  const double origin = order.empty() ? 0 : order.front().first;
+  for (const auto& [submit, index] : order) {
+    sorted.push_back(std::move(trace.jobs[index]));
+    sorted.back().submit_s = submit - origin;
+  }
+  trace.jobs = std::move(sorted);
+  return trace;
+}
+
+}  // namespace
+
+absl::StatusOr<TraceFormat> ParseTraceFormat(std::string_view name) {
+  const std::string key = absl::AsciiStrToLower(Av(TrimSpace(name)));
+  if (key == "auto") return TraceFormat::kAuto;
+  if (key == "canonical" || key == "loom") return TraceFormat::kCanonical;
+  if (key == "philly") return TraceFormat::kPhilly;
+  if (key == "itp") return TraceFormat::kItp;
+  if (key == "alibaba" || key == "openb") return TraceFormat::kAlibaba;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown trace format ", Quote(name),
+                   " (use auto, canonical, philly, itp or alibaba)"));
+}
+
+std::string_view TraceFormatName(TraceFormat f) {
+  switch (f) {
+    case TraceFormat::kAuto:
+      return "auto";
+    case TraceFormat::kCanonical:
+      return "canonical";
+    case TraceFormat::kPhilly:
+      return "philly";
+    case TraceFormat::kItp:
+      return "itp";
+    case TraceFormat::kAlibaba:
+      return "alibaba";
+  }
+  return "unknown";
+}
+
+std::string FormatTraceIssue(const TraceIssue& issue) {
+  return absl::StrCat("line ", issue.line, ": ", issue.reason);
+}
+
+absl::StatusOr<Trace> ParseTrace(std::string_view text, std::string_view source,
+                                 TraceFormat format, bool strict) {
+  try {
+    return ParseTraceImpl(text, source, format, strict);
+  } catch (const std::exception& e) {
+    // Only allocation failure can throw here.
+    return absl::ResourceExhaustedError(
+        absl::StrCat(Av(source), ": cannot read the trace: ", e.what()));
+  }
+}
+
+absl::StatusOr<Trace> ReadTrace(std::istream& in, std::string_view source,
+                                TraceFormat format, bool strict) {
+  std::string text;
+  try {
+    // Reading through the stream buffer neither sets the stream's state bits
+    // nor throws because of its exception mask.
+    std::streambuf* const buffer = in.rdbuf();
+    if (buffer == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Av(source), ": no stream to read"));
+    }
+    char chunk[1 << 16];
+    std::streamsize n = 0;
+    while ((n = buffer->sgetn(chunk, sizeof(chunk))) > 0) {
+      text.append(chunk, static_cast<size_t>(n));
+    }
+  } catch (const std::exception& e) {
+    return absl::DataLossError(
+        absl::StrCat(Av(source), ": read error: ", e.what()));
+  }
+  return ParseTrace(text, source, format, strict);
+}
+
+absl::StatusOr<Trace> ReadTraceFile(const std::string& path, TraceFormat format,
+                                    bool strict) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    const int err = errno;
+    const std::string message =
+        absl::StrCat(path, ": cannot open: ", std::strerror(err));
+    return err == ENOENT ? absl::NotFoundError(message)
+                         : absl::InvalidArgumentError(message);
+  }
+  std::string text;
+  bool failed = false;
+  int err = 0;
+  try {
+    if (std::fseek(file, 0, SEEK_END) == 0) {
+      const long size = std::ftell(file);
+      if (size > 0) text.reserve(static_cast<size_t>(size));
+      std::rewind(file);
+    }
+    char buffer[1 << 16];
+    size_t n = 0;
+    while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) {
+      text.append(buffer, n);
+    }
+    if (std::ferror(file)) {
+      failed = true;
+      err = errno;
+    }
+  } catch (const std::exception& e) {
+    std::fclose(file);
+    return absl::ResourceExhaustedError(
+        absl::StrCat(path, ": cannot read: ", e.what()));
+  }
+  std::fclose(file);
+  if (failed) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": cannot read: ", std::strerror(err)));
+  }
+  return ParseTrace(text, path, format, strict);
+}
+
+}  // namespace loom
