@@ -22,6 +22,20 @@ ClusterState::ClusterState(const Cluster& cluster, bool track_ready_times)
   partial_count_.assign(m * (kMaxGpusPerNode + 1), 0);
   leaves_by_idle_.resize(m);
   ready_.resize(m * (kMaxGpusPerNode + 1));
+  models_by_speed_.resize(m);
+  for (int i = 0; i < m; ++i) models_by_speed_[i] = i;
+  std::stable_sort(
+      models_by_speed_.begin(), models_by_speed_.end(), [&](int a, int b) {
+        return cluster.gpu_models[a].speed > cluster.gpu_models[b].speed;
+      });
+  levels_ = cluster.topology.num_levels();
+  ancestors_.resize(cluster.nodes.size() * levels_);
+  for (size_t i = 0; i < cluster.nodes.size(); ++i) {
+    for (int lvl = 1; lvl <= levels_; ++lvl) {
+      ancestors_[i * levels_ + lvl - 1] =
+          cluster.topology.AncestorAt(static_cast<int>(i), lvl);
+    }
+  }
   for (size_t i = 0; i < cluster.nodes.size(); ++i) {
     const NodeSpec& spec = cluster.nodes[i];
     Node& n = nodes_[i];
@@ -36,6 +50,7 @@ ClusterState::ClusterState(const Cluster& cluster, bool track_ready_times)
     n.schedulable = true;
     max_node_gpus_[n.model] = std::max(max_node_gpus_[n.model], n.gpus);
     Index(static_cast<int>(i));
+    RefreshReady(static_cast<int>(i));
   }
 }
 
@@ -82,10 +97,14 @@ std::vector<JobId> ClusterState::JobsOn(int node) const {
   return jobs;
 }
 
-ReadyKey ClusterState::ComputeReadyKey(int node, int g) const {
+std::vector<absl::Time> ClusterState::ComputeReadyTimes(int node) const {
   const Node& n = nodes_[node];
-  ReadyKey key{absl::InfinitePast(), n.gpus - n.free_gpus, node};
-  if (n.free_gpus >= g) return key;
+  std::vector<absl::Time> ready;
+  if (!n.schedulable) return ready;
+  ready.assign(n.gpus + 1, absl::InfiniteFuture());
+  int g = 1;
+  for (; g <= n.free_gpus; ++g) ready[g] = absl::InfinitePast();
+  if (g > n.gpus) return ready;
   // Free up allocations in order of their expected end.
   std::vector<std::pair<absl::Time, int>> ends;
   ends.reserve(n.allocations.size());
@@ -96,13 +115,26 @@ ReadyKey ClusterState::ComputeReadyKey(int node, int g) const {
   int free = n.free_gpus;
   for (const auto& [end, gpus] : ends) {
     free += gpus;
-    if (free >= g) {
-      key.ready = end;
-      return key;
-    }
+    for (; g <= std::min(free, n.gpus); ++g) ready[g] = end;
+    if (g > n.gpus) break;
   }
-  key.ready = absl::InfiniteFuture();
-  return key;
+  return ready;
+}
+
+void ClusterState::RefreshReady(int node) {
+  if (!track_ready_) return;
+  Node& n = nodes_[node];
+  std::vector<absl::Time> ready = ComputeReadyTimes(node);
+  const size_t size = std::max(ready.size(), n.ready.size());
+  for (size_t g = 1; g < size; ++g) {
+    const bool had = g < n.ready.size();
+    const bool has = g < ready.size();
+    if (had && has && n.ready[g] == ready[g]) continue;
+    auto& idx = ready_[n.model * (kMaxGpusPerNode + 1) + g];
+    if (had) idx.erase({n.ready[g], node});
+    if (has) idx.insert({ready[g], node});
+  }
+  n.ready = std::move(ready);
 }
 
 void ClusterState::Unindex(int node) {
@@ -115,7 +147,7 @@ void ClusterState::Unindex(int node) {
   total_free_ -= n.free_gpus;
   const bool idle = n.free_gpus == n.gpus;
   for (int lvl = 1; lvl <= topo.num_levels(); ++lvl) {
-    int sw = topo.AncestorAt(node, lvl);
+    int sw = ancestors_[node * levels_ + lvl - 1];
     for (int g = 1; g <= n.free_gpus; ++g) {
       slots_[SlotIndex(sw, m, g)] -= n.free_gpus / g;
     }
@@ -130,11 +162,6 @@ void ClusterState::Unindex(int node) {
     partial_[m * (kMaxGpusPerNode + 1) + n.free_gpus].Erase(node);
     partial_count_[m * (kMaxGpusPerNode + 1) + n.free_gpus] -= 1;
   }
-  if (track_ready_) {
-    for (int g = 1; g <= n.gpus; ++g) {
-      ready_[m * (kMaxGpusPerNode + 1) + g].erase(n.ready_keys[g]);
-    }
-  }
 }
 
 void ClusterState::Index(int node) {
@@ -147,7 +174,7 @@ void ClusterState::Index(int node) {
   total_free_ += n.free_gpus;
   const bool idle = n.free_gpus == n.gpus;
   for (int lvl = 1; lvl <= topo.num_levels(); ++lvl) {
-    int sw = topo.AncestorAt(node, lvl);
+    int sw = ancestors_[node * levels_ + lvl - 1];
     for (int g = 1; g <= n.free_gpus; ++g) {
       slots_[SlotIndex(sw, m, g)] += n.free_gpus / g;
     }
@@ -162,13 +189,6 @@ void ClusterState::Index(int node) {
     partial_[m * (kMaxGpusPerNode + 1) + n.free_gpus].Insert(node);
     partial_count_[m * (kMaxGpusPerNode + 1) + n.free_gpus] += 1;
   }
-  if (track_ready_) {
-    n.ready_keys.resize(n.gpus + 1);
-    for (int g = 1; g <= n.gpus; ++g) {
-      n.ready_keys[g] = ComputeReadyKey(node, g);
-      ready_[m * (kMaxGpusPerNode + 1) + g].insert(n.ready_keys[g]);
-    }
-  }
 }
 
 void ClusterState::SetSchedulable(int node, bool schedulable) {
@@ -176,6 +196,7 @@ void ClusterState::SetSchedulable(int node, bool schedulable) {
   Unindex(node);
   nodes_[node].schedulable = schedulable;
   Index(node);
+  RefreshReady(node);
 }
 
 void ClusterState::Allocate(JobId job, const Placement& placement,
@@ -191,6 +212,7 @@ void ClusterState::Allocate(JobId job, const Placement& placement,
     n.allocations.push_back({job, t.gpu_mask, shape.cpus_milli_per_task,
                              shape.memory_bytes_per_task, expected_end});
     Index(t.node);
+    RefreshReady(t.node);
   }
 }
 
@@ -212,6 +234,7 @@ void ClusterState::Release(JobId job, const Placement& placement,
       n.allocations.erase(it);
     }
     Index(t.node);
+    RefreshReady(t.node);
   }
 }
 
@@ -272,14 +295,28 @@ absl::Status ClusterState::CheckInvariants() const {
       }
     }
     if (track_ready_) {
+      std::vector<absl::Time> want = ComputeReadyTimes(i);
+      if (want != n.ready) {
+        return absl::InternalError(
+            absl::StrCat("node ", i, ": reservation times out of date"));
+      }
       for (int g = 1; g <= n.gpus; ++g) {
-        ReadyKey want = ComputeReadyKey(i, g);
         const auto& idx = ready_[n.model * (kMaxGpusPerNode + 1) + g];
-        if (!idx.contains(want)) {
+        if (!idx.contains({want[g], i})) {
           return absl::InternalError(
               absl::StrCat("node ", i, ": reservation index out of date"));
         }
       }
+    }
+  }
+  if (track_ready_) {
+    size_t want = 0, have = 0;
+    for (const Node& n : nodes_) {
+      if (n.schedulable) want += n.gpus;
+    }
+    for (const auto& idx : ready_) have += idx.size();
+    if (want != have) {
+      return absl::InternalError("reservation index has stale entries");
     }
   }
   if (slots != slots_) return absl::InternalError("switch slot counts differ");

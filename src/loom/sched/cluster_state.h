@@ -33,15 +33,16 @@ struct Placement {
 
 // An entry of the reservation index: the time at which `node` will have
 // enough free GPUs, assuming running jobs end at their time limit.
-// `ready == InfinitePast()` means now. Ties prefer fuller nodes, then ids.
+// `ready == InfinitePast()` means now. Ties go to the lower node id.
 struct ReadyKey {
   absl::Time ready;
-  int used_gpus;
   int node;
   friend bool operator<(const ReadyKey& a, const ReadyKey& b) {
     if (a.ready != b.ready) return a.ready < b.ready;
-    if (a.used_gpus != b.used_gpus) return a.used_gpus > b.used_gpus;
     return a.node < b.node;
+  }
+  friend bool operator==(const ReadyKey& a, const ReadyKey& b) {
+    return a.ready == b.ready && a.node == b.node;
   }
 };
 
@@ -68,6 +69,10 @@ class ClusterState {
     return static_cast<int>(cluster_.gpu_models.size());
   }
 
+  // Every GPU model, fastest first.
+  const std::vector<GpuModelId>& ModelsBySpeed() const {
+    return models_by_speed_;
+  }
   // The largest GPU count of any node of `model` (0 when none).
   int MaxNodeGpus(GpuModelId model) const { return max_node_gpus_[model]; }
 
@@ -153,7 +158,7 @@ class ClusterState {
     int64_t free_cpus = 0;
     int64_t free_memory = 0;
     std::vector<Allocation> allocations;
-    std::vector<ReadyKey> ready_keys;  // [g] as inserted in ready_, g >= 1
+    std::vector<absl::Time> ready;  // [g] as inserted in ready_; empty: none
   };
 
   size_t SlotIndex(int sw, GpuModelId model, int g) const {
@@ -161,15 +166,23 @@ class ClusterState {
                (kMaxGpusPerNode + 1) +
            g;
   }
-  // Remove / add the node's contribution to every index.
+  // Remove / add the node's contribution to every index but the
+  // reservation index.
   void Unindex(int node);
   void Index(int node);
-  ReadyKey ComputeReadyKey(int node, int g) const;
+  // Brings the node's reservation-index entries up to date, touching only
+  // those that changed.
+  void RefreshReady(int node);
+  // Ready times for 1..gpus GPUs ([0] unused); empty when unschedulable.
+  std::vector<absl::Time> ComputeReadyTimes(int node) const;
 
   const Cluster& cluster_;
   const bool track_ready_;
   std::vector<Node> nodes_;
+  std::vector<GpuModelId> models_by_speed_;
   std::vector<int> max_node_gpus_;
+  std::vector<int> ancestors_;  // [node * levels + level - 1]
+  int levels_ = 0;
   std::vector<int> free_by_model_;
   std::vector<int> schedulable_by_model_;
   int total_free_ = 0;

@@ -5,8 +5,8 @@
 namespace loom {
 namespace {
 // Bounds the work one pass spends on preemption.
-constexpr int kMaxPreemptionAttempts = 16;
-constexpr size_t kMaxVictimCandidates = 256;
+constexpr int kMaxPreemptionAttempts = 4;
+constexpr size_t kMaxVictimCandidates = 64;
 }  // namespace
 
 LasPolicy::LasPolicy(std::vector<double> thresholds)

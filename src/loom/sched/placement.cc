@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <span>
 
 #include "absl/strings/str_cat.h"
 
@@ -215,7 +216,12 @@ std::optional<Placement> FindPlacement(const ClusterState& state,
                                        const NodeMask* avoid,
                                        PendingReason* why) {
   std::optional<GpuModelId> first_usable;
-  for (GpuModelId model : CandidateModels(state.cluster(), shape)) {
+  const GpuModelId only[1] = {shape.gpu_model};
+  const std::span<const GpuModelId> models =
+      shape.gpu_model == kAnyGpuModel
+          ? std::span<const GpuModelId>(state.ModelsBySpeed())
+          : std::span<const GpuModelId>(only);
+  for (GpuModelId model : models) {
     const int max_node = state.MaxNodeGpus(model);
     if (max_node < shape.gpus_per_task) continue;
     if (!first_usable) first_usable = model;

@@ -1,6 +1,7 @@
 #include "loom/sched/scheduler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <tuple>
 
@@ -220,46 +221,92 @@ Reservation Scheduler::Context::Reserve(JobId id) {
 
 bool Scheduler::Context::PreemptFor(JobId for_job,
                                     const std::vector<JobId>& candidates) {
-  static constexpr size_t kMaxTrialVictims = 256;
-  SchedJob& job = s_->jobs_.at(for_job);
-  const JobShape& shape = job.request.shape;
+  // How many node plans to try before giving up for this job in this pass.
+  static constexpr size_t kMaxPlans = 64;
+  const JobShape& shape = s_->jobs_.at(for_job).request.shape;
   ClusterState& st = s_->state_;
-  // Quick reject: even all candidates together do not free enough GPUs.
   const std::vector<GpuModelId> models = CandidateModels(s_->cluster_, shape);
-  std::vector<int> freeable(st.num_models(), 0);
-  for (GpuModelId m : models) freeable[m] = st.ModelFreeGpus(m);
-  for (JobId v : candidates) {
-    const SchedJob& vj = s_->jobs_.at(v);
-    if (vj.phase != JobPhase::kRunning) continue;
-    freeable[vj.placement.gpu_model] += vj.request.shape.TotalGpus();
-  }
-  bool any = false;
-  for (GpuModelId m : models) any |= freeable[m] >= shape.TotalGpus();
-  if (!any) return false;
+  auto usable = [&](GpuModelId m) {
+    return std::find(models.begin(), models.end(), m) != models.end();
+  };
 
-  std::vector<SchedJob*> released;
-  std::optional<Placement> found;
+  // Candidate victims per node, in preference order.
+  std::vector<SchedJob*> cand;
+  absl::flat_hash_map<int, std::vector<int>> on_node;
   for (JobId v : candidates) {
-    if (released.size() >= kMaxTrialVictims) break;
+    if (v == for_job) continue;
     SchedJob& vj = s_->jobs_.at(v);
-    if (vj.phase != JobPhase::kRunning || v == for_job) continue;
-    if (std::find(models.begin(), models.end(), vj.placement.gpu_model) ==
-        models.end()) {
+    if (vj.phase != JobPhase::kRunning || !usable(vj.placement.gpu_model)) {
       continue;
     }
-    st.Release(v, vj.placement, vj.request.shape);
-    released.push_back(&vj);
+    const int idx = static_cast<int>(cand.size());
+    cand.push_back(&vj);
+    for (const TaskPlacement& t : vj.placement.tasks) {
+      std::vector<int>& list = on_node[t.node];
+      if (list.empty() || list.back() != idx) list.push_back(idx);
+    }
+  }
+  if (cand.empty()) return false;
+
+  // A plan frees one node enough for the job: for a job that fits in a node,
+  // enough GPUs for all of it; for a larger gang, the whole node. Its cost is
+  // the GPUs of the victims it stops (whole gangs count in full).
+  struct Plan {
+    int64_t cost;
+    int node;
+    std::vector<int> victims;
+  };
+  std::vector<Plan> plans;
+  for (const auto& [node, list] : on_node) {
+    if (!st.Schedulable(node) || !usable(st.NodeModel(node)) ||
+        st.NodeGpus(node) < shape.gpus_per_task) {
+      continue;
+    }
+    const bool one_node =
+        shape.TotalGpus() <= st.MaxNodeGpus(st.NodeModel(node));
+    const int need = one_node ? shape.TotalGpus() : st.NodeGpus(node);
+    int free = st.FreeGpus(node);
+    Plan plan{0, node, {}};
+    for (int idx : list) {
+      if (free >= need) break;
+      for (const TaskPlacement& t : cand[idx]->placement.tasks) {
+        if (t.node == node) free += std::popcount(t.gpu_mask);
+      }
+      plan.cost += cand[idx]->request.shape.TotalGpus();
+      plan.victims.push_back(idx);
+    }
+    if (free >= need) plans.push_back(std::move(plan));
+  }
+  std::sort(plans.begin(), plans.end(), [](const Plan& a, const Plan& b) {
+    return std::tie(a.cost, a.node) < std::tie(b.cost, b.node);
+  });
+  if (plans.size() > kMaxPlans) plans.resize(kMaxPlans);
+
+  // Stop plans' victims (trial only) until the job fits, cheapest first.
+  std::vector<bool> released(cand.size(), false);
+  std::vector<int> order;
+  std::optional<Placement> found;
+  for (const Plan& plan : plans) {
+    for (int idx : plan.victims) {
+      if (released[idx]) continue;
+      released[idx] = true;
+      order.push_back(idx);
+      st.Release(cand[idx]->request.id, cand[idx]->placement,
+                 cand[idx]->request.shape);
+    }
     found = FindPlacement(st, shape, nullptr, nullptr);
     if (found.has_value()) break;
   }
-  // Restore every trial release; the victims keep their GPUs until they stop.
-  for (auto it = released.rbegin(); it != released.rend(); ++it) {
-    st.Allocate((*it)->request.id, (*it)->placement, (*it)->request.shape,
-                (*it)->expected_end);
+  // Undo the trial; victims keep their GPUs until they actually stop.
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const SchedJob* vj = cand[*it];
+    st.Allocate(vj->request.id, vj->placement, vj->request.shape,
+                vj->expected_end);
   }
   if (!found.has_value()) return false;
   int victims = 0;
-  for (SchedJob* vj : released) {
+  for (int idx : order) {
+    SchedJob* vj = cand[idx];
     if (!Overlaps(vj->placement, *found)) continue;
     vj->phase = JobPhase::kStopping;
     vj->preempted_by = for_job;

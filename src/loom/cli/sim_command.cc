@@ -1,0 +1,306 @@
+#include "loom/cli/sim_command.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "fmt/format.h"
+#include "loom/common/fmt_absl.h"
+#include "loom/core/cluster_spec.h"
+#include "loom/report/plot.h"
+#include "loom/sim/report.h"
+#include "loom/sim/simulator.h"
+#include "loom/sim/workload.h"
+#include "loom/trace/trace.h"
+
+namespace loom {
+namespace {
+
+std::string PresetHelp() {
+  std::string s = "Built-in clusters (--cluster NAME):\n";
+  for (const std::string& name : ClusterPresetNames()) {
+    s += fmt::format("  {:<8} {}\n", name, ClusterPresetSummary(name));
+  }
+  s += "Or --cluster FILE for a cluster spec (docs/cluster-spec.md).\n";
+  s += "Trace formats (--format): auto, canonical, philly, itp, alibaba "
+       "(docs/trace-formats.md).\n";
+  s += "Policies (--policy): fifo, backfill, las, fair (docs/scheduling.md).";
+  return s;
+}
+
+int Fail(const std::string& message) {
+  std::cerr << "loom sim: " << message << "\n";
+  return 2;
+}
+
+}  // namespace
+
+CLI::App* AddSimCommand(CLI::App& app, SimFlags* f) {
+  CLI::App* sim = app.add_subcommand(
+      "sim",
+      "Replay a job trace against a simulated cluster, one or more "
+      "policies side by side");
+  sim->footer(PresetHelp());
+  sim->add_option("--cluster", f->cluster,
+                  "Preset name (small, large) or cluster spec YAML file")
+      ->capture_default_str();
+  sim->add_option("--trace", f->trace, "Job trace file (CSV)")->required();
+  sim->add_option("--format", f->format,
+                  "Trace format: auto, canonical, philly, itp, alibaba")
+      ->capture_default_str();
+  sim->add_option("--policy", f->policies,
+                  "Comma-separated policies, run side by side: fifo, "
+                  "backfill, las, fair")
+      ->capture_default_str();
+  sim->add_option("--arrival-scale", f->arrival_scale,
+                  "Multiply submit times by X (< 1 compresses arrivals and "
+                  "raises the load)")
+      ->capture_default_str();
+  sim->add_option("--limit", f->limit, "Replay only the first N jobs (0: all)");
+  sim->add_option("--seed", f->seed,
+                  "Seed for time-limit estimates and "
+                  "failures")
+      ->capture_default_str();
+  sim->add_option("--time-limits", f->time_limits,
+                  "Time limits given to trace jobs: none, exact, or "
+                  "overestimate:K (true duration x U[1,K])")
+      ->capture_default_str();
+  sim->add_option("--fail-mtbf", f->fail_mtbf_s,
+                  "Mean time between failures of each node, seconds (0: no "
+                  "failures)");
+  sim->add_option("--checkpoint-interval", f->checkpoint_interval_s,
+                  "Jobs checkpoint every this many seconds of run time (0: "
+                  "never; a failure loses the whole run)");
+  sim->add_option("--repair-time", f->repair_s,
+                  "Seconds a failed node stays down")
+      ->capture_default_str();
+  sim->add_option("--restart-cost", f->restart_cost_s,
+                  "Seconds a job spends restoring when it starts again after "
+                  "preemption or failure")
+      ->capture_default_str();
+  sim->add_option("--starvation-age", f->starvation_age_s,
+                  "fair: a job pending longer than this (seconds) takes the "
+                  "reservation ahead of fair-share order")
+      ->capture_default_str();
+  sim->add_option("--las-thresholds", f->las_thresholds,
+                  "las: queue thresholds in GPU-hours of attained service")
+      ->capture_default_str();
+  sim->add_option("--half-life", f->half_life_s,
+                  "fair: half-life of project usage, seconds")
+      ->capture_default_str();
+  sim->add_option("--json", f->json, "Write the results as JSON to FILE");
+  sim->add_option("--plot", f->plot,
+                  "Write a plot to FILE (.html or .svg): utilisation and "
+                  "queue length over time, JCT CDF");
+  sim->add_flag("--strict", f->strict,
+                "Fail on the first bad trace line instead of skipping it");
+  sim->add_flag("--quiet", f->quiet, "No progress line");
+  sim->add_option("--threads", f->threads,
+                  "Policies simulated in parallel (0: one per core)");
+  return sim;
+}
+
+int RunSim(const SimFlags& f) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  absl::StatusOr<Cluster> cluster = LoadCluster(f.cluster);
+  if (!cluster.ok()) {
+    return Fail(fmt::format("--cluster: {}", cluster.status().message()));
+  }
+  absl::StatusOr<TraceFormat> format = ParseTraceFormat(f.format);
+  if (!format.ok()) {
+    return Fail(fmt::format("--format: {}", format.status().message()));
+  }
+  absl::StatusOr<TimeLimitMode> limits = ParseTimeLimitMode(f.time_limits);
+  if (!limits.ok()) return Fail(std::string(limits.status().message()));
+  if (!(f.arrival_scale > 0) || f.arrival_scale > 1e6) {
+    return Fail("--arrival-scale: must be a positive number");
+  }
+  if (f.limit < 0) return Fail("--limit: must not be negative");
+  if (f.fail_mtbf_s < 0 || f.checkpoint_interval_s < 0 || f.repair_s < 0 ||
+      f.restart_cost_s < 0 || f.starvation_age_s < 0 || !(f.half_life_s > 0)) {
+    return Fail(
+        "--fail-mtbf, --checkpoint-interval, --repair-time, --restart-cost, "
+        "--starvation-age must not be negative; --half-life must be positive");
+  }
+  PolicyOptions popts;
+  popts.starvation_age = absl::Seconds(f.starvation_age_s);
+  popts.las_thresholds.clear();
+  for (absl::string_view part : absl::StrSplit(f.las_thresholds, ',')) {
+    double hours = 0;
+    if (!absl::SimpleAtod(part, &hours) || !(hours > 0)) {
+      return Fail(
+          fmt::format("--las-thresholds: '{}' is not a positive "
+                      "number of GPU-hours",
+                      std::string(part)));
+    }
+    popts.las_thresholds.push_back(hours * 3600);
+  }
+  std::vector<std::string> policies;
+  for (absl::string_view part : absl::StrSplit(f.policies, ',')) {
+    std::string name(part);
+    absl::StatusOr<std::unique_ptr<QueuePolicy>> p =
+        MakeQueuePolicy(name, popts);
+    if (!p.ok()) {
+      return Fail(
+          fmt::format("--policy: {}", std::string(p.status().message())));
+    }
+    policies.push_back(name);
+  }
+
+  absl::StatusOr<Trace> trace = ReadTraceFile(f.trace, *format, f.strict);
+  if (!trace.ok()) return Fail(std::string(trace.status().message()));
+  for (size_t i = 0; i < trace->issues.size() && i < 10; ++i) {
+    std::cerr << f.trace << ": " << FormatTraceIssue(trace->issues[i])
+              << " (skipped)\n";
+  }
+  if (trace->issues.size() > 10) {
+    std::cerr << f.trace << ": " << trace->issues.size() - 10
+              << " more bad lines skipped\n";
+  }
+  WorkloadOptions wopts;
+  wopts.arrival_scale = f.arrival_scale;
+  wopts.limit = f.limit;
+  wopts.seed = f.seed;
+  wopts.time_limits = *limits;
+  Workload workload = BuildWorkload(*trace, *cluster, wopts);
+  for (const TraceIssue& issue : workload.issues) {
+    if (f.strict) {
+      return Fail(fmt::format("{}: {}", f.trace, FormatTraceIssue(issue)));
+    }
+  }
+  for (size_t i = 0; i < workload.issues.size() && i < 10; ++i) {
+    std::cerr << f.trace << ": " << FormatTraceIssue(workload.issues[i])
+              << " (skipped)\n";
+  }
+  if (workload.jobs.empty()) return Fail(f.trace + ": no jobs to replay");
+
+  SimReport report;
+  report.cluster = cluster->name;
+  report.cluster_gpus = cluster->TotalGpus();
+  report.cluster_nodes = static_cast<int>(cluster->nodes.size());
+  report.trace = f.trace;
+  report.trace_format = std::string(TraceFormatName(trace->format));
+  report.trace_jobs = static_cast<int64_t>(workload.jobs.size());
+  report.trace_issues =
+      static_cast<int64_t>(trace->issues.size() + workload.issues.size());
+  report.trace_skipped = trace->skipped;
+  report.arrival_scale = f.arrival_scale;
+  report.offered = ComputeOfferedLoad(workload.jobs, report.cluster_gpus);
+  std::cerr << fmt::format(
+      "offered load {:.2f} (mean demand {:.0f} of {} GPUs over the arrival "
+      "window), peak {:.2f}\n",
+      report.offered.mean_load, report.offered.mean_demand_gpus,
+      report.cluster_gpus, report.offered.peak_load);
+
+  // One simulation per policy, in parallel.
+  const size_t n = policies.size();
+  std::vector<std::atomic<int64_t>> progress(n);
+  std::vector<absl::StatusOr<SimResult>> results(n, absl::UnknownError(""));
+  std::vector<SimOptions> options(n);
+  for (size_t i = 0; i < n; ++i) {
+    options[i].policy = policies[i];
+    options[i].policy_options = popts;
+    options[i].scheduler_options.usage_half_life = absl::Seconds(f.half_life_s);
+    options[i].seed = f.seed;
+    options[i].fail_mtbf_s = f.fail_mtbf_s;
+    options[i].repair_s = f.repair_s;
+    options[i].checkpoint_interval_s = f.checkpoint_interval_s;
+    options[i].restart_cost_s = f.restart_cost_s;
+    options[i].progress = &progress[i];
+  }
+  const size_t threads = std::max<size_t>(
+      1, std::min<size_t>(
+             n, f.threads > 0
+                    ? f.threads
+                    : std::max(1u, std::thread::hardware_concurrency())));
+  std::atomic<size_t> next{0};
+  std::atomic<size_t> done{0};
+  std::vector<std::thread> workers;
+  for (size_t w = 0; w < threads; ++w) {
+    workers.emplace_back([&] {
+      for (size_t i = next++; i < n; i = next++) {
+        results[i] = RunSimulation(*cluster, workload.jobs, options[i]);
+        ++done;
+      }
+    });
+  }
+  const bool tty = isatty(STDERR_FILENO);
+  auto last_print = std::chrono::steady_clock::now();
+  bool printed = false;
+  while (done.load() < n) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const auto now = std::chrono::steady_clock::now();
+    const double elapsed =
+        std::chrono::duration<double>(now - wall_start).count();
+    if (f.quiet || elapsed < 1.0) continue;
+    if (now - last_print < std::chrono::milliseconds(tty ? 250 : 2000))
+      continue;
+    last_print = now;
+    std::string line = fmt::format("[{:5.1f}s]", elapsed);
+    for (size_t i = 0; i < n; ++i) {
+      line += fmt::format(" {} {:.0f}%", policies[i],
+                          100.0 * progress[i].load() / workload.jobs.size());
+    }
+    std::cerr << (tty ? "\r" : "") << line << (tty ? "" : "\n") << std::flush;
+    printed = true;
+  }
+  for (std::thread& t : workers) t.join();
+  if (printed && tty) std::cerr << "\n";
+  for (size_t i = 0; i < n; ++i) {
+    if (!results[i].ok()) {
+      return Fail(fmt::format("{}: {}", policies[i],
+                              std::string(results[i].status().message())));
+    }
+    report.results.push_back(*std::move(results[i]));
+  }
+  report.wall_seconds = std::chrono::duration<double>(
+                            std::chrono::steady_clock::now() - wall_start)
+                            .count();
+  std::cout << FormatSimTable(report) << std::flush;
+
+  int rc = 0;
+  if (!f.json.empty()) {
+    std::ofstream out(f.json);
+    out << SimReportJson(report).dump(2) << "\n";
+    out.close();
+    if (!out) {
+      std::cerr << "loom sim: --json: cannot write " << f.json << "\n";
+      rc = 1;
+    } else {
+      std::cerr << "wrote " << f.json << "\n";
+    }
+  }
+  if (!f.plot.empty()) {
+    PlotInfo info;
+    info.title =
+        fmt::format("loom sim: {} on {}", report.trace, report.cluster);
+    info.subtitle = fmt::format(
+        "{} jobs, arrival scale {}, offered load {:.2f} (peak {:.2f})",
+        report.trace_jobs, report.arrival_scale, report.offered.mean_load,
+        report.offered.peak_load);
+    info.arrival_window_end_s =
+        report.offered.window_end_s - report.offered.window_start_s;
+    std::vector<PlotSeries> series;
+    for (const SimResult& r : report.results) {
+      series.push_back(
+          {r.policy, r.utilization_series, r.queue_series, r.jct_s});
+    }
+    absl::Status st = WritePlot(f.plot, info, series);
+    if (!st.ok()) {
+      std::cerr << "loom sim: --plot: " << st.message() << "\n";
+      rc = 1;
+    } else {
+      std::cerr << "wrote " << f.plot << "\n";
+    }
+  }
+  return rc;
+}
+
+}  // namespace loom

@@ -1,0 +1,42 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "CLI/CLI.hpp"
+
+namespace loom {
+
+// Flags of `loom sim`; see docs/simulator.md.
+struct SimFlags {
+  std::string cluster = "small";
+  std::string trace;
+  std::string format = "auto";
+  std::string policies = "fair";
+  double arrival_scale = 1.0;
+  int64_t limit = 0;
+  uint64_t seed = 1;
+  std::string time_limits = "none";
+  double fail_mtbf_s = 0;
+  double checkpoint_interval_s = 0;
+  double repair_s = 3600;
+  double restart_cost_s = 30;
+  double starvation_age_s = 3600;
+  std::string las_thresholds = "1,10";
+  double half_life_s = 7 * 86400;
+  std::string json;
+  std::string plot;
+  bool strict = false;
+  bool quiet = false;
+  int threads = 0;
+};
+
+// Registers `sim` on `app`; `flags` must outlive the parse.
+CLI::App* AddSimCommand(CLI::App& app, SimFlags* flags);
+
+// Runs `loom sim`. Returns the process exit code: 0 on success, 2 for bad
+// input (flags, cluster spec, trace under --strict), 1 when writing an output
+// file fails.
+int RunSim(const SimFlags& flags);
+
+}  // namespace loom

@@ -1,0 +1,175 @@
+#include "loom/sim/report.h"
+
+#include <algorithm>
+#include <set>
+
+#include "fmt/format.h"
+#include "loom/common/units.h"
+
+namespace loom {
+namespace {
+
+std::string Dur(double s) { return FormatDurationShort(absl::Seconds(s)); }
+
+std::string Count(int64_t n) {
+  std::string s = std::to_string(n);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) {
+    s.insert(static_cast<size_t>(i), ",");
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string FormatSimTable(const SimReport& r) {
+  std::string out;
+  out += fmt::format(
+      "cluster {} ({} nodes, {} GPUs); trace {} ({}: {} jobs, {} bad lines, "
+      "{} skipped)\n",
+      r.cluster, Count(r.cluster_nodes), Count(r.cluster_gpus), r.trace,
+      r.trace_format, Count(r.trace_jobs), Count(r.trace_issues),
+      Count(r.trace_skipped));
+  out += fmt::format(
+      "arrival scale {}: arrival window {}, offered load {:.2f} (mean demand "
+      "{:.0f} GPUs), peak {:.2f} ({:.0f} GPUs)\n\n",
+      r.arrival_scale, Dur(r.offered.window_end_s - r.offered.window_start_s),
+      r.offered.mean_load, r.offered.mean_demand_gpus, r.offered.peak_load,
+      r.offered.peak_demand_gpus);
+
+  std::vector<std::pair<std::string, std::vector<std::string>>> rows;
+  auto row = [&](const std::string& name, auto fn) {
+    std::vector<std::string> cells;
+    for (const SimResult& s : r.results) cells.push_back(fn(s));
+    rows.emplace_back(name, std::move(cells));
+  };
+  row("jobs finished", [](const SimResult& s) { return Count(s.finished); });
+  row("jobs infeasible",
+      [](const SimResult& s) { return Count(s.infeasible); });
+  row("jobs unfinished",
+      [](const SimResult& s) { return Count(s.unfinished); });
+  row("makespan", [](const SimResult& s) { return Dur(s.makespan_s); });
+  row("JCT mean", [](const SimResult& s) { return Dur(s.jct_mean_s); });
+  row("JCT median", [](const SimResult& s) { return Dur(s.jct_p50_s); });
+  row("JCT p95", [](const SimResult& s) { return Dur(s.jct_p95_s); });
+  row("JCT p99", [](const SimResult& s) { return Dur(s.jct_p99_s); });
+  row("queueing delay mean",
+      [](const SimResult& s) { return Dur(s.wait_mean_s); });
+  row("bounded slowdown mean", [](const SimResult& s) {
+    return fmt::format("{:.2f}", s.slowdown_mean);
+  });
+  row("GPU utilisation (arrivals)", [](const SimResult& s) {
+    return fmt::format("{:.1f}%", 100 * s.gpu_utilization);
+  });
+  row("fragmentation mean", [](const SimResult& s) {
+    return fmt::format("{:.1f}% ({:.0f} GPUs)", 100 * s.fragmentation_mean,
+                       s.fragmentation_mean_gpus);
+  });
+  row("preemptions", [](const SimResult& s) { return Count(s.preemptions); });
+  row("node failures",
+      [](const SimResult& s) { return Count(s.node_failures); });
+  row("GPU-hours lost", [](const SimResult& s) {
+    return fmt::format("{:.1f}", s.gpu_hours_lost);
+  });
+  row("goodput", [](const SimResult& s) {
+    return fmt::format("{:.1f}%", 100 * s.goodput);
+  });
+  row("scheduling passes", [](const SimResult& s) { return Count(s.passes); });
+  row("wall time", [](const SimResult& s) {
+    return fmt::format("{:.2f}s", s.wall_seconds);
+  });
+  // GPU-hours per project: the largest projects, by the first policy.
+  std::set<std::string> projects;
+  for (const SimResult& s : r.results) {
+    for (const auto& [p, h] : s.gpu_hours_by_project) projects.insert(p);
+  }
+  for (const std::string& p : projects) {
+    row("GPU-hours " + p, [&](const SimResult& s) {
+      auto it = s.gpu_hours_by_project.find(p);
+      return fmt::format("{:.0f}",
+                         it == s.gpu_hours_by_project.end() ? 0.0 : it->second);
+    });
+  }
+
+  size_t name_w = 6;
+  for (const auto& [name, cells] : rows) name_w = std::max(name_w, name.size());
+  std::vector<size_t> col_w;
+  for (const SimResult& s : r.results)
+    col_w.push_back(std::max<size_t>(8, s.policy.size()));
+  for (const auto& [name, cells] : rows) {
+    for (size_t i = 0; i < cells.size(); ++i) {
+      col_w[i] = std::max(col_w[i], cells[i].size());
+    }
+  }
+  out += fmt::format("{:<{}}", "policy", name_w);
+  for (size_t i = 0; i < r.results.size(); ++i) {
+    out += fmt::format("  {:>{}}", r.results[i].policy, col_w[i]);
+  }
+  out += "\n";
+  for (const auto& [name, cells] : rows) {
+    out += fmt::format("{:<{}}", name, name_w);
+    for (size_t i = 0; i < cells.size(); ++i) {
+      out += fmt::format("  {:>{}}", cells[i], col_w[i]);
+    }
+    out += "\n";
+  }
+  for (const SimResult& s : r.results) {
+    for (const std::string& e : s.infeasible_examples) {
+      out += fmt::format("infeasible ({}): {}\n", s.policy, e);
+    }
+    break;  // the same jobs are infeasible under every policy
+  }
+  out += fmt::format("\nwall time {:.2f}s\n", r.wall_seconds);
+  return out;
+}
+
+nlohmann::json SimReportJson(const SimReport& r) {
+  nlohmann::json j;
+  j["cluster"] = {{"name", r.cluster},
+                  {"nodes", r.cluster_nodes},
+                  {"gpus", r.cluster_gpus}};
+  j["trace"] = {{"path", r.trace},
+                {"format", r.trace_format},
+                {"jobs", r.trace_jobs},
+                {"bad_lines", r.trace_issues},
+                {"skipped", r.trace_skipped}};
+  j["arrival_scale"] = r.arrival_scale;
+  j["offered_load"] = r.offered.mean_load;
+  j["peak_load"] = r.offered.peak_load;
+  j["offered_demand_gpus_mean"] = r.offered.mean_demand_gpus;
+  j["offered_demand_gpus_peak"] = r.offered.peak_demand_gpus;
+  j["arrival_window_s"] = r.offered.window_end_s - r.offered.window_start_s;
+  j["wall_seconds"] = r.wall_seconds;
+  nlohmann::json policies = nlohmann::json::array();
+  for (const SimResult& s : r.results) {
+    nlohmann::json p;
+    p["name"] = s.policy;
+    p["jobs_finished"] = s.finished;
+    p["jobs_infeasible"] = s.infeasible;
+    p["jobs_unfinished"] = s.unfinished;
+    p["makespan_s"] = s.makespan_s;
+    p["jct_mean_s"] = s.jct_mean_s;
+    p["jct_p50_s"] = s.jct_p50_s;
+    p["jct_p95_s"] = s.jct_p95_s;
+    p["jct_p99_s"] = s.jct_p99_s;
+    p["wait_mean_s"] = s.wait_mean_s;
+    p["slowdown_mean"] = s.slowdown_mean;
+    p["gpu_utilization"] = s.gpu_utilization;
+    p["fragmentation_mean"] = s.fragmentation_mean;
+    p["fragmentation_mean_gpus"] = s.fragmentation_mean_gpus;
+    p["gpu_hours_allocated"] = s.gpu_hours_allocated;
+    p["gpu_hours_lost"] = s.gpu_hours_lost;
+    p["goodput"] = s.goodput;
+    p["preemptions"] = s.preemptions;
+    p["node_failures"] = s.node_failures;
+    p["restarts"] = s.restarts;
+    p["passes"] = s.passes;
+    p["wall_seconds"] = s.wall_seconds;
+    p["gpu_hours_by_project"] = s.gpu_hours_by_project;
+    p["infeasible_examples"] = s.infeasible_examples;
+    policies.push_back(std::move(p));
+  }
+  j["policies"] = std::move(policies);
+  return j;
+}
+
+}  // namespace loom

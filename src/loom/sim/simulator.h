@@ -1,0 +1,74 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "loom/core/cluster.h"
+#include "loom/sched/queue_policy.h"
+#include "loom/sched/scheduler.h"
+#include "loom/sim/workload.h"
+
+namespace loom {
+
+struct SimOptions {
+  std::string policy = "fair";
+  PolicyOptions policy_options;
+  SchedulerOptions scheduler_options;
+  uint64_t seed = 1;
+  // Node failures: each node fails after an exponential time with this mean
+  // (seconds; 0 = never) and comes back after `repair_s`.
+  double fail_mtbf_s = 0;
+  double repair_s = 3600;
+  // Jobs save a checkpoint every this many seconds of useful run time
+  // (0 = never: a failure loses the whole run).
+  double checkpoint_interval_s = 0;
+  // A job that starts again after preemption or failure spends this long
+  // restoring before it makes progress.
+  double restart_cost_s = 30;
+  // Updated with the number of jobs that have finished, for progress lines.
+  std::atomic<int64_t>* progress = nullptr;
+};
+
+struct SimResult {
+  std::string policy;
+  int64_t jobs = 0;
+  int64_t finished = 0;
+  int64_t infeasible = 0;
+  int64_t unfinished = 0;  // still pending or running when events ran out
+  std::vector<std::string> infeasible_examples;  // first few, with reasons
+  double makespan_s = 0;
+  double jct_mean_s = 0, jct_p50_s = 0, jct_p95_s = 0, jct_p99_s = 0;
+  double wait_mean_s = 0;
+  double slowdown_mean = 0;    // bounded slowdown, 10 s bound
+  double gpu_utilization = 0;  // over the arrival window
+  double fragmentation_mean_gpus = 0;
+  double fragmentation_mean = 0;  // as a fraction of the cluster's GPUs
+  double gpu_hours_allocated = 0;
+  double gpu_hours_lost = 0;  // work thrown away by failures
+  double goodput = 1.0;       // useful GPU-hours / allocated GPU-hours
+  int64_t preemptions = 0;
+  int64_t node_failures = 0;
+  int64_t restarts = 0;
+  int64_t passes = 0;
+  std::map<std::string, double> gpu_hours_by_project;
+  // For plots: (seconds since the first submit, value), step functions.
+  std::vector<std::pair<double, double>> utilization_series;
+  std::vector<std::pair<double, double>> queue_series;
+  std::vector<double> jct_s;
+  double wall_seconds = 0;
+};
+
+// Replays `jobs` on `cluster` with one policy: a discrete-event simulation
+// that drives the real `Scheduler` (the same code the server runs) with
+// simulated time. Deterministic for a given input and seed. Fails only on a
+// bad policy name or options.
+absl::StatusOr<SimResult> RunSimulation(const Cluster& cluster,
+                                        const std::vector<SimJob>& jobs,
+                                        const SimOptions& options);
+
+}  // namespace loom

@@ -1,0 +1,157 @@
+#include "loom/sim/workload.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace loom {
+
+absl::StatusOr<TimeLimitMode> ParseTimeLimitMode(std::string_view text) {
+  TimeLimitMode mode;
+  if (text == "none") return mode;
+  if (text == "exact") {
+    mode.kind = TimeLimitMode::Kind::kExact;
+    return mode;
+  }
+  constexpr std::string_view kPrefix = "overestimate:";
+  if (text.substr(0, kPrefix.size()) == kPrefix) {
+    double k = 0;
+    if (absl::SimpleAtod(std::string(text.substr(kPrefix.size())), &k) &&
+        k >= 1.0 && k <= 1000.0) {
+      mode.kind = TimeLimitMode::Kind::kOverestimate;
+      mode.factor = k;
+      return mode;
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--time-limits: '", std::string(text),
+                   "' is not none, exact or overestimate:K with 1 <= K <= "
+                   "1000"));
+}
+
+namespace {
+
+// Splits `total` GPUs into equal tasks that each fit a node of `per_node`.
+JobShape ShapeFor(int total, int per_node) {
+  absl::StatusOr<JobShape> s = ShapeFromTotalGpus(total, per_node);
+  if (s.ok()) return *s;
+  JobShape shape;
+  int g = per_node;
+  while (g > 1 && total % g != 0) --g;
+  shape.tasks = total / g;
+  shape.gpus_per_task = g;
+  return shape;
+}
+
+}  // namespace
+
+Workload BuildWorkload(const Trace& trace, const Cluster& cluster,
+                       const WorkloadOptions& options) {
+  Workload w;
+  std::mt19937_64 rng(options.seed);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  int max_node = 0;
+  std::vector<int> model_max(cluster.gpu_models.size(), 0);
+  double slowest_any = 1e9;
+  for (const NodeSpec& n : cluster.nodes) {
+    max_node = std::max(max_node, n.gpus);
+    model_max[n.gpu_model] = std::max(model_max[n.gpu_model], n.gpus);
+    slowest_any = std::min(slowest_any, cluster.gpu_models[n.gpu_model].speed);
+  }
+  const PriorityClass* normal = cluster.FindPriorityClass("normal");
+  JobId next_id = 1;
+  for (const TraceJob& t : trace.jobs) {
+    if (options.limit > 0 &&
+        static_cast<int64_t>(w.jobs.size()) >= options.limit) {
+      break;
+    }
+    SimJob job;
+    JobRequest& r = job.request;
+    r.id = next_id;
+    r.name = t.id;
+    r.project = t.project.empty() ? "default" : t.project;
+    r.user = t.user.empty() ? r.project : t.user;
+    r.kind = JobKind::kTrain;
+    GpuModelId model = kAnyGpuModel;
+    if (!t.gpu_model.empty() && t.gpu_model != "any") {
+      model = cluster.FindGpuModel(t.gpu_model);
+      if (model < 0) {
+        w.issues.push_back(
+            {t.line, absl::StrCat("gpu_model: the cluster has no '",
+                                  t.gpu_model, "' GPUs")});
+        continue;
+      }
+    }
+    if (t.priority.empty()) {
+      r.priority = normal != nullptr ? normal->value : 100;
+    } else if (const PriorityClass* pc =
+                   cluster.FindPriorityClass(t.priority)) {
+      r.priority = pc->value;
+    } else {
+      w.issues.push_back(
+          {t.line, absl::StrCat("priority: unknown class '", t.priority, "'")});
+      continue;
+    }
+    // Trace jobs may be preempted unless the trace says otherwise.
+    r.preemptible = t.preemptible.value_or(true);
+    const int per_node = model == kAnyGpuModel ? max_node : model_max[model];
+    r.shape = ShapeFor(t.num_gpus, std::max(per_node, 1));
+    r.shape.gpu_model = model;
+    job.submit_s = t.submit_s * options.arrival_scale;
+    job.duration_s = t.duration_s;
+    job.trace_id = t.id;
+    r.submit_time = absl::UnixEpoch() + absl::Seconds(job.submit_s);
+    // A limit is wall time: the run time on the slowest GPU the job may get.
+    const double slowest =
+        model == kAnyGpuModel ? slowest_any : cluster.gpu_models[model].speed;
+    const double exact = t.duration_s / std::max(slowest, 1e-6);
+    double limit_s = -1;
+    if (t.time_limit_s.has_value()) {
+      limit_s = *t.time_limit_s;
+    } else if (options.time_limits.kind == TimeLimitMode::Kind::kExact) {
+      limit_s = exact;
+    } else if (options.time_limits.kind == TimeLimitMode::Kind::kOverestimate) {
+      limit_s = exact * (1.0 + (options.time_limits.factor - 1.0) * unit(rng));
+    }
+    if (limit_s > 0) r.time_limit = absl::Seconds(std::ceil(limit_s));
+    w.jobs.push_back(std::move(job));
+    ++next_id;
+  }
+  return w;
+}
+
+OfferedLoad ComputeOfferedLoad(const std::vector<SimJob>& jobs,
+                               int cluster_gpus) {
+  OfferedLoad load;
+  if (jobs.empty() || cluster_gpus <= 0) return load;
+  std::vector<std::pair<double, int>> events;
+  events.reserve(jobs.size() * 2);
+  load.window_start_s = jobs.front().submit_s;
+  load.window_end_s = jobs.front().submit_s;
+  for (const SimJob& j : jobs) {
+    const int gpus = j.request.shape.TotalGpus();
+    events.emplace_back(j.submit_s, gpus);
+    events.emplace_back(j.submit_s + j.duration_s, -gpus);
+    load.window_start_s = std::min(load.window_start_s, j.submit_s);
+    load.window_end_s = std::max(load.window_end_s, j.submit_s);
+  }
+  std::sort(events.begin(), events.end());
+  double demand = 0, area = 0, last = load.window_start_s;
+  for (const auto& [t, delta] : events) {
+    const double a = std::clamp(last, load.window_start_s, load.window_end_s);
+    const double b = std::clamp(t, load.window_start_s, load.window_end_s);
+    area += demand * (b - a);
+    last = t;
+    demand += delta;
+    load.peak_demand_gpus = std::max(load.peak_demand_gpus, demand);
+  }
+  const double window = load.window_end_s - load.window_start_s;
+  load.mean_demand_gpus = window > 0 ? area / window : demand;
+  load.mean_load = load.mean_demand_gpus / cluster_gpus;
+  load.peak_load = load.peak_demand_gpus / cluster_gpus;
+  return load;
+}
+
+}  // namespace loom

@@ -1,0 +1,70 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "loom/core/cluster.h"
+#include "loom/core/job.h"
+#include "loom/trace/trace.h"
+
+namespace loom {
+
+// How simulated jobs get the time limits that backfilling plans with. Trace
+// jobs carry none; this gives them user-like estimates.
+struct TimeLimitMode {
+  enum class Kind { kNone, kExact, kOverestimate };
+  Kind kind = Kind::kNone;
+  double factor = 1.0;  // kOverestimate: the limit is exact x U[1, factor]
+};
+
+// Parses "none", "exact" or "overestimate:K" (K >= 1).
+absl::StatusOr<TimeLimitMode> ParseTimeLimitMode(std::string_view text);
+
+// One job of a simulated workload: what the scheduler sees (`request`) plus
+// the truth only the simulator knows (`duration_s`).
+struct SimJob {
+  JobRequest request;
+  double submit_s = 0;    // after arrival scaling
+  double duration_s = 0;  // true run time at GPU speed 1.0
+  std::string trace_id;
+};
+
+struct WorkloadOptions {
+  double arrival_scale = 1.0;
+  int64_t limit = 0;  // first N jobs by submit time; 0 = all
+  uint64_t seed = 1;
+  TimeLimitMode time_limits;
+};
+
+struct Workload {
+  std::vector<SimJob> jobs;
+  // Trace lines that cannot become jobs on this cluster (unknown GPU model,
+  // unknown priority class), reported and skipped like bad trace lines.
+  std::vector<TraceIssue> issues;
+};
+
+// Turns trace rows into scheduler requests for `cluster`: N GPUs become one
+// task when they fit a node, else whole nodes (or, when N is not a multiple
+// of the node size, equal tasks of the largest divisor of N that fits a
+// node); a missing project is "default"; the priority class name maps to its
+// value ("" = normal). Deterministic for a given seed.
+Workload BuildWorkload(const Trace& trace, const Cluster& cluster,
+                       const WorkloadOptions& options);
+
+// The load a workload offers a cluster, with unlimited capacity: GPUs that
+// would be busy if every job started on arrival.
+struct OfferedLoad {
+  double window_start_s = 0;    // first submit
+  double window_end_s = 0;      // last submit
+  double mean_demand_gpus = 0;  // over the arrival window
+  double peak_demand_gpus = 0;
+  double mean_load = 0;  // mean demand / cluster GPUs
+  double peak_load = 0;
+};
+
+OfferedLoad ComputeOfferedLoad(const std::vector<SimJob>& jobs,
+                               int cluster_gpus);
+
+}  // namespace loom
