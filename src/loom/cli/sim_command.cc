@@ -192,7 +192,7 @@ int RunSim(const SimFlags& f) {
       static_cast<int64_t>(trace->issues.size() + workload.issues.size());
   report.trace_skipped = trace->skipped;
   report.arrival_scale = f.arrival_scale;
-  report.offered = ComputeOfferedLoad(workload.jobs, report.cluster_gpus);
+  report.offered = ComputeOfferedLoad(workload.jobs, *cluster);
   std::cerr << fmt::format(
       "offered load {:.2f} (mean demand {:.0f} of {} GPUs over the arrival "
       "window), peak {:.2f}\n",

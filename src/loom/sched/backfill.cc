@@ -22,14 +22,12 @@ Step BackfillPass::Visit(const GroupedQueue::Entry& entry,
     SkipGroup(group, why);
     return Step::kSkipGroup;
   }
-  const bool blocked = group.skipped_pass == ctx_.pass();
   if (!reservation_.valid || EndsBeforeReservation(entry)) {
     if (ctx_.TryStart(entry.id, nullptr, &why)) return Step::kStarted;
     // It does not fit anywhere: neither does the rest of its group.
-    if (!blocked) SkipGroup(group, why);
+    SkipGroup(group, why);
     return Step::kSkipGroup;
   }
-  if (blocked) return Step::kNext;  // only short jobs may still go
   if (ctx_.TryStart(entry.id, &reservation_.nodes, &why)) {
     return Step::kStarted;
   }
@@ -38,10 +36,11 @@ Step BackfillPass::Visit(const GroupedQueue::Entry& entry,
   delay.other = reservation_.job;
   ctx_.SetReason(entry.id, delay);
   SkipGroup(group, delay);
-  // Later jobs of this group may still start if their time limit ends before
-  // the reservation; with an infinite reservation none can.
-  return reservation_.start == absl::InfiniteFuture() ? Step::kSkipGroup
-                                                      : Step::kNext;
+  // Later jobs of this group whose time limit ends before the reservation
+  // may still start: `FillBeforeReservation` finds them without walking
+  // the group.
+  blocked_.push_back(&group);
+  return Step::kSkipGroup;
 }
 
 }  // namespace loom

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <vector>
+
 #include "loom/sched/grouped_queue.h"
 #include "loom/sched/queue_policy.h"
 
@@ -22,6 +24,12 @@ class BackfillPass {
   GroupedQueue::Step Visit(const GroupedQueue::Entry& entry,
                            GroupedQueue::Group& group);
 
+  // After the merged walk: offers the jobs of groups that were blocked by
+  // the reservation and whose time limit ends before it, shortest first.
+  // `on_started(entry)` is called for each job that starts.
+  template <typename StartedFn>
+  void FillBeforeReservation(GroupedQueue& queue, StartedFn&& on_started);
+
   bool has_reservation() const { return reservation_.valid; }
   const Reservation& reservation() const { return reservation_; }
 
@@ -39,6 +47,28 @@ class BackfillPass {
   SchedulingContext& ctx_;
   bool reserved_ = false;
   Reservation reservation_;
+  // Groups whose next job could only have started on reserved nodes.
+  std::vector<GroupedQueue::Group*> blocked_;
 };
+
+template <typename StartedFn>
+void BackfillPass::FillBeforeReservation(GroupedQueue& queue,
+                                         StartedFn&& on_started) {
+  if (!reservation_.valid || reservation_.start == absl::InfiniteFuture()) {
+    return;
+  }
+  const absl::Duration bound = reservation_.start - ctx_.now();
+  for (GroupedQueue::Group* group : blocked_) {
+    queue.VisitByLimit(*group, bound, [&](const GroupedQueue::Entry& e) {
+      if (ctx_.state().TotalFreeGpus() == 0) return GroupedQueue::Step::kStop;
+      if (ctx_.TryStart(e.id, nullptr)) {
+        on_started(e);
+        return GroupedQueue::Step::kStarted;
+      }
+      // The same shape fails for the rest of the group.
+      return GroupedQueue::Step::kSkipGroup;
+    });
+  }
+}
 
 }  // namespace loom

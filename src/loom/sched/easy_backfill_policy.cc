@@ -18,6 +18,7 @@ void EasyBackfillPolicy::Schedule(SchedulingContext& ctx) {
                [&](const GroupedQueue::Entry& e, GroupedQueue::Group& g) {
                  return pass.Visit(e, g);
                });
+  pass.FillBeforeReservation(queue_, [](const GroupedQueue::Entry&) {});
 }
 
 std::optional<PendingReason> EasyBackfillPolicy::SkippedReason(

@@ -43,6 +43,9 @@ void FairSharePolicy::Schedule(SchedulingContext& ctx) {
         }
         return step;
       });
+  pass.FillBeforeReservation(queue_, [&](const GroupedQueue::Entry& e) {
+    by_age_.erase({e.submit, e.id});
+  });
 }
 
 std::optional<PendingReason> FairSharePolicy::SkippedReason(

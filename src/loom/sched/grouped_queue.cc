@@ -9,12 +9,16 @@ void GroupedQueue::Insert(const GroupKey& key, const SchedJob& job) {
     g.key = key;
     groups_.push_back(std::move(g));
   }
-  if (groups_[it->second]
-          .jobs
+  Group& g = groups_[it->second];
+  if (g.jobs
           .insert(
               {job.request.submit_time, job.request.id, job.request.time_limit})
           .second) {
     ++size_;
+    if (job.request.time_limit != absl::InfiniteDuration()) {
+      g.by_limit.insert(
+          {job.request.time_limit, job.request.submit_time, job.request.id});
+    }
   }
 }
 
@@ -23,6 +27,8 @@ void GroupedQueue::Erase(const GroupKey& key, const SchedJob& job) {
   if (g == nullptr) return;
   size_ -= g->jobs.erase(
       {job.request.submit_time, job.request.id, job.request.time_limit});
+  g->by_limit.erase(
+      {job.request.time_limit, job.request.submit_time, job.request.id});
 }
 
 GroupedQueue::Group* GroupedQueue::Find(const GroupKey& key) {

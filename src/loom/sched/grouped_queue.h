@@ -59,6 +59,9 @@ class GroupedQueue {
   struct Group {
     GroupKey key;
     absl::btree_set<Entry> jobs;
+    // The jobs with a time limit, shortest first: backfilling looks here
+    // for jobs that end before a reservation without walking the group.
+    absl::btree_set<std::tuple<absl::Duration, absl::Time, JobId>> by_limit;
     // Set by the policy when it skips the rest of the group in a pass: the
     // reason that applies to every job of the group it did not visit.
     PendingReason skipped_reason;
@@ -85,6 +88,12 @@ class GroupedQueue {
   // per pass; `visit(entry, group)` returns what to do next.
   template <typename RankFn, typename VisitFn>
   void Visit(RankFn&& rank, VisitFn&& visit);
+
+  // Visits the jobs of `group` whose time limit is at most `bound`, shortest
+  // first. `visit(entry)` returns what to do next (kSkipGroup and kStop both
+  // end the walk).
+  template <typename VisitFn>
+  void VisitByLimit(Group& group, absl::Duration bound, VisitFn&& visit);
 
  private:
   std::vector<Group> groups_;
@@ -125,6 +134,7 @@ void GroupedQueue::Visit(RankFn&& rank, VisitFn&& visit) {
       const Entry entry = *cur;
       const Step step = visit(entry, group);
       if (step == Step::kStarted) {
+        group.by_limit.erase({entry.time_limit, entry.submit, entry.id});
         cur = group.jobs.erase(cur);
         --size_;
       } else if (step == Step::kNext) {
@@ -138,6 +148,25 @@ void GroupedQueue::Visit(RankFn&& rank, VisitFn&& visit) {
     if (cur == group.jobs.end()) continue;
     heap.emplace_back(group.key.cls, ranks[g], cur->submit, cur->id, g);
     std::push_heap(heap.begin(), heap.end(), greater);
+  }
+}
+
+template <typename VisitFn>
+void GroupedQueue::VisitByLimit(Group& group, absl::Duration bound,
+                                VisitFn&& visit) {
+  for (auto it = group.by_limit.begin();
+       it != group.by_limit.end() && std::get<0>(*it) <= bound;) {
+    const Entry entry{std::get<1>(*it), std::get<2>(*it), std::get<0>(*it)};
+    const Step step = visit(entry);
+    if (step == Step::kStarted) {
+      group.jobs.erase(entry);
+      it = group.by_limit.erase(it);
+      --size_;
+    } else if (step == Step::kNext) {
+      ++it;
+    } else {
+      return;
+    }
   }
 }
 

@@ -33,6 +33,8 @@ void LasPolicy::PushDemotion(const SchedJob& job, int queue) {
 }
 
 void LasPolicy::Started(const SchedJob& job) {
+  // Only preemptible jobs can be victims, so only they are tracked.
+  if (!job.request.preemptible) return;
   const int q = QueueOf(job.attained_gpu_seconds);
   running_[q].insert({job.start_time, job.request.id});
   running_queue_[job.request.id] = q;
@@ -99,11 +101,7 @@ void LasPolicy::Schedule(SchedulingContext& ctx) {
           for (int v = static_cast<int>(running_.size()) - 1;
                v > q && candidates.size() < kMaxVictimCandidates; --v) {
             for (const auto& [start, id] : running_[v]) {
-              const SchedJob& victim = ctx.job(id);
-              if (victim.phase != JobPhase::kRunning ||
-                  !victim.request.preemptible) {
-                continue;
-              }
+              if (ctx.job(id).phase != JobPhase::kRunning) continue;
               candidates.push_back(id);
               if (candidates.size() >= kMaxVictimCandidates) break;
             }

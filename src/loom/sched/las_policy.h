@@ -57,7 +57,7 @@ class LasPolicy : public QueuePolicy {
 
   const std::vector<double> thresholds_;
   GroupedQueue pending_;
-  // Running jobs per queue, most recently started first.
+  // Running preemptible jobs per queue, most recently started first.
   std::vector<absl::btree_set<std::pair<absl::Time, JobId>,
                               std::greater<std::pair<absl::Time, JobId>>>>
       running_;

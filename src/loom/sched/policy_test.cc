@@ -89,6 +89,20 @@ TEST_F(HeadOfLine, BackfillRunsShortJobs) {
   EXPECT_TRUE(Running(*s_, 2));
 }
 
+TEST_F(HeadOfLine, ShortJobBehindALongOneOfTheSameShapeStillBackfills) {
+  Run("backfill");
+  // Job 3 (1 GPU, no limit) is blocked by the reservation; job 6 has the
+  // same shape and ends before job 1's limit, so it may go.
+  JobRequest j6 = MakeJob(6, 1, 1, T(4));
+  j6.time_limit = absl::Seconds(30);
+  ASSERT_TRUE(s_->Submit(j6, T(4)).ok());
+  s_->Schedule(T(4));
+  EXPECT_FALSE(Running(*s_, 3));
+  EXPECT_TRUE(Running(*s_, 6)) << s_->ExplainPending(6, T(4));
+  EXPECT_NE(s_->ExplainPending(3, T(4)).find("would delay job 2"),
+            std::string::npos);
+}
+
 TEST(Backfill, NoTimeLimitBackfillsOutsideReservation) {
   // Three nodes; job 1 on node A; the head needs 3 nodes and reserves all;
   // but a head needing 2 nodes leaves one node outside the reservation.

@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "loom/sched/placement.h"
 
 namespace loom {
 
@@ -123,14 +124,16 @@ Workload BuildWorkload(const Trace& trace, const Cluster& cluster,
 }
 
 OfferedLoad ComputeOfferedLoad(const std::vector<SimJob>& jobs,
-                               int cluster_gpus) {
+                               const Cluster& cluster) {
   OfferedLoad load;
+  const int cluster_gpus = cluster.TotalGpus();
   if (jobs.empty() || cluster_gpus <= 0) return load;
   std::vector<std::pair<double, int>> events;
   events.reserve(jobs.size() * 2);
   load.window_start_s = jobs.front().submit_s;
   load.window_end_s = jobs.front().submit_s;
   for (const SimJob& j : jobs) {
+    if (!CouldEverRun(cluster, j.request.shape, nullptr)) continue;
     const int gpus = j.request.shape.TotalGpus();
     events.emplace_back(j.submit_s, gpus);
     events.emplace_back(j.submit_s + j.duration_s, -gpus);

@@ -54,7 +54,8 @@ Workload BuildWorkload(const Trace& trace, const Cluster& cluster,
                        const WorkloadOptions& options);
 
 // The load a workload offers a cluster, with unlimited capacity: GPUs that
-// would be busy if every job started on arrival.
+// would be busy if every job started on arrival. Jobs that could never run on
+// the cluster are left out.
 struct OfferedLoad {
   double window_start_s = 0;    // first submit
   double window_end_s = 0;      // last submit
@@ -65,6 +66,6 @@ struct OfferedLoad {
 };
 
 OfferedLoad ComputeOfferedLoad(const std::vector<SimJob>& jobs,
-                               int cluster_gpus);
+                               const Cluster& cluster);
 
 }  // namespace loom

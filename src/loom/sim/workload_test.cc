@@ -68,9 +68,12 @@ TEST(Workload, TimeLimits) {
 
 TEST(Workload, OfferedLoad) {
   Cluster c = *ClusterPreset("small");  // 224 GPUs
-  Trace t = MakeTrace({{0, 1000, 8, ""}, {100, 1000, 16, ""}});
+  // The 4096-GPU job can never run on 224 GPUs: it offers no load.
+  Trace t =
+      MakeTrace({{0, 1000, 8, ""}, {50, 1000, 4096, ""}, {100, 1000, 16, ""}});
+
   Workload w = BuildWorkload(t, c, WorkloadOptions{});
-  OfferedLoad l = ComputeOfferedLoad(w.jobs, c.TotalGpus());
+  OfferedLoad l = ComputeOfferedLoad(w.jobs, c);
   EXPECT_DOUBLE_EQ(l.window_start_s, 0);
   EXPECT_DOUBLE_EQ(l.window_end_s, 100);
   EXPECT_DOUBLE_EQ(l.mean_demand_gpus, 8);  // only job 1 over [0, 100)

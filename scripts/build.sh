@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Configures and builds loom. Usage: scripts/build.sh [release|asan] [targets...]
+#   release  -> build/       (RelWithDebInfo: optimised, with symbols)
+#   asan     -> build-asan/  (AddressSanitizer + UndefinedBehaviorSanitizer)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kind="${1:-release}"
+shift || true
+case "$kind" in
+  release) dir=build; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo) ;;
+  asan) dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=Debug -DLOOM_SANITIZE=ON -DLOOM_BUILD_BENCH=OFF) ;;
+  *) echo "usage: $0 [release|asan] [targets...]" >&2; exit 2 ;;
+esac
+cmake -S . -B "$dir" -G Ninja "${flags[@]}" > /dev/null
+jobs=$(nproc 2>/dev/null || echo 2)
+ninja -C "$dir" -j "$jobs" "$@"

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs everything loom needs to build and test on Debian 12 (bookworm).
+# Safe to run again; safe while another process runs apt (waits for the lock).
+set -euo pipefail
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+APT="$SUDO apt-get install -y -q -o DPkg::Lock::Timeout=900 --no-install-recommends"
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  libabsl-dev libyaml-cpp-dev nlohmann-json3-dev libfmt-dev libcli11-dev
+  libgtest-dev libgmock-dev libbenchmark-dev time
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -q -o DPkg::Lock::Timeout=900
+  $APT "${missing[@]}"
+else
+  echo "setup: all packages present"
+fi

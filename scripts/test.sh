@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh Debian 12 machine: installs what is
+# missing, builds loom twice (optimised, and with ASan+UBSan) and runs every
+# test in both builds. Exit status 0 means everything passed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+jobs=$(nproc 2>/dev/null || echo 2)
+
+echo "== release build"
+./scripts/build.sh release
+(cd build && ctest --output-on-failure -j "$jobs")
+
+echo "== ASan+UBSan build"
+./scripts/build.sh asan
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --output-on-failure -j "$jobs")
+
+echo "== all tests passed"
