@@ -13,7 +13,9 @@
 #include "absl/strings/str_split.h"
 #include "fmt/format.h"
 #include "loom/common/fmt_absl.h"
+#include "loom/common/units.h"
 #include "loom/core/cluster_spec.h"
+
 #include "loom/report/plot.h"
 #include "loom/sim/report.h"
 #include "loom/sim/simulator.h"
@@ -164,7 +166,13 @@ int RunSim(const SimFlags& f) {
     std::cerr << f.trace << ": " << trace->issues.size() - 10
               << " more bad lines skipped\n";
   }
+  if (trace->skipped > 0) {
+    std::cerr << f.trace << ": skipped " << trace->skipped
+              << " lines that are not GPU jobs: " << trace->skipped_reason
+              << "\n";
+  }
   WorkloadOptions wopts;
+
   wopts.arrival_scale = f.arrival_scale;
   wopts.limit = f.limit;
   wopts.seed = f.seed;
@@ -287,10 +295,31 @@ int RunSim(const SimFlags& f) {
         report.offered.peak_load);
     info.arrival_window_end_s =
         report.offered.window_end_s - report.offered.window_start_s;
+    // A few multi-week jobs can stretch a run far past the arrival window,
+    // which is where policies differ: the time charts stop at three times
+    // the window (the JCT CDF keeps every job).
+    const double window = info.arrival_window_end_s;
+    double end = 0;
+    for (const SimResult& r : report.results) end = std::max(end, r.makespan_s);
+    const double shown = window > 0 ? std::min(end, 3 * window) : end;
+    if (shown < end) {
+      info.subtitle += fmt::format(
+          "; time charts show the first {} (3x the arrival window) of {}",
+          FormatDurationShort(absl::Seconds(shown)),
+          FormatDurationShort(absl::Seconds(end)));
+    }
+    auto clip = [&](const std::vector<std::pair<double, double>>& s) {
+      std::vector<std::pair<double, double>> out;
+      for (const auto& p : s) {
+        if (p.first > shown) break;
+        out.push_back(p);
+      }
+      return out;
+    };
     std::vector<PlotSeries> series;
     for (const SimResult& r : report.results) {
-      series.push_back(
-          {r.policy, r.utilization_series, r.queue_series, r.jct_s});
+      series.push_back({r.policy, clip(r.utilization_series),
+                        clip(r.queue_series), r.jct_s});
     }
     absl::Status st = WritePlot(f.plot, info, series);
     if (!st.ok()) {
