@@ -114,6 +114,8 @@ class Engine {
   std::vector<double> jct_;
   double slowdown_sum_ = 0, wait_sum_ = 0;
   double last_finish_ = 0;
+  double last_progress_ = 0;  // last submit or finish
+  double give_up_after_ = 0;
 };
 
 void Engine::AddDemand(size_t i, int sign) {
@@ -170,7 +172,9 @@ void Engine::Submit(size_t i, double t) {
     }
     return;
   }
+  last_progress_ = t;
   runs_[i].remaining_work = jobs_[i].duration_s;
+
   runs_[i].queued = true;
   AddDemand(i, +1);
 }
@@ -209,6 +213,7 @@ void Engine::Finish(size_t i, double t) {
   wait_sum_ += r.first_start - job.submit_s;
   slowdown_sum_ += std::max(1.0, jct / std::max(job.duration_s, 10.0));
   last_finish_ = std::max(last_finish_, t);
+  last_progress_ = t;
   result_.finished += 1;
   if (options_.progress != nullptr) {
     options_.progress->store(result_.finished, std::memory_order_relaxed);
@@ -279,6 +284,12 @@ SimResult Engine::Run() {
     window_end_ = jobs_.back().submit_s;
   }
   last_t_ = window_start_;
+  double slowest = 1.0, longest = 0;
+  for (const GpuModel& m : cluster_.gpu_models) {
+    slowest = std::min(slowest, std::max(m.speed, 1e-6));
+  }
+  for (const SimJob& j : jobs_) longest = std::max(longest, j.duration_s);
+  give_up_after_ = std::max(365 * 86400.0, 10 * longest / slowest);
   resolution_ = std::max(1.0, (window_end_ - window_start_) / 4000.0);
   if (options_.fail_mtbf_s > 0) {
     for (size_t n = 0; n < cluster_.nodes.size(); ++n) {
@@ -299,6 +310,12 @@ SimResult Engine::Run() {
         next_submit < jobs_.size() ? jobs_[next_submit].submit_s : kNever;
     if (!events_.empty()) t = std::min(t, events_.top().t);
     if (t == kNever) break;  // pending jobs that nothing will ever free
+    // Nothing arrives any more and no job has finished for far longer than
+    // any job runs (say, a gang that needs every node while failures keep
+    // some down): give up and report the rest as unfinished.
+    if (next_submit == jobs_.size() && t - last_progress_ > give_up_after_) {
+      break;
+    }
     Advance(t);
     while (!events_.empty() && events_.top().t <= t) {
       const Event e = events_.top();

@@ -141,6 +141,22 @@ TEST(Simulator, LasPreemptsAndResumes) {
   EXPECT_DOUBLE_EQ(r->jct_s.front(), 100);
 }
 
+TEST(Simulator, GivesUpOnAGangThatCanNeverFindAllItsNodesUp) {
+  // A job needs both nodes, which fail every few seconds and take long to
+  // repair: it may start now and then but never finishes.
+
+  Cluster c = MakeCluster({{2, 0}}, 2, 8);
+  auto jobs = Jobs(c,
+                   "job_id,submit_time,duration,num_gpus\n"
+                   "wide,0,100000,16\n");
+  SimOptions o;
+  o.fail_mtbf_s = 1;
+  o.repair_s = 1.0e6;
+  auto r = RunSimulation(c, jobs, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->unfinished, 1);
+}
+
 TEST(Simulator, RejectsBadOptions) {
   Cluster c = MakeCluster({{1, 0}}, 2, 8);
   SimOptions o;
