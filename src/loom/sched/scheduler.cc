@@ -433,6 +433,74 @@ absl::Status Scheduler::Requeue(JobId id, absl::Time now) {
   return absl::OkStatus();
 }
 
+absl::Status Scheduler::Restore(const JobRequest& job,
+                                const Placement& placement,
+                                absl::Time start_time,
+                                double attained_gpu_seconds, absl::Time now) {
+  if (absl::Status st = ValidateJobRequest(job, cluster_); !st.ok()) return st;
+  if (jobs_.contains(job.id)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job ", job.id, " is already known to the scheduler"));
+  }
+  const JobShape& shape = job.shape;
+  if (static_cast<int>(placement.tasks.size()) != shape.tasks) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job.id, ": placement has ", placement.tasks.size(),
+                     " tasks, the job ", shape.tasks));
+  }
+  // Check every task against the free GPUs, counting tasks that share a node.
+  absl::flat_hash_map<int, uint32_t> taken;
+  for (const TaskPlacement& t : placement.tasks) {
+    if (t.node < 0 || t.node >= state_.num_nodes()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job.id, ": node ", t.node, " does not exist"));
+    }
+    const std::string& name = cluster_.nodes[t.node].name;
+    if (state_.NodeModel(t.node) != placement.gpu_model ||
+        (shape.gpu_model != kAnyGpuModel &&
+         shape.gpu_model != placement.gpu_model)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", job.id, ": node ", name, " has the wrong GPU model"));
+    }
+    if (std::popcount(t.gpu_mask) != shape.gpus_per_task) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", job.id, ": a task on ", name, " has ",
+          std::popcount(t.gpu_mask), " GPUs, not ", shape.gpus_per_task));
+    }
+    uint32_t& used = taken[t.node];
+    if ((t.gpu_mask & ~state_.FreeMask(t.node)) != 0 || (used & t.gpu_mask)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job.id, ": a GPU on ", name, " is not free"));
+    }
+    used |= t.gpu_mask;
+  }
+  SchedJob& sj = jobs_[job.id];
+  sj.request = job;
+  sj.project = InternProject(job.project);
+  sj.placement = placement;
+  std::vector<int> nodes;
+  for (const TaskPlacement& t : placement.tasks) nodes.push_back(t.node);
+  sj.placement.switch_level = cluster_.topology.LowestCommonLevel(nodes);
+  sj.placement.switch_index =
+      sj.placement.switch_level == 0
+          ? -1
+          : cluster_.topology.AncestorAt(nodes[0], sj.placement.switch_level);
+  sj.phase = JobPhase::kRunning;
+  sj.start_time = start_time;
+  sj.queued_since = job.submit_time;
+  sj.expected_end = job.time_limit == absl::InfiniteDuration()
+                        ? absl::InfiniteFuture()
+                        : start_time + job.time_limit;
+  sj.attained_gpu_seconds = attained_gpu_seconds;
+  sj.runs = 1;
+  Accrue(sj.project, now);
+  projects_[sj.project].running_gpus += shape.TotalGpus();
+  state_.Allocate(job.id, sj.placement, shape, sj.expected_end);
+  running_count_ += 1;
+  policy_->Started(sj);
+  return absl::OkStatus();
+}
+
 void Scheduler::SetNodeSchedulable(int node, bool schedulable) {
   state_.SetSchedulable(node, schedulable);
 }

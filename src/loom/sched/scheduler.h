@@ -82,6 +82,15 @@ class Scheduler {
   // the service it received (preemption, node failure, restart policy).
   absl::Status Requeue(JobId id, absl::Time now);
 
+  // Re-instates a job that is already running at `placement` since
+  // `start_time`, having received `attained_gpu_seconds` in earlier runs: a
+  // restarted controller rebuilding its state from the store. The placement
+  // must use free GPUs of nodes of one model with the job's shape; otherwise
+  // FailedPrecondition says which GPU is taken, and nothing changes.
+  absl::Status Restore(const JobRequest& job, const Placement& placement,
+                       absl::Time start_time, double attained_gpu_seconds,
+                       absl::Time now);
+
   // Cordons (false) or uncordons (true) a node: an unschedulable node gets no
   // new work; jobs already there keep running (the caller decides).
   void SetNodeSchedulable(int node, bool schedulable);

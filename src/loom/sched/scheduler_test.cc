@@ -102,6 +102,35 @@ TEST(Scheduler, NodeCordonAndJobsOnNode) {
   EXPECT_NEAR(s->Find(1)->attained_gpu_seconds, 160.0, 1e-6);
 }
 
+TEST(Scheduler, RestoreRunningJobs) {
+  Cluster c = MakeCluster({{2, 0}}, 2, 8);
+  auto s = Make(c, "las");
+  Placement p;
+  p.gpu_model = 0;
+  p.tasks = {{0, 0x0f}, {1, 0x0f}};
+  JobRequest j = MakeJob(7, 2, 4, T(0));
+  j.preemptible = true;
+  ASSERT_TRUE(s->Restore(j, p, T(10), 100.0, T(20)).ok());
+  EXPECT_EQ(s->running_count(), 1);
+  EXPECT_EQ(s->state().TotalFreeGpus(), 8);
+  EXPECT_EQ(s->Find(7)->placement.switch_level, 1);
+  EXPECT_NEAR(s->Find(7)->AttainedAt(T(20)), 100.0 + 8 * 10, 1e-6);
+  // A second job on the same GPUs is refused and changes nothing.
+  JobRequest k = MakeJob(8, 1, 4, T(0));
+  Placement q;
+  q.gpu_model = 0;
+  q.tasks = {{0, 0x01 | 0x10 | 0x20 | 0x40}};
+  EXPECT_EQ(s->Restore(k, q, T(10), 0, T(20)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s->state().TotalFreeGpus(), 8);
+  q.tasks = {{0, 0xf0}};
+  EXPECT_TRUE(s->Restore(k, q, T(10), 0, T(20)).ok());
+  EXPECT_TRUE(s->state().CheckInvariants().ok());
+  EXPECT_EQ(s->state().TotalFreeGpus(), 4);
+  ASSERT_TRUE(s->Finish(7, T(30)).ok());
+  EXPECT_EQ(s->state().TotalFreeGpus(), 12);
+}
+
 struct Decision {
   JobId job;
   std::vector<std::pair<int, uint32_t>> where;
