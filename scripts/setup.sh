@@ -11,6 +11,7 @@ APT="$SUDO apt-get install -y -q -o DPkg::Lock::Timeout=900 --no-install-recomme
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libabsl-dev libyaml-cpp-dev nlohmann-json3-dev libfmt-dev libcli11-dev
+  libsqlite3-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev time
 )
 

@@ -1,0 +1,601 @@
+#include "loom/store/sqlite_state_store.h"
+
+#include <sqlite3.h>
+
+#include <cstdlib>
+#include <initializer_list>
+#include <iterator>
+#include <string>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace loom {
+namespace {
+
+// Stored in the file header (`PRAGMA application_id`) so that loom refuses an
+// SQLite file that belongs to something else: "loom" in ASCII.
+constexpr int32_t kApplicationId = 0x6c6f6f6d;
+// Bumped on any incompatible change to the schema below.
+constexpr int64_t kSchemaVersion = 1;
+
+// Keys and values are BLOBs so that SQLite compares them bytewise (memcmp),
+// which is `std::string`'s and etcd's order. `changes.kind` uses etcd's event
+// types: 0 put, 1 delete.
+constexpr char kSchema[] = R"sql(
+CREATE TABLE IF NOT EXISTS meta (
+  name  TEXT PRIMARY KEY,
+  value INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS kv (
+  key     BLOB PRIMARY KEY,
+  value   BLOB NOT NULL,
+  version INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS changes (
+  revision INTEGER NOT NULL,
+  seq      INTEGER NOT NULL,
+  kind     INTEGER NOT NULL,
+  key      BLOB NOT NULL,
+  value    BLOB NOT NULL,
+  PRIMARY KEY (revision, seq)
+) WITHOUT ROWID;
+INSERT OR IGNORE INTO meta (name, value) VALUES
+  ('schema_version', 1),
+  ('revision', 0),
+  ('compacted_revision', 0),
+  ('change_count', 0);
+)sql";
+
+// Indexed by `SqliteStateStore::Statement`.
+constexpr const char* kStatementSql[] = {
+    // kBeginWrite
+    "BEGIN IMMEDIATE",
+    // kBeginRead
+    "BEGIN DEFERRED",
+    // kCommitTxn
+    "COMMIT",
+    // kRollbackTxn
+    "ROLLBACK",
+    // kGetMeta
+    "SELECT value FROM meta WHERE name = ?1",
+    // kSetMeta
+    "INSERT INTO meta (name, value) VALUES (?1, ?2) "
+    "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+    // kGetKey
+    "SELECT value, version FROM kv WHERE key = ?1",
+    // kPutKey
+    "INSERT INTO kv (key, value, version) VALUES (?1, ?2, ?3) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value, "
+    "version = excluded.version",
+    // kDeleteKey
+    "DELETE FROM kv WHERE key = ?1",
+    // kListRange
+    "SELECT key, value, version FROM kv WHERE key >= ?1 AND key < ?2 "
+    "ORDER BY key LIMIT ?3",
+    // kListFrom
+    "SELECT key, value, version FROM kv WHERE key >= ?1 ORDER BY key "
+    "LIMIT ?2",
+    // kInsertChange
+    "INSERT INTO changes (revision, seq, kind, key, value) "
+    "VALUES (?1, ?2, ?3, ?4, ?5)",
+    // kChangesRange
+    "SELECT revision, kind, key, value FROM changes "
+    "WHERE revision > ?1 AND key >= ?2 AND key < ?3 ORDER BY revision, seq",
+    // kChangesFrom
+    "SELECT revision, kind, key, value FROM changes "
+    "WHERE revision > ?1 AND key >= ?2 ORDER BY revision, seq",
+    // kTrimCutoff
+    "SELECT revision FROM changes ORDER BY revision, seq LIMIT 1 OFFSET ?1",
+    // kTrimChanges
+    "DELETE FROM changes WHERE revision <= ?1",
+};
+static_assert(std::size(kStatementSql) == 16);
+
+absl::StatusCode CodeFor(int rc) {
+  switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return absl::StatusCode::kUnavailable;
+    case SQLITE_FULL:
+    case SQLITE_NOMEM:
+      return absl::StatusCode::kResourceExhausted;
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+      return absl::StatusCode::kDataLoss;
+    case SQLITE_PERM:
+    case SQLITE_AUTH:
+    case SQLITE_READONLY:
+      return absl::StatusCode::kPermissionDenied;
+    case SQLITE_CANTOPEN:
+      return absl::StatusCode::kFailedPrecondition;
+    case SQLITE_TOOBIG:
+    case SQLITE_RANGE:
+    case SQLITE_MISMATCH:
+      return absl::StatusCode::kInvalidArgument;
+    default:
+      return absl::StatusCode::kInternal;
+  }
+}
+
+// Resets a borrowed prepared statement (and drops its bindings) when the
+// scope ends, so that it is ready for the next use and holds no read lock.
+class StatementScope {
+ public:
+  explicit StatementScope(sqlite3_stmt* stmt) : stmt_(stmt) {}
+  ~StatementScope() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
+  StatementScope(const StatementScope&) = delete;
+  StatementScope& operator=(const StatementScope&) = delete;
+
+  sqlite3_stmt* get() const { return stmt_; }
+
+ private:
+  sqlite3_stmt* const stmt_;
+};
+
+// Binds bytes as a BLOB; the bytes must stay alive until the statement is
+// reset. An empty blob is bound as a zero-length blob, not NULL.
+int BindBytes(sqlite3_stmt* stmt, int index, std::string_view bytes) {
+  if (bytes.empty()) return sqlite3_bind_zeroblob(stmt, index, 0);
+  return sqlite3_bind_blob64(stmt, index, bytes.data(), bytes.size(),
+                             SQLITE_STATIC);
+}
+
+int BindText(sqlite3_stmt* stmt, int index, std::string_view text) {
+  return sqlite3_bind_text64(stmt, index, text.data(), text.size(),
+                             SQLITE_STATIC, SQLITE_UTF8);
+}
+
+std::string ColumnBytes(sqlite3_stmt* stmt, int column) {
+  const void* data = sqlite3_column_blob(stmt, column);
+  int size = sqlite3_column_bytes(stmt, column);
+  if (data == nullptr || size <= 0) return std::string();
+  return std::string(static_cast<const char*>(data), size);
+}
+
+// Returns the first non-OK code of a series of bind calls.
+int FirstError(std::initializer_list<int> codes) {
+  for (int rc : codes) {
+    if (rc != SQLITE_OK) return rc;
+  }
+  return SQLITE_OK;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(
+    const std::string& path, SqliteStateStoreOptions options) {
+  if (path.empty()) {
+    return absl::InvalidArgumentError("sqlite store: empty path");
+  }
+  if (options.change_log_limit < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sqlite store ", path, ": negative change_log_limit ",
+                     options.change_log_limit));
+  }
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(
+      path.c_str(), &db,
+      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+      nullptr);
+  if (rc != SQLITE_OK) {
+    std::string message =
+        db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    sqlite3_close_v2(db);
+    return absl::Status(CodeFor(rc), absl::StrCat("sqlite store ", path,
+                                                  ": cannot open: ", message));
+  }
+  sqlite3_extended_result_codes(db, 1);
+  sqlite3_busy_timeout(
+      db, static_cast<int>(absl::ToInt64Milliseconds(options.busy_timeout)));
+  // From here on the store owns `db` and closes it on every path.
+  std::unique_ptr<SqliteStateStore> store(
+      new SqliteStateStore(path, options, db));
+  if (absl::Status s = store->Init(); !s.ok()) return s;
+  return store;
+}
+
+SqliteStateStore::SqliteStateStore(std::string path,
+                                   SqliteStateStoreOptions options, sqlite3* db)
+    : path_(std::move(path)), options_(options), db_(db) {}
+
+SqliteStateStore::~SqliteStateStore() {
+  for (sqlite3_stmt*& stmt : statements_) {
+    sqlite3_finalize(stmt);  // harmless on nullptr
+    stmt = nullptr;
+  }
+  sqlite3_close_v2(db_);
+}
+
+absl::Status SqliteStateStore::SqlError(std::string_view what, int rc) {
+  return absl::Status(
+      CodeFor(rc),
+      absl::StrCat("sqlite store ", path_, ": ", std::string(what), ": ",
+                   sqlite3_errmsg(db_), " (", sqlite3_errstr(rc), ")"));
+}
+
+absl::Status SqliteStateStore::Init() {
+  absl::MutexLock lock(&mu_);
+  // The first statement reads the header, so it is the one that tells a
+  // garbage file (SQLITE_NOTADB) from a database.
+  std::string text;
+  if (absl::Status s = QueryText("PRAGMA application_id", &text); !s.ok()) {
+    return s;
+  }
+  const int64_t application_id = std::strtoll(text.c_str(), nullptr, 10);
+  if (application_id != 0 && application_id != kApplicationId) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "sqlite store %s: not a loom state store (application_id 0x%x)", path_,
+        application_id));
+  }
+  if (application_id == 0) {
+    // An unmarked file is either new (no tables) or an older loom store; a
+    // database with tables of its own belongs to something else.
+    if (absl::Status s = QueryText(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
+            "name NOT IN ('meta', 'kv', 'changes')",
+            &text);
+        !s.ok()) {
+      return s;
+    }
+    if (text != "0") {
+      return absl::FailedPreconditionError(
+          absl::StrCat("sqlite store ", path_,
+                       ": not a loom state store (it has other tables)"));
+    }
+  }
+  if (absl::Status s = QueryText("PRAGMA journal_mode=WAL", &text); !s.ok()) {
+    return s;
+  }
+  if (text != "wal") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sqlite store ", path_, ": cannot switch to WAL journal mode (got \"",
+        text, "\")"));
+  }
+  int rc =
+      sqlite3_exec(db_, "PRAGMA synchronous=FULL", nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) return SqlError("PRAGMA synchronous=FULL", rc);
+
+  // Create or check the schema in one write transaction.
+  std::string setup = absl::StrCat("BEGIN IMMEDIATE;", kSchema);
+  if (application_id == 0) {
+    absl::StrAppend(&setup, "PRAGMA application_id = ", kApplicationId, ";");
+  }
+  rc = sqlite3_exec(db_, setup.c_str(), nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) {
+    absl::Status error = SqlError("creating the schema", rc);
+    RollbackIfActive();
+    return error;
+  }
+  if (absl::Status s = QueryText(
+          "SELECT value FROM meta WHERE name = 'schema_version'", &text);
+      !s.ok()) {
+    RollbackIfActive();
+    return s;
+  }
+  if (text != std::to_string(kSchemaVersion)) {
+    RollbackIfActive();
+    return absl::FailedPreconditionError(
+        absl::StrCat("sqlite store ", path_, ": schema version ", text,
+                     " is not the supported version ", kSchemaVersion));
+  }
+  rc = sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) {
+    absl::Status error = SqlError("creating the schema", rc);
+    RollbackIfActive();
+    return error;
+  }
+
+  for (int i = 0; i < kNumStatements; ++i) {
+    rc =
+        sqlite3_prepare_v3(db_, kStatementSql[i], -1, SQLITE_PREPARE_PERSISTENT,
+                           &statements_[i], nullptr);
+    if (rc != SQLITE_OK) {
+      return SqlError(absl::StrCat("preparing \"", kStatementSql[i], "\""), rc);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStateStore::QueryText(const char* sql, std::string* out) {
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v2(db_, sql, -1, &stmt, nullptr);
+  if (rc != SQLITE_OK) {
+    absl::Status error = SqlError(sql, rc);
+    sqlite3_finalize(stmt);
+    return error;
+  }
+  rc = sqlite3_step(stmt);
+  if (rc == SQLITE_ROW) {
+    const unsigned char* text = sqlite3_column_text(stmt, 0);
+    *out = text != nullptr ? reinterpret_cast<const char*>(text) : "";
+  } else {
+    out->clear();
+  }
+  absl::Status status = rc == SQLITE_ROW || rc == SQLITE_DONE
+                            ? absl::OkStatus()
+                            : SqlError(sql, rc);
+  sqlite3_finalize(stmt);
+  return status;
+}
+
+absl::Status SqliteStateStore::Run(Statement id) {
+  StatementScope scope(statements_[id]);
+  int rc;
+  while ((rc = sqlite3_step(scope.get())) == SQLITE_ROW) {
+  }
+  if (rc != SQLITE_DONE) return SqlError(kStatementSql[id], rc);
+  return absl::OkStatus();
+}
+
+void SqliteStateStore::RollbackIfActive() {
+  if (sqlite3_get_autocommit(db_) != 0) return;  // no open transaction
+  if (statements_[kRollbackTxn] != nullptr) {
+    (void)Run(kRollbackTxn);
+  } else {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+}
+
+absl::StatusOr<int64_t> SqliteStateStore::GetMeta(std::string_view name) {
+  StatementScope scope(statements_[kGetMeta]);
+  sqlite3_stmt* stmt = scope.get();
+  int rc = BindText(stmt, 1, name);
+  if (rc != SQLITE_OK) return SqlError("reading meta", rc);
+  rc = sqlite3_step(stmt);
+  if (rc == SQLITE_ROW) return sqlite3_column_int64(stmt, 0);
+  if (rc == SQLITE_DONE) {
+    return absl::DataLossError(absl::StrCat("sqlite store ", path_,
+                                            ": meta row \"", std::string(name),
+                                            "\" missing"));
+  }
+  return SqlError(absl::StrCat("reading meta ", std::string(name)), rc);
+}
+
+absl::Status SqliteStateStore::SetMeta(std::string_view name, int64_t value) {
+  StatementScope scope(statements_[kSetMeta]);
+  sqlite3_stmt* stmt = scope.get();
+  int rc =
+      FirstError({BindText(stmt, 1, name), sqlite3_bind_int64(stmt, 2, value)});
+  if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
+  if (rc != SQLITE_DONE) {
+    return SqlError(absl::StrCat("writing meta ", std::string(name)), rc);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> SqliteStateStore::VersionOf(std::string_view key) {
+  StatementScope scope(statements_[kGetKey]);
+  sqlite3_stmt* stmt = scope.get();
+  int rc = BindBytes(stmt, 1, key);
+  if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
+  if (rc == SQLITE_ROW) return sqlite3_column_int64(stmt, 1);
+  if (rc == SQLITE_DONE) return 0;
+  return SqlError("reading a key", rc);
+}
+
+absl::StatusOr<KeyValue> SqliteStateStore::Get(std::string_view key) {
+  if (absl::Status s = ValidateKey(key); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  StatementScope scope(statements_[kGetKey]);
+  sqlite3_stmt* stmt = scope.get();
+  int rc = BindBytes(stmt, 1, key);
+  if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
+  if (rc == SQLITE_ROW) {
+    return KeyValue{std::string(key), ColumnBytes(stmt, 0),
+                    sqlite3_column_int64(stmt, 1)};
+  }
+  if (rc == SQLITE_DONE) {
+    return absl::NotFoundError(absl::StrCat(
+        "key \"", absl::CEscape(std::string(key)), "\" not found"));
+  }
+  return SqlError("Get", rc);
+}
+
+absl::StatusOr<std::vector<KeyValue>> SqliteStateStore::List(
+    std::string_view prefix, int64_t limit) {
+  if (absl::Status s = ValidatePrefix(prefix); !s.ok()) return s;
+  if (limit < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("negative list limit ", limit));
+  }
+  const std::string end = PrefixEnd(prefix);
+  const int64_t sql_limit = limit == 0 ? -1 : limit;  // -1: no limit
+  absl::MutexLock lock(&mu_);
+  StatementScope scope(statements_[end.empty() ? kListFrom : kListRange]);
+  sqlite3_stmt* stmt = scope.get();
+  int rc =
+      end.empty()
+          ? FirstError({BindBytes(stmt, 1, prefix),
+                        sqlite3_bind_int64(stmt, 2, sql_limit)})
+          : FirstError({BindBytes(stmt, 1, prefix), BindBytes(stmt, 2, end),
+                        sqlite3_bind_int64(stmt, 3, sql_limit)});
+  if (rc != SQLITE_OK) return SqlError("List", rc);
+  std::vector<KeyValue> result;
+  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    result.push_back({ColumnBytes(stmt, 0), ColumnBytes(stmt, 1),
+                      sqlite3_column_int64(stmt, 2)});
+  }
+  if (rc != SQLITE_DONE) return SqlError("List", rc);
+  return result;
+}
+
+absl::StatusOr<int64_t> SqliteStateStore::Commit(
+    const std::vector<Condition>& conditions,
+    const std::vector<Mutation>& mutations) {
+  if (absl::Status s = ValidateCommit(conditions, mutations); !s.ok()) {
+    return s;
+  }
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = Run(kBeginWrite); !s.ok()) return s;
+  bool changed = false;
+  absl::StatusOr<int64_t> revision =
+      ApplyCommit(conditions, mutations, &changed);
+  if (!revision.ok() || !changed) {
+    RollbackIfActive();
+    return revision;
+  }
+  if (absl::Status s = Run(kCommitTxn); !s.ok()) {
+    RollbackIfActive();
+    return s;
+  }
+  return revision;
+}
+
+absl::StatusOr<int64_t> SqliteStateStore::ApplyCommit(
+    const std::vector<Condition>& conditions,
+    const std::vector<Mutation>& mutations, bool* changed) {
+  absl::StatusOr<int64_t> current = GetMeta("revision");
+  if (!current.ok()) return current.status();
+  for (const Condition& c : conditions) {
+    absl::StatusOr<int64_t> actual = VersionOf(c.key);
+    if (!actual.ok()) return actual.status();
+    if (!ConditionHolds(c, *actual)) return ConditionFailedError(c, *actual);
+  }
+  const int64_t revision = *current + 1;
+  int64_t seq = 0;
+  for (const Mutation& m : mutations) {
+    if (m.kind == Mutation::kPut) {
+      StatementScope scope(statements_[kPutKey]);
+      sqlite3_stmt* stmt = scope.get();
+      int rc =
+          FirstError({BindBytes(stmt, 1, m.key), BindBytes(stmt, 2, m.value),
+                      sqlite3_bind_int64(stmt, 3, revision)});
+      if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
+      if (rc != SQLITE_DONE) return SqlError("writing a key", rc);
+    } else {
+      StatementScope scope(statements_[kDeleteKey]);
+      sqlite3_stmt* stmt = scope.get();
+      int rc = BindBytes(stmt, 1, m.key);
+      if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
+      if (rc != SQLITE_DONE) return SqlError("deleting a key", rc);
+      if (sqlite3_changes(db_) == 0) continue;  // was absent: no change
+    }
+    StatementScope scope(statements_[kInsertChange]);
+    sqlite3_stmt* stmt = scope.get();
+    const std::string_view value =
+        m.kind == Mutation::kPut ? std::string_view(m.value) : "";
+    int rc = FirstError({sqlite3_bind_int64(stmt, 1, revision),
+                         sqlite3_bind_int64(stmt, 2, seq),
+                         sqlite3_bind_int(stmt, 3, static_cast<int>(m.kind)),
+                         BindBytes(stmt, 4, m.key), BindBytes(stmt, 5, value)});
+    if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
+    if (rc != SQLITE_DONE) return SqlError("appending to the change log", rc);
+    ++seq;
+  }
+  if (seq == 0) return *current;  // nothing changed: no new revision
+  *changed = true;
+  if (absl::Status s = SetMeta("revision", revision); !s.ok()) return s;
+  absl::StatusOr<int64_t> count = GetMeta("change_count");
+  if (!count.ok()) return count.status();
+  if (absl::Status s = TrimLog(*count + seq); !s.ok()) return s;
+  return revision;
+}
+
+absl::Status SqliteStateStore::TrimLog(int64_t change_count) {
+  if (change_count > options_.change_log_limit) {
+    // The last change that has to go; every change of its commit (and of
+    // older ones) goes with it.
+    const int64_t excess = change_count - options_.change_log_limit;
+    int64_t cutoff = 0;
+    {
+      StatementScope scope(statements_[kTrimCutoff]);
+      sqlite3_stmt* stmt = scope.get();
+      int rc = sqlite3_bind_int64(stmt, 1, excess - 1);
+      if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
+      if (rc != SQLITE_ROW) {
+        if (rc == SQLITE_DONE) {
+          return absl::DataLossError(
+              absl::StrCat("sqlite store ", path_,
+                           ": change_count does not match the change log"));
+        }
+        return SqlError("trimming the change log", rc);
+      }
+      cutoff = sqlite3_column_int64(stmt, 0);
+    }
+    {
+      StatementScope scope(statements_[kTrimChanges]);
+      sqlite3_stmt* stmt = scope.get();
+      int rc = sqlite3_bind_int64(stmt, 1, cutoff);
+      if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
+      if (rc != SQLITE_DONE) return SqlError("trimming the change log", rc);
+      change_count -= sqlite3_changes64(db_);
+    }
+    if (absl::Status s = SetMeta("compacted_revision", cutoff); !s.ok()) {
+      return s;
+    }
+  }
+  return SetMeta("change_count", change_count);
+}
+
+absl::StatusOr<int64_t> SqliteStateStore::Revision() {
+  absl::MutexLock lock(&mu_);
+  return GetMeta("revision");
+}
+
+absl::StatusOr<std::vector<Change>> SqliteStateStore::ChangesSince(
+    std::string_view prefix, int64_t revision, int64_t limit) {
+  if (absl::Status s = ValidatePrefix(prefix); !s.ok()) return s;
+  if (revision < 0 || limit < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("negative revision ", revision, " or limit ", limit));
+  }
+  absl::MutexLock lock(&mu_);
+  // One read transaction, so that the compaction point and the log agree.
+  if (absl::Status s = Run(kBeginRead); !s.ok()) return s;
+  absl::StatusOr<std::vector<Change>> result =
+      ReadChanges(prefix, revision, limit);
+  if (!result.ok()) {
+    RollbackIfActive();
+    return result;
+  }
+  if (absl::Status s = Run(kCommitTxn); !s.ok()) {
+    RollbackIfActive();
+    return s;
+  }
+  return result;
+}
+
+absl::StatusOr<std::vector<Change>> SqliteStateStore::ReadChanges(
+    std::string_view prefix, int64_t revision, int64_t limit) {
+  absl::StatusOr<int64_t> compacted = GetMeta("compacted_revision");
+  if (!compacted.ok()) return compacted.status();
+  if (revision < *compacted) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "changes after revision ", revision,
+        " are no longer in the change log (it starts after revision ",
+        *compacted, "); re-list"));
+  }
+  const std::string end = PrefixEnd(prefix);
+  StatementScope scope(statements_[end.empty() ? kChangesFrom : kChangesRange]);
+  sqlite3_stmt* stmt = scope.get();
+  int rc =
+      end.empty()
+          ? FirstError({sqlite3_bind_int64(stmt, 1, revision),
+                        BindBytes(stmt, 2, prefix)})
+          : FirstError({sqlite3_bind_int64(stmt, 1, revision),
+                        BindBytes(stmt, 2, prefix), BindBytes(stmt, 3, end)});
+  if (rc != SQLITE_OK) return SqlError("ChangesSince", rc);
+  std::vector<Change> result;
+  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    const int64_t change_revision = sqlite3_column_int64(stmt, 0);
+    if (limit > 0 && static_cast<int64_t>(result.size()) >= limit &&
+        change_revision != result.back().revision) {
+      rc = SQLITE_DONE;
+      break;
+    }
+    const int kind = sqlite3_column_int(stmt, 1);
+    result.push_back(
+        {kind == Mutation::kDelete ? Mutation::kDelete : Mutation::kPut,
+         ColumnBytes(stmt, 2), ColumnBytes(stmt, 3), change_revision});
+  }
+  if (rc != SQLITE_DONE) return SqlError("ChangesSince", rc);
+  return result;
+}
+
+}  // namespace loom
