@@ -23,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "loom/common/units.h"
+#include "loom/core/yaml_util.h"
 #include "yaml-cpp/yaml.h"
 
 namespace loom {
@@ -44,50 +45,11 @@ constexpr int kDefaultLeavesPerSpine = 8;
 // The name given to the switch that joins several top-level switches.
 constexpr absl::string_view kCoreSwitchName = "core";
 
-// Joins a field path and a key: ("pools[1]", "gpu") -> "pools[1].gpu".
-std::string ChildPath(absl::string_view path, absl::string_view key) {
-  if (path.empty()) return std::string(key);
-  return absl::StrCat(path, ".", key);
-}
-
-// Names the element `index` of the list at `path`: "pools[1]".
-std::string ElementPath(absl::string_view path, size_t index) {
-  return absl::StrCat(path, "[", index, "]");
-}
-
-// Says what kind of YAML value `node` is, for error messages.
-absl::string_view KindOf(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Scalar:
-      return "a scalar";
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Map:
-      return "a map";
-    case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined:
-      return "nothing";
-  }
-  return "something else";
-}
-
-// The Levenshtein distance between `a` and `b`, used to suggest the field a
-// user probably meant.
-size_t EditDistance(absl::string_view a, absl::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
-                         diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
+using yaml::ChildPath;
+using yaml::ElementPath;
+using yaml::Field;
+using yaml::KindOf;
+using yaml::MapNode;
 
 // True when `name` is usable as a pool name, and so as the stem of node
 // names: ASCII letters, digits, '-', '_' and '.', starting with a letter or
@@ -181,28 +143,6 @@ std::string DefaultClusterName(absl::string_view source) {
   return std::string(stem);
 }
 
-// One entry of a YAML map.
-struct Field {
-  std::string key;
-  YAML::Node key_node;
-  YAML::Node value;
-};
-
-// A YAML map whose keys have been checked against the allowed ones.
-struct MapNode {
-  YAML::Node node;
-  std::string path;
-  std::vector<Field> fields;
-
-  // Returns the entry `key`, or nullptr when the map does not have it.
-  const Field* Find(absl::string_view key) const {
-    for (const Field& f : fields) {
-      if (f.key == key) return &f;
-    }
-    return nullptr;
-  }
-};
-
 // Names declared so far in one list, with the 1-based line of each.
 using NameLines = std::map<std::string, int, std::less<>>;
 
@@ -226,51 +166,14 @@ struct TreeState {
 // returns InvalidArgument with "<source>:<line>:<column>: <path>: <reason>" on
 // bad input. The parser never throws; yaml-cpp exceptions are caught by the
 // caller of `Parse`.
-class SpecParser {
+class SpecParser : public yaml::Reader {
  public:
   // `source` must outlive the parser.
-  explicit SpecParser(absl::string_view source) : source_(source) {}
+  explicit SpecParser(absl::string_view source) : yaml::Reader(source) {}
 
   absl::StatusOr<Cluster> Parse(const YAML::Node& root);
 
-  // Formats an error at `mark` (0-based, as yaml-cpp keeps it) about the
-  // field at `path` (may be empty).
-  absl::Status Error(const YAML::Mark& mark, absl::string_view path,
-                     absl::string_view reason) const {
-    std::string where(source_);
-    if (mark.line >= 0) {
-      absl::StrAppend(&where, ":", mark.line + 1, ":", mark.column + 1);
-    }
-    if (path.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": ", reason));
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": ", path, ": ", reason));
-  }
-
-  absl::Status Error(const YAML::Node& node, absl::string_view path,
-                     absl::string_view reason) const {
-    return Error(node.Mark(), path, reason);
-  }
-
  private:
-  absl::StatusOr<MapNode> ReadMap(
-      const YAML::Node& node, std::string path,
-      std::initializer_list<absl::string_view> allowed) const;
-  absl::StatusOr<std::vector<YAML::Node>> ReadList(const YAML::Node& node,
-                                                   absl::string_view path,
-                                                   bool allow_empty) const;
-  absl::StatusOr<const Field*> Require(const MapNode& map,
-                                       absl::string_view key) const;
-  absl::StatusOr<std::string> ReadString(const YAML::Node& node,
-                                         absl::string_view path) const;
-  absl::StatusOr<int64_t> ReadInt(const YAML::Node& node,
-                                  absl::string_view path, int64_t min,
-                                  int64_t max) const;
-  absl::StatusOr<double> ReadNumber(const YAML::Node& node,
-                                    absl::string_view path) const;
-  absl::StatusOr<int64_t> ReadBytes(const YAML::Node& node,
-                                    absl::string_view path, int64_t min) const;
   // Reads the required `name` of the list element `map`. `seen` holds the
   // names of earlier elements with the line each was declared on; a repeat is
   // an error that calls the thing `what` ("pool", "project").
@@ -290,146 +193,7 @@ class SpecParser {
                                            TreeState* state) const;
   absl::Status ParseProjects(const Field& field, Cluster* cluster) const;
   absl::Status ParsePriorityClasses(const Field& field, Cluster* cluster) const;
-
-  absl::string_view source_;
 };
-
-absl::StatusOr<MapNode> SpecParser::ReadMap(
-    const YAML::Node& node, std::string path,
-    std::initializer_list<absl::string_view> allowed) const {
-  if (!node.IsMap()) {
-    return Error(node, path, absl::StrCat("must be a map, got ", KindOf(node)));
-  }
-  MapNode map{node, std::move(path), {}};
-  for (auto it = node.begin(); it != node.end(); ++it) {
-    const YAML::Node key_node = it->first;
-    if (!key_node.IsScalar()) {
-      return Error(key_node, map.path, "field names must be plain strings");
-    }
-    std::string key = key_node.Scalar();
-    const std::string key_path = ChildPath(map.path, key);
-    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
-      std::string reason = absl::StrCat("unknown field '", key, "'");
-      absl::string_view closest;
-      size_t best = 3;
-      for (absl::string_view a : allowed) {
-        const size_t d = EditDistance(key, a);
-        if (d < best) {
-          best = d;
-          closest = a;
-        }
-      }
-      if (!closest.empty()) {
-        absl::StrAppend(&reason, " (did you mean '", closest, "'?)");
-      } else {
-        absl::StrAppend(
-            &reason, " (expected one of: ", absl::StrJoin(allowed, ", "), ")");
-      }
-      return Error(key_node, key_path, reason);
-    }
-    if (const Field* prior = map.Find(key); prior != nullptr) {
-      return Error(key_node, key_path,
-                   absl::StrCat("given twice (first on line ",
-                                prior->key_node.Mark().line + 1, ")"));
-    }
-    map.fields.push_back(Field{std::move(key), key_node, it->second});
-  }
-  return map;
-}
-
-absl::StatusOr<std::vector<YAML::Node>> SpecParser::ReadList(
-    const YAML::Node& node, absl::string_view path, bool allow_empty) const {
-  if (!node.IsSequence()) {
-    return Error(node, path,
-                 absl::StrCat("must be a list, got ", KindOf(node)));
-  }
-  std::vector<YAML::Node> items;
-  for (auto it = node.begin(); it != node.end(); ++it) {
-    items.push_back(*it);
-  }
-  if (items.empty() && !allow_empty) {
-    return Error(node, path, "must not be empty");
-  }
-  return items;
-}
-
-absl::StatusOr<const Field*> SpecParser::Require(const MapNode& map,
-                                                 absl::string_view key) const {
-  const Field* f = map.Find(key);
-  if (f == nullptr) {
-    return Error(map.node, ChildPath(map.path, key), "is required");
-  }
-  return f;
-}
-
-absl::StatusOr<std::string> SpecParser::ReadString(
-    const YAML::Node& node, absl::string_view path) const {
-  if (!node.IsScalar()) {
-    return Error(node, path,
-                 absl::StrCat("must be a string, got ", KindOf(node)));
-  }
-  if (node.Scalar().empty()) {
-    return Error(node, path, "must not be empty");
-  }
-  return node.Scalar();
-}
-
-absl::StatusOr<int64_t> SpecParser::ReadInt(const YAML::Node& node,
-                                            absl::string_view path, int64_t min,
-                                            int64_t max) const {
-  if (!node.IsScalar()) {
-    return Error(node, path,
-                 absl::StrCat("must be a whole number, got ", KindOf(node)));
-  }
-  int64_t value = 0;
-  if (!absl::SimpleAtoi(node.Scalar(), &value)) {
-    return Error(
-        node, path,
-        absl::StrCat("must be a whole number, got '", node.Scalar(), "'"));
-  }
-  if (value < min || value > max) {
-    if (max == std::numeric_limits<int64_t>::max()) {
-      return Error(node, path,
-                   absl::StrCat("must be at least ", min, ", got ", value));
-    }
-    return Error(
-        node, path,
-        absl::StrCat("must be between ", min, " and ", max, ", got ", value));
-  }
-  return value;
-}
-
-absl::StatusOr<double> SpecParser::ReadNumber(const YAML::Node& node,
-                                              absl::string_view path) const {
-  if (!node.IsScalar()) {
-    return Error(node, path,
-                 absl::StrCat("must be a number, got ", KindOf(node)));
-  }
-  double value = 0;
-  if (!absl::SimpleAtod(node.Scalar(), &value) || !std::isfinite(value)) {
-    return Error(node, path,
-                 absl::StrCat("must be a number, got '", node.Scalar(), "'"));
-  }
-  return value;
-}
-
-absl::StatusOr<int64_t> SpecParser::ReadBytes(const YAML::Node& node,
-                                              absl::string_view path,
-                                              int64_t min) const {
-  if (!node.IsScalar()) {
-    return Error(node, path,
-                 absl::StrCat("must be a byte quantity such as 80Gi, got ",
-                              KindOf(node)));
-  }
-  absl::StatusOr<int64_t> bytes = ParseBytes(node.Scalar());
-  if (!bytes.ok()) return Error(node, path, bytes.status().message());
-  if (*bytes < min) {
-    return Error(node, path,
-                 min == 1 ? std::string("must be more than zero")
-                          : absl::StrCat("must be at least ", min, " bytes"));
-  }
-  return *bytes;
-}
 
 absl::StatusOr<std::string> SpecParser::ReadUniqueName(const MapNode& map,
                                                        absl::string_view what,
@@ -990,7 +754,7 @@ absl::StatusOr<Cluster> SpecParser::Parse(const YAML::Node& root) {
   if (!map.ok()) return map.status();
 
   Cluster cluster;
-  cluster.name = DefaultClusterName(source_);
+  cluster.name = DefaultClusterName(source());
   if (const Field* f = map->Find("name"); f != nullptr) {
     absl::StatusOr<std::string> name = ReadString(f->value, f->key);
     if (!name.ok()) return name.status();

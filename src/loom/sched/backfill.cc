@@ -7,11 +7,18 @@ using Step = GroupedQueue::Step;
 Step BackfillPass::Visit(const GroupedQueue::Entry& entry,
                          GroupedQueue::Group& group) {
   if (ctx_.state().TotalFreeGpus() == 0) {
+    // Say whether the GPUs are busy or there are no usable nodes at all.
     PendingReason full;
-    full.code = PendingReason::Code::kNoFreeGpus;
+    full.code = PendingReason::Code::kNoSchedulableNodes;
+    for (int m = 0; m < ctx_.state().num_models(); ++m) {
+      if (ctx_.state().SchedulableGpus(m) > 0) {
+        full.code = PendingReason::Code::kNoFreeGpus;
+      }
+    }
     ctx_.SetDefaultReason(full);
     return Step::kStop;
   }
+
   PendingReason why;
   if (!reserved_) {
     // No reservation yet: this job is the head.

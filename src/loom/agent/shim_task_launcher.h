@@ -1,0 +1,139 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "loom/agent/cgroup.h"
+#include "loom/agent/task_files.h"
+#include "loom/agent/task_launcher.h"
+
+namespace loom {
+
+struct ShimTaskLauncherOptions {
+  // Where task records live (created if missing). Must be private to one
+  // agent and survive agent restarts (not a tmpfs that a restart clears, if
+  // tasks are to be recovered).
+  std::string state_dir;
+  // Places tasks in cgroups when they ask for limits. Not owned; must outlive
+  // the launcher. Null: no cgroups (limits are reported as not applied).
+  CgroupManager* cgroups = nullptr;
+  // The clock for `Stop` deadlines.
+  std::function<absl::Time()> now = [] { return absl::Now(); };
+  // How long `Launch` waits for the task's exec before it gives up and kills
+  // what it started.
+  absl::Duration launch_timeout = absl::Seconds(30);
+};
+
+// A `TaskLauncher` in the style of containerd's shim: every task gets a
+// small supervisor process (the shim) that outlives the agent.
+//
+//   agent --fork--> shim (setsid, child subreaper) --fork--> task (own
+//   process group, optional cgroups, stdio to files, execve)
+//
+// The shim waits for the task, kills and reaps the rest of its process group,
+// and writes the exit status to `<state_dir>/<task_id>.exit` (atomically).
+// The agent writes `<state_dir>/<task_id>.json` (and the shim
+// `<task_id>.pid`) so that a restarted agent can `Recover` the task: adopt it
+// when its process still runs (pid and /proc start time match), or report
+// its exit or loss. The shim is a fork of the agent that never execs, so it
+// only makes async-signal-safe calls (see spawn.h).
+//
+// The launcher reaps its shims (they are its children) in `Poll`; shims of
+// an earlier agent are reparented to init (or a subreaper). Destroying a
+// launcher leaves tasks running: that is what makes agent restarts safe.
+//
+// Thread-safety: thread-safe. One mutex guards the task table; `Launch`
+// does not hold it while forking and waiting for the exec, so several
+// launches may proceed at once, and `Poll` may run meanwhile.
+class ShimTaskLauncher : public TaskLauncher {
+ public:
+  // Creates `options.state_dir` if needed. Does not recover anything: call
+  // `Recover` before launching on a state directory that may hold tasks.
+  static absl::StatusOr<std::unique_ptr<ShimTaskLauncher>> Create(
+      ShimTaskLauncherOptions options);
+
+  // Leaves running tasks running (their shims keep supervising them). Waits
+  // up to 200 ms for the shims of ended tasks, which exit right after
+  // recording the exit, so that they do not stay zombies.
+  ~ShimTaskLauncher() override;
+  ShimTaskLauncher(const ShimTaskLauncher&) = delete;
+  ShimTaskLauncher& operator=(const ShimTaskLauncher&) = delete;
+
+  absl::StatusOr<TaskHandle> Launch(const TaskSpec& spec) override;
+  absl::Status Signal(const std::string& task_id, int signal) override;
+  absl::Status Stop(const std::string& task_id, int first_signal,
+                    absl::Duration grace) override;
+  std::vector<TaskEvent> Poll() override;
+  absl::StatusOr<std::vector<TaskInfo>> Recover() override;
+  absl::Status Forget(const std::string& task_id) override;
+  std::vector<TaskInfo> List() const override;
+
+  const std::string& state_dir() const { return state_dir_; }
+
+ private:
+  struct Task {
+    agent_internal::TaskRecord record;
+    TaskInfo::State state = TaskInfo::State::kRunning;
+    bool adopted = false;
+    // The end was returned by `Poll` or `Recover`.
+    bool reported = false;
+    // The shim has been reaped, or is known to be gone.
+    bool shim_done = false;
+    int shim_wait_status = 0;
+    bool shim_reaped = false;  // `shim_wait_status` is valid
+    // `Stop` was called; SIGKILL is due at `kill_deadline` (reset once sent).
+    bool stop_requested = false;
+    std::optional<absl::Time> kill_deadline;
+    agent_internal::ExitRecord exit;
+    std::string reason;
+  };
+
+  ShimTaskLauncher(ShimTaskLauncherOptions options, std::string state_dir);
+
+  std::string PathFor(const std::string& task_id,
+                      const std::string& suffix) const;
+  absl::StatusOr<Task> LaunchUnlocked(const TaskSpec& spec);
+  // Brings `task` up to date: reaps its shim, reads its exit file, decides
+  // whether it was lost. Returns true when it ended by this call.
+  bool Refresh(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Loads a task record found on disk; decides its state.
+  Task Load(const std::string& task_id);
+  void ReapDetachedShims() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reaps `shim` if it has exited; true when it is gone or reaped.
+  static bool ReapShim(const std::pair<pid_t, uint64_t>& shim);
+  TaskInfo InfoOf(const Task& task) const;
+  // True when `task`'s exit has been recorded (the shim's exit file).
+  bool HasExitFile(const std::string& task_id) const;
+
+  // Constant after construction.
+  const std::string state_dir_;
+  CgroupManager* const cgroups_;
+  NoCgroupManager no_cgroups_;
+  const std::function<absl::Time()> now_;
+  const absl::Duration launch_timeout_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, Task> tasks_ ABSL_GUARDED_BY(mu_);
+  // Task ids whose `Launch` is in progress.
+  std::set<std::string> launching_ ABSL_GUARDED_BY(mu_);
+  // Shims of forgotten tasks that may still run (reaping the escaped
+  // descendants of their task): pid and start time, reaped by `Poll`.
+  std::vector<std::pair<pid_t, uint64_t>> detached_shims_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace loom

@@ -1,0 +1,342 @@
+#include "loom/agent/spawn.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "loom/agent/task_files.h"
+
+// Everything below the plan's `Seal` runs after fork(): only async-signal-safe
+// calls (and reads of the prepared plan) are allowed.
+
+namespace loom::agent_internal {
+
+void SpawnPlan::Seal() {
+  argv.clear();
+  for (std::string& s : argv_storage) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  envp.clear();
+  for (std::string& s : env_storage) envp.push_back(s.data());
+  envp.push_back(nullptr);
+}
+
+const char* SpawnStageName(SpawnStage stage) {
+  switch (stage) {
+    case SpawnStage::kNone:
+      return "start";
+    case SpawnStage::kSetsid:
+      return "setsid";
+    case SpawnStage::kSubreaper:
+      return "prctl(PR_SET_CHILD_SUBREAPER)";
+    case SpawnStage::kFork:
+      return "fork";
+    case SpawnStage::kSetpgid:
+      return "setpgid";
+    case SpawnStage::kCgroup:
+      return "join cgroup";
+    case SpawnStage::kStdio:
+      return "set up stdin/stdout/stderr";
+    case SpawnStage::kChdir:
+      return "chdir";
+    case SpawnStage::kSetgroups:
+      return "setgroups";
+    case SpawnStage::kSetgid:
+      return "setgid";
+    case SpawnStage::kSetuid:
+      return "setuid";
+    case SpawnStage::kExec:
+      return "exec";
+  }
+  return "start";
+}
+
+namespace {
+
+constexpr int kShimExitOk = 0;
+constexpr int kShimExitNoRecord = 1;
+constexpr int kShimExitFailed = 2;
+constexpr int kChildExitFailed = 127;
+// How long the shim waits for the rest of the task's process group to die
+// after SIGKILL before it records the exit anyway (processes in
+// uninterruptible sleep).
+constexpr int kDrainSteps = 500;  // x 10 ms
+
+bool WriteAll(int fd, const void* data, size_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+void Report(int fd, SpawnReport::Kind kind, SpawnStage stage, int error,
+            pid_t pid, uint64_t start_ticks) {
+  SpawnReport r;
+  r.kind = kind;
+  r.stage = static_cast<int32_t>(stage);
+  r.error = error;
+  r.pid = pid;
+  r.start_ticks = start_ticks;
+  WriteAll(fd, &r, sizeof(r));
+}
+
+[[noreturn]] void ChildFail(const SpawnPlan& plan, SpawnStage stage, int err) {
+  Report(plan.report_fd, SpawnReport::kChildFailed, stage, err, 0, 0);
+  ::_exit(kChildExitFailed);
+}
+
+[[noreturn]] void ShimFail(const SpawnPlan& plan, SpawnStage stage, int err) {
+  Report(plan.report_fd, SpawnReport::kShimFailed, stage, err, 0, 0);
+  ::_exit(kShimExitFailed);
+}
+
+void SleepMillis(long ms) {
+  struct timespec ts;
+  ts.tv_sec = ms / 1000;
+  ts.tv_nsec = (ms % 1000) * 1000000L;
+  while (::nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+void CloseRange(int first, int last, int max_fd) {
+  if (first > last) return;
+  if (::syscall(SYS_close_range, static_cast<unsigned>(first),
+                static_cast<unsigned>(last), 0u) == 0) {
+    return;
+  }
+  const int end = last < max_fd ? last : max_fd;
+  for (int fd = first; fd <= end; ++fd) ::close(fd);
+}
+
+// Closes every descriptor >= 3 but those in `keep` (sorted, all >= 3).
+void CloseAllExcept(const SpawnPlan& plan) {
+  int next = 3;
+  for (int fd : plan.keep_fds) {
+    CloseRange(next, fd - 1, plan.max_fd);
+    next = fd + 1;
+  }
+  CloseRange(next, ~0U >> 1, plan.max_fd);
+}
+
+// Writes `data` to `tmp`, fsyncs, renames it to `path` and fsyncs `dir`.
+bool WriteFileAtomic(const char* tmp, const char* path, const char* dir,
+                     const char* data, size_t size) {
+  int fd = ::open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  const bool ok = WriteAll(fd, data, size) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok || ::rename(tmp, path) != 0) {
+    ::unlink(tmp);
+    return false;
+  }
+  int dfd = ::open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return true;
+}
+
+uint64_t StartTicks(pid_t pid) {
+  char buf[2048];
+  ssize_t len = ReadProcStat(pid, buf, sizeof(buf));
+  char state;
+  uint64_t start = 0;
+  if (len <= 0 ||
+      !ParseProcStat(buf, static_cast<size_t>(len), &state, &start)) {
+    return 0;
+  }
+  return start;
+}
+
+[[noreturn]] void RunChild(const SpawnPlan& plan) {
+  // Own process group, so that the whole task can be signalled at once.
+  if (::setpgid(0, 0) != 0) ChildFail(plan, SpawnStage::kSetpgid, errno);
+
+  // Join the cgroups while still privileged.
+  if (!plan.cgroup_procs_files.empty()) {
+    char pid_text[24];
+    const size_t len = FormatDecimal(::getpid(), pid_text);
+    for (const std::string& file : plan.cgroup_procs_files) {
+      int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+      if (fd < 0) ChildFail(plan, SpawnStage::kCgroup, errno);
+      if (!WriteAll(fd, pid_text, len)) {
+        ChildFail(plan, SpawnStage::kCgroup, errno);
+      }
+      ::close(fd);
+    }
+  }
+
+  if (::dup2(plan.devnull_fd, STDIN_FILENO) < 0 ||
+      ::dup2(plan.stdout_fd, STDOUT_FILENO) < 0 ||
+      ::dup2(plan.stderr_fd, STDERR_FILENO) < 0) {
+    ChildFail(plan, SpawnStage::kStdio, errno);
+  }
+  if (::chdir(plan.working_dir.c_str()) != 0) {
+    ChildFail(plan, SpawnStage::kChdir, errno);
+  }
+  if (plan.change_ids) {
+    // Raw system calls: glibc's wrappers synchronise credentials across
+    // threads, which a forked child of a threaded process must not do.
+    if (::syscall(SYS_setgroups, plan.groups.size(), plan.groups.data()) != 0) {
+      ChildFail(plan, SpawnStage::kSetgroups, errno);
+    }
+    if (::syscall(SYS_setgid, plan.gid) != 0) {
+      ChildFail(plan, SpawnStage::kSetgid, errno);
+    }
+    if (::syscall(SYS_setuid, plan.uid) != 0) {
+      ChildFail(plan, SpawnStage::kSetuid, errno);
+    }
+  }
+
+  // Default dispositions (ignored signals survive exec) and an empty mask.
+  struct sigaction sa;
+  for (size_t i = 0; i < sizeof(sa); ++i) reinterpret_cast<char*>(&sa)[i] = 0;
+  sa.sa_handler = SIG_DFL;
+  sigemptyset(&sa.sa_mask);
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    ::sigaction(sig, &sa, nullptr);  // EINVAL for libc-reserved ones: fine
+  }
+  sigset_t empty;
+  sigemptyset(&empty);
+  ::sigprocmask(SIG_SETMASK, &empty, nullptr);
+
+  // execvp semantics over the prepared candidates.
+  int err = ENOENT;
+  bool saw_eacces = false;
+  for (const std::string& path : plan.exec_paths) {
+    ::execve(path.c_str(), plan.argv.data(), plan.envp.data());
+    err = errno;
+    if (err == EACCES) {
+      saw_eacces = true;
+      continue;
+    }
+    if (err == ENOENT || err == ENOTDIR || err == ESTALE || err == ENODEV ||
+        err == ETIMEDOUT) {
+      continue;
+    }
+    break;  // a real error with an existing file (ENOEXEC, E2BIG, ...)
+  }
+  if (saw_eacces && (err == ENOENT || err == ENOTDIR)) err = EACCES;
+  ChildFail(plan, SpawnStage::kExec, err);
+}
+
+}  // namespace
+
+[[noreturn]] void RunShim(const SpawnPlan& plan) {
+  // Keep nothing of the agent: stdio to /dev/null (a pipe the agent's parent
+  // waits on must not stay open), no other descriptors, no controlling
+  // terminal, cwd "/" (no busy mount).
+  ::dup2(plan.devnull_fd, STDIN_FILENO);
+  ::dup2(plan.devnull_fd, STDOUT_FILENO);
+  ::dup2(plan.devnull_fd, STDERR_FILENO);
+  CloseAllExcept(plan);
+  if (::setsid() < 0) ShimFail(plan, SpawnStage::kSetsid, errno);
+  // Orphaned descendants of the task are reparented to the shim, which reaps
+  // them, rather than to init (which may not reap at all in a container).
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) {
+    ShimFail(plan, SpawnStage::kSubreaper, errno);
+  }
+  (void)::chdir("/");
+
+  const pid_t child = ::fork();
+  if (child < 0) ShimFail(plan, SpawnStage::kFork, errno);
+  if (child == 0) RunChild(plan);
+  // Also set the group from this side, so that it exists whichever process
+  // runs first (EACCES once the child has exec'd: then it did it itself).
+  (void)::setpgid(child, child);
+  ::close(plan.stdout_fd);
+  ::close(plan.stderr_fd);
+  ::close(plan.devnull_fd);
+
+  // Record the pids before telling the agent: if the agent dies right now,
+  // the next one still finds the task.
+  const uint64_t start = StartTicks(child);
+  const pid_t self = ::getpid();
+  const uint64_t self_start = StartTicks(self);
+  {
+    char line[128];
+    size_t n = 0;
+    n += FormatDecimal(child, line + n);
+    line[n++] = ' ';
+    n += FormatDecimal(static_cast<int64_t>(start), line + n);
+    line[n++] = ' ';
+    n += FormatDecimal(self, line + n);
+    line[n++] = ' ';
+    n += FormatDecimal(static_cast<int64_t>(self_start), line + n);
+    line[n++] = '\n';
+    WriteFileAtomic(plan.pid_tmp_path.c_str(), plan.pid_path.c_str(),
+                    plan.state_dir.c_str(), line, n);
+  }
+  Report(plan.report_fd, SpawnReport::kTaskStarted, SpawnStage::kNone, 0, child,
+         start);
+  ::close(plan.report_fd);
+
+  // Wait for the task's main process, reaping adopted orphans meanwhile.
+  int status = 0;
+  bool have_status = false;
+  for (;;) {
+    int st = 0;
+    const pid_t w = ::waitpid(-1, &st, 0);
+    if (w == child) {
+      status = st;
+      have_status = true;
+      break;
+    }
+    if (w < 0 && errno != EINTR) break;  // ECHILD: cannot happen
+  }
+
+  // The task is over when its main process is: kill what is left of its
+  // process group and reap it, so that no process of the group outlives the
+  // recorded exit.
+  ::kill(-child, SIGKILL);
+  for (int i = 0; i < kDrainSteps; ++i) {
+    int st;
+    while (::waitpid(-1, &st, WNOHANG) > 0) {
+    }
+    if (::kill(-child, 0) != 0) break;
+    SleepMillis(10);
+  }
+
+  bool recorded = false;
+  if (have_status) {
+    char line[96];
+    size_t n = 0;
+    const char* word = WIFSIGNALED(status) ? "signaled " : "exited ";
+    for (const char* p = word; *p != '\0'; ++p) line[n++] = *p;
+    const int value =
+        WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status);
+    n += FormatDecimal(value, line + n);
+    line[n++] = ' ';
+    struct timespec now;
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    n += FormatDecimal(now.tv_sec, line + n);
+    line[n++] = '\n';
+    recorded =
+        WriteFileAtomic(plan.exit_tmp_path.c_str(), plan.exit_path.c_str(),
+                        plan.state_dir.c_str(), line, n);
+  }
+
+  // Processes that left the group (setsid) may still be descendants: stay
+  // their reaper until none is left.
+  for (;;) {
+    int st;
+    if (::waitpid(-1, &st, 0) > 0) continue;
+    if (errno == EINTR) continue;
+    break;
+  }
+  ::_exit(recorded ? kShimExitOk : kShimExitNoRecord);
+}
+
+}  // namespace loom::agent_internal

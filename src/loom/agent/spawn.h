@@ -1,0 +1,94 @@
+#pragma once
+
+// The code that runs in the shim and in the task's child process, after
+// fork(). Everything it needs is prepared in a `SpawnPlan` before the fork;
+// from then on only async-signal-safe calls are made (no malloc, no locks, no
+// iostreams), because the agent is multi-threaded and the forked copy may
+// hold other threads' locks.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom::agent_internal {
+
+// The step at which the shim or the child failed.
+enum class SpawnStage : int32_t {
+  kNone = 0,
+  kSetsid,
+  kSubreaper,
+  kFork,
+  kSetpgid,
+  kCgroup,
+  kStdio,
+  kChdir,
+  kSetgroups,
+  kSetgid,
+  kSetuid,
+  kExec,
+};
+
+const char* SpawnStageName(SpawnStage stage);
+
+// One message on the report pipe from the shim and the child to the agent.
+// Small enough (< PIPE_BUF) that writes of the two never interleave.
+struct SpawnReport {
+  enum Kind : int32_t {
+    kTaskStarted = 1,  // from the shim: `pid`, `start_ticks` of the task
+    kChildFailed = 2,  // from the child: `stage`, `error` (errno)
+    kShimFailed = 3,   // from the shim: `stage`, `error`
+  };
+  int32_t kind = 0;
+  int32_t stage = 0;
+  int32_t error = 0;
+  int32_t pid = 0;
+  uint64_t start_ticks = 0;
+};
+
+struct SpawnPlan {
+  // NUL-terminated arrays pointing into `argv_storage` / `env_storage`.
+  std::vector<std::string> argv_storage;
+  std::vector<std::string> env_storage;
+  std::vector<char*> argv;
+  std::vector<char*> envp;
+  // Paths to try with execve, in order (the PATH search done up front).
+  std::vector<std::string> exec_paths;
+  std::string working_dir;  // absolute
+  // cgroup.procs files the child writes its pid into.
+  std::vector<std::string> cgroup_procs_files;
+
+  // Descriptors (all >= 3, close-on-exec) owned by the agent.
+  int devnull_fd = -1;
+  int stdout_fd = -1;
+  int stderr_fd = -1;
+  int report_fd = -1;  // write end of the report pipe
+  // Descriptors the shim keeps (the four above), sorted.
+  std::vector<int> keep_fds;
+  // Highest descriptor to close one by one where close_range is missing.
+  int max_fd = 1024;
+
+  bool change_ids = false;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;
+
+  // Files the shim writes (absolute).
+  std::string state_dir;
+  std::string pid_path;
+  std::string pid_tmp_path;
+  std::string exit_path;
+  std::string exit_tmp_path;
+
+  // Fills `argv` and `envp` from the storage vectors.
+  void Seal();
+};
+
+// The shim: runs in the child of the agent's fork(). Starts a new session,
+// becomes a child subreaper, forks the task, reports its pid, waits for it,
+// kills and reaps what is left of its process group, writes the exit file and
+// exits. Signals stay blocked (as the agent blocked them around fork()).
+[[noreturn]] void RunShim(const SpawnPlan& plan);
+
+}  // namespace loom::agent_internal

@@ -1,0 +1,111 @@
+#pragma once
+
+// The files a `ShimTaskLauncher` keeps per task in its state directory, and
+// the /proc probes used to tell whether a recorded process still runs. See
+// docs/agent-tasks.md for the formats.
+//
+//   <task_id>.json  the task record, written by the agent (atomically)
+//   <task_id>.pid   "<pid> <start> <shim_pid> <shim_start>", written by the
+//                   shim as soon as the task process exists
+//   <task_id>.exit  "exited <code> <unix_seconds>" or
+//                   "signaled <signal> <unix_seconds>", written by the shim
+//                   when the task ends
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "loom/agent/cgroup.h"
+
+namespace loom::agent_internal {
+
+// --- Async-signal-safe helpers (used between fork and exec/_exit too). ---
+
+// Writes the decimal form of `value` to `out` (at least 21 bytes, not
+// NUL-terminated) and returns the number of characters.
+size_t FormatDecimal(int64_t value, char* out);
+
+// Parses the contents of /proc/<pid>/stat: the state letter (field 3) and the
+// start time in clock ticks since boot (field 22). The command name (field 2)
+// may contain spaces and parentheses; it ends at the last ')'.
+bool ParseProcStat(const char* buf, size_t len, char* state,
+                   uint64_t* start_ticks);
+
+// Reads /proc/<pid>/stat into `buf`; returns the length or -1.
+ssize_t ReadProcStat(pid_t pid, char* buf, size_t size);
+
+// --- Ordinary helpers (agent side). ---
+
+enum class ProcessStatus {
+  kAlive,   // the pid exists, is not a zombie and started at the given time
+  kZombie,  // it ended and waits to be reaped
+  kGone,    // no such pid, or the pid now belongs to another process
+};
+
+// The start time of `pid`, if it exists.
+std::optional<uint64_t> ProcStartTicks(pid_t pid);
+
+// Whether the process that was `pid` when it started at `start_ticks` still
+// runs. A pid with a different start time is a reused pid: kGone.
+ProcessStatus ProbeProcess(pid_t pid, uint64_t start_ticks);
+
+struct ExitRecord {
+  bool signaled = false;
+  int value = 0;  // exit code, or signal number when `signaled`
+  absl::Time ended_at = absl::InfinitePast();
+};
+
+// Parses "exited 3 1732900000" / "signaled 9 1732900000" (the time is
+// optional). `InvalidArgument` on anything else.
+absl::StatusOr<ExitRecord> ParseExitLine(std::string_view text);
+
+struct PidRecord {
+  pid_t pid = 0;
+  uint64_t start_ticks = 0;
+  pid_t shim_pid = 0;
+  uint64_t shim_start_ticks = 0;
+};
+
+absl::StatusOr<PidRecord> ParsePidLine(std::string_view text);
+
+// The task record (<task_id>.json).
+struct TaskRecord {
+  static constexpr int kVersion = 1;
+
+  std::string task_id;
+  // "starting": written before fork; pids may be missing (see the .pid
+  // file). "running": complete.
+  std::string phase = "starting";
+  pid_t pid = 0;
+  pid_t pgid = 0;
+  pid_t shim_pid = 0;
+  uint64_t start_ticks = 0;
+  uint64_t shim_start_ticks = 0;
+  std::vector<std::string> argv;
+  std::string working_dir;
+  std::string stdout_path;
+  std::string stderr_path;
+  absl::Time launched_at = absl::InfinitePast();
+  CgroupPlacement cgroup;
+};
+
+std::string TaskRecordToJson(const TaskRecord& record);
+absl::StatusOr<TaskRecord> TaskRecordFromJson(std::string_view text);
+
+// Writes `contents` to `path` through `path.tmp`, fsync and rename, so that
+// readers see the old file or the new one, never a part.
+absl::Status WriteFileAtomically(const std::string& path,
+                                 std::string_view contents);
+
+// The file's contents; `NotFound` when it does not exist.
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
+
+}  // namespace loom::agent_internal

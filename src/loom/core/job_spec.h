@@ -1,0 +1,113 @@
+#pragma once
+
+// The job spec: what a user submits with `loom submit -f job.yaml` and what
+// the REST API accepts as a JSON body. The format is documented field by
+// field in docs/job-spec.md.
+
+#include <csignal>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "loom/core/cluster.h"
+#include "loom/core/job.h"
+
+namespace loom {
+
+// What the agent does to let a job save its state before it is preempted:
+// send `signal` to every task, wait up to `grace`, then SIGKILL.
+struct CheckpointSpec {
+  std::string dir;  // absolute path, or empty; exported as LOOM_CHECKPOINT_DIR
+  int signal = SIGUSR1;
+  absl::Duration grace = absl::Seconds(120);
+
+  bool operator==(const CheckpointSpec&) const = default;
+};
+
+// How often a failed job is requeued (`max` times, 0: never), waiting
+// `backoff` before each retry.
+struct RestartSpec {
+  int max = 0;
+  absl::Duration backoff = absl::Seconds(10);
+
+  bool operator==(const RestartSpec&) const = default;
+};
+
+// A job as submitted. Durations are whole milliseconds when parsed.
+struct JobSpec {
+  std::string name;
+  std::string project = "default";
+  // Filled by the server from the caller; a spec may set it. Empty: unset.
+  std::string user;
+  JobKind kind = JobKind::kBatch;
+  std::string priority = "normal";  // a priority class of the cluster
+  bool preemptible = false;
+  // The shape: `tasks` x `gpus_per_task`, or `gpus` in total (then `tasks`
+  // and `gpus_per_task` keep their defaults), spread over `nodes` when set.
+  int tasks = 1;
+  int gpus_per_task = 1;
+  int gpus = 0;                     // 0: not given
+  int nodes = 0;                    // 0: not given; only with `gpus`
+  std::string gpu_model = "any";    // lower case
+  int64_t cpus_milli_per_task = 0;  // 0: no CPU requirement
+  int64_t memory_bytes_per_task = 0;
+  // argv of every task; a spec's one-string command becomes
+  // {"/bin/sh", "-c", command}.
+  std::vector<std::string> command;
+  std::map<std::string, std::string> env;
+  std::string working_dir;  // absolute path, or empty: the agent's default
+  std::optional<absl::Duration> time_limit;  // nullopt: none
+  CheckpointSpec checkpoint;
+  RestartSpec restart;
+  int cancel_signal = SIGTERM;
+  absl::Duration cancel_grace = absl::Seconds(30);
+  bool hold = false;  // submitted held: not scheduled until released
+  std::map<std::string, std::string> labels;
+
+  bool operator==(const JobSpec&) const = default;
+};
+
+// Parses a job spec written in YAML or JSON (JSON is read as YAML, so both
+// go through one parser). `source` names the document in error messages,
+// which are InvalidArgument and read "<source>:<line>:<column>: <field
+// path>: <reason>", e.g. "job.yaml:7:18: resources.gpus_per_task: must be
+// between 1 and 16, got 32". Unknown fields, repeated fields, tabs used for
+// indentation, empty documents and several documents in one text are
+// errors. Never throws; any bytes give either a spec or an error.
+absl::StatusOr<JobSpec> ParseJobSpec(std::string_view text,
+                                     std::string_view source);
+
+// Resolves a spec against `cluster` into what the scheduler sees: the
+// priority class's value, the GPU model's id (`any`: `kAnyGpuModel`), and the
+// shape (`tasks` x `gpus_per_task`, or `gpus` [over `nodes`] split by
+// `ShapeFromTotalGpus` with the model's node size: the largest number of
+// GPUs a node of that model has, of any model for `any`). An empty `user`
+// becomes "default". Finishes with
+// `ValidateJobRequest`. Whether the job could ever fit the cluster is not
+// checked here. Errors are InvalidArgument naming the field:
+// "resources.gpu_model: the cluster has no 'v100' GPUs (it has h200, a100)".
+absl::StatusOr<JobRequest> ToJobRequest(const JobSpec& spec,
+                                        const Cluster& cluster, JobId id,
+                                        absl::Time submit_time);
+
+// The spec as canonical JSON, for storage: every field written out in a
+// fixed order (durations as "120s"-style strings, signals by name, memory as
+// an exact byte quantity), so that `ParseJobSpec` reads it back to an equal
+// spec. The shape is written as `gpus` [+ `nodes`] when `gpus` > 0 and as
+// `tasks` + `gpus_per_task` otherwise. Durations are written to the
+// millisecond. Never throws; invalid UTF-8 is replaced.
+std::string JobSpecToJson(const JobSpec& spec);
+
+// Parses a signal: a name with or without "SIG" in any case ("SIGTERM",
+// "TERM", "sigusr1") or a number from 1 to SIGRTMAX ("15").
+absl::StatusOr<int> ParseSignal(std::string_view name);
+
+// The name of `signal` ("SIGUSR1"), or its number as text when it has none.
+std::string SignalName(int signal);
+
+}  // namespace loom

@@ -1,0 +1,869 @@
+#include "loom/server/controller.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "fmt/format.h"
+#include "loom/sched/placement.h"
+
+namespace loom {
+namespace {
+
+constexpr const char* kNodePrefix = "/nodes/";
+
+std::string TaskId(JobId job, int index, int restart) {
+  return fmt::format("{}.{}.{}", job, index, restart);
+}
+
+std::optional<JobId> JobOfTask(const std::string& task_id) {
+  JobId id = 0;
+  const size_t dot = task_id.find('.');
+  if (dot == std::string::npos ||
+      !absl::SimpleAtoi(task_id.substr(0, dot), &id)) {
+    return std::nullopt;
+  }
+  return id;
+}
+
+std::string HostOf(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+bool TaskLive(const TaskRecord& t) {
+  return t.state == TaskRecord::State::kLaunching ||
+         t.state == TaskRecord::State::kRunning;
+}
+
+}  // namespace
+
+Controller::Controller(Cluster cluster, StateStore* store,
+                       ControllerOptions options)
+    : cluster_(std::move(cluster)), store_(store), options_(options) {
+  for (size_t i = 0; i < cluster_.nodes.size(); ++i) {
+    node_index_[cluster_.nodes[i].name] = static_cast<int>(i);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
+    Cluster cluster, StateStore* store, ControllerOptions options,
+    absl::Time now) {
+  absl::StatusOr<std::unique_ptr<QueuePolicy>> policy =
+      MakeQueuePolicy(options.policy, options.policy_options);
+  if (!policy.ok()) return policy.status();
+  std::unique_ptr<Controller> c(
+      new Controller(std::move(cluster), store, options));
+  absl::MutexLock lock(&c->mu_);
+  c->scheduler_ = std::make_unique<Scheduler>(
+      c->cluster_, *std::move(policy), options.scheduler_options);
+  c->nodes_.resize(c->cluster_.nodes.size());
+  // Nodes are not schedulable until their agent registers.
+  for (size_t n = 0; n < c->nodes_.size(); ++n) {
+    c->scheduler_->SetNodeSchedulable(static_cast<int>(n), false);
+  }
+  if (absl::Status st = c->Load(now); !st.ok()) return st;
+  return c;
+}
+
+int Controller::NodeIndex(const std::string& name) const {
+  auto it = node_index_.find(name);
+  return it == node_index_.end() ? -1 : it->second;
+}
+
+absl::Status Controller::Load(absl::Time now) {
+  absl::StatusOr<std::vector<KeyValue>> nodes = store_->List(kNodePrefix);
+  if (!nodes.ok()) return nodes.status();
+  for (const KeyValue& kv : *nodes) {
+    const int n = NodeIndex(kv.key.substr(std::string(kNodePrefix).size()));
+    if (n < 0) continue;  // a node no longer in the cluster spec
+    nlohmann::json j = nlohmann::json::parse(kv.value, nullptr, false);
+    if (j.is_discarded()) continue;
+    nodes_[n].cordoned = j.value("cordoned", false);
+    nodes_[n].draining = j.value("draining", false);
+    nodes_[n].reason = j.value("reason", "");
+  }
+  absl::StatusOr<std::vector<KeyValue>> jobs = store_->List("/jobs/");
+  if (!jobs.ok()) return jobs.status();
+  for (const KeyValue& kv : *jobs) {
+    nlohmann::json j = nlohmann::json::parse(kv.value, nullptr, false);
+    absl::StatusOr<JobRecord> rec =
+        j.is_discarded()
+            ? absl::StatusOr<JobRecord>(absl::DataLossError("not JSON"))
+            : JobRecordFromJson(j);
+    if (!rec.ok()) {
+      return absl::DataLossError(absl::StrCat("store entry ", kv.key, ": ",
+                                              rec.status().message()));
+    }
+    next_id_ = std::max(next_id_, rec->id + 1);
+    JobRecord& job = jobs_[rec->id] = *std::move(rec);
+    absl::StatusOr<JobRequest> req =
+        ToJobRequest(job.spec, cluster_, job.id, job.submit_time);
+    if (!req.ok()) {
+      // The cluster changed under the job: it can no longer be described.
+      job.state = JobState::kFailed;
+      job.reason = absl::StrCat("no longer valid on this cluster: ",
+                                req.status().message());
+      job.end_time = now;
+      continue;
+    }
+    if (job.state == JobState::kPending) {
+      (void)scheduler_->Submit(*req, now);
+    } else if (job.state == JobState::kRunning ||
+               job.state == JobState::kStopping) {
+      Placement p;
+      p.gpu_model = -1;
+      for (const TaskRecord& t : job.tasks) {
+        const int n = NodeIndex(t.node);
+        uint32_t mask = 0;
+        for (int g : t.gpus) mask |= 1u << g;
+        if (n >= 0) {
+          p.tasks.push_back({n, mask});
+          p.gpu_model = cluster_.nodes[n].gpu_model;
+          nodes_[n].master_ports.insert(job.master_port);
+        }
+      }
+      absl::Status st = scheduler_->Restore(
+          *req, p, job.start_time.value_or(now), 0, now);
+      if (!st.ok()) {
+        job.state = JobState::kFailed;
+        job.reason = absl::StrCat("could not restore after restart: ",
+                                  st.message());
+        job.end_time = now;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Controller::Persist(const std::vector<const JobRecord*>& jobs) {
+  if (jobs.empty()) return absl::OkStatus();
+  std::vector<Mutation> m;
+  m.reserve(jobs.size());
+  for (const JobRecord* j : jobs) {
+    m.push_back(Mutation::Put(JobKey(j->id), JobRecordToJson(*j).dump()));
+  }
+  absl::StatusOr<int64_t> rev = store_->Commit({}, m);
+  return rev.ok() ? absl::OkStatus() : rev.status();
+}
+
+absl::Status Controller::PersistNode(int node) {
+  const Node& n = nodes_[node];
+  nlohmann::json j = {{"cordoned", n.cordoned},
+                      {"draining", n.draining},
+                      {"reason", n.reason}};
+  absl::StatusOr<int64_t> rev = store_->Commit(
+      {}, {Mutation::Put(absl::StrCat(kNodePrefix, cluster_.nodes[node].name),
+                         j.dump())});
+  return rev.ok() ? absl::OkStatus() : rev.status();
+}
+
+void Controller::UpdateSchedulable(int node) {
+  const Node& n = nodes_[node];
+  scheduler_->SetNodeSchedulable(
+      node, n.state == Node::State::kUp && !n.cordoned && !n.draining);
+}
+
+absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
+                                                  const std::string& user,
+                                                  absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  if (spec.user.empty()) spec.user = user.empty() ? "default" : user;
+  const JobId id = next_id_;
+  absl::StatusOr<JobRequest> req = ToJobRequest(spec, cluster_, id, now);
+  if (!req.ok()) return req.status();
+  std::string why;
+  if (!CouldEverRun(cluster_, req->shape, &why)) {
+    return absl::FailedPreconditionError(absl::StrCat("infeasible: ", why));
+  }
+  JobRecord job;
+  job.id = id;
+  job.spec = std::move(spec);
+  job.state = job.spec.hold ? JobState::kHeld : JobState::kPending;
+  job.submit_time = now;
+  job.AddEvent(now, job.spec.hold ? "submitted held" : "submitted");
+  // The job is on disk before anyone hears of its id; the id is unique
+  // because the key must not exist yet.
+  absl::StatusOr<int64_t> rev = store_->Commit(
+      {{JobKey(id), Condition::kMustNotExist}},
+      {Mutation::Put(JobKey(id), JobRecordToJson(job).dump())});
+  if (!rev.ok()) return rev.status();
+  next_id_ = id + 1;
+  if (job.state == JobState::kPending) {
+    absl::StatusOr<SubmitOutcome> out = scheduler_->Submit(*req, now);
+    if (!out.ok()) return out.status();
+  }
+  JobRecord& stored = jobs_[id] = std::move(job);
+  return JobJson(stored, now);
+}
+
+absl::StatusOr<nlohmann::json> Controller::Cancel(JobId id, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no job ", id));
+  }
+  JobRecord& job = it->second;
+  if (IsFinal(job.state)) return JobJson(job, now);
+  JobRecord before = job;
+  if (job.state == JobState::kHeld || job.state == JobState::kPending) {
+    if (job.state == JobState::kPending) (void)scheduler_->Cancel(id, now);
+    job.state = JobState::kCancelled;
+    job.reason = "cancelled while pending";
+    job.end_time = now;
+    job.AddEvent(now, "cancelled");
+  } else if (!job.cancel_requested) {
+    job.cancel_requested = true;
+    job.state = JobState::kStopping;
+    job.reason = "cancelled";
+    job.AddEvent(now, absl::StrCat("cancel requested: sending ",
+                                   SignalName(job.spec.cancel_signal)));
+    StopTasks(job, job.spec.cancel_signal, job.spec.cancel_grace);
+  }
+  if (absl::Status st = Persist({&job}); !st.ok()) {
+    job = before;
+    return st;
+  }
+  return JobJson(job, now);
+}
+
+absl::StatusOr<nlohmann::json> Controller::Release(JobId id, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no job ", id));
+  }
+  JobRecord& job = it->second;
+  if (job.state != JobState::kHeld) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", id, " is ", std::string(JobStateName(job.state)), ", not held"));
+  }
+  absl::StatusOr<JobRequest> req =
+      ToJobRequest(job.spec, cluster_, id, job.submit_time);
+  if (!req.ok()) return req.status();
+  job.state = JobState::kPending;
+  job.AddEvent(now, "released");
+  if (absl::Status st = Persist({&job}); !st.ok()) {
+    job.state = JobState::kHeld;
+    job.events.pop_back();
+    return st;
+  }
+  absl::StatusOr<SubmitOutcome> out = scheduler_->Submit(*req, now);
+  if (!out.ok()) return out.status();
+  return JobJson(job, now);
+}
+
+absl::StatusOr<nlohmann::json> Controller::GetJob(JobId id,
+                                                  absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no job ", id));
+  }
+  return JobJson(it->second, now);
+}
+
+nlohmann::json Controller::ListJobs(const JobFilter& f, absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [id, job] : jobs_) {
+    if (!f.states.empty() &&
+        std::find(f.states.begin(), f.states.end(), job.state) ==
+            f.states.end()) {
+      continue;
+    }
+    if (!f.project.empty() && job.spec.project != f.project) continue;
+    if (!f.user.empty() && job.spec.user != f.user) continue;
+    nlohmann::json j = JobJson(job, now);
+    j.erase("events");
+    j.erase("spec");
+    out.push_back(std::move(j));
+    if (f.limit > 0 && static_cast<int>(out.size()) >= f.limit) break;
+  }
+  return {{"jobs", std::move(out)}};
+}
+
+absl::StatusOr<std::pair<std::string, std::string>> Controller::TaskLocation(
+    JobId id, int task) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no job ", id));
+  }
+  for (const TaskRecord& t : it->second.tasks) {
+    if (t.index != task) continue;
+    const int n = NodeIndex(t.node);
+    if (n < 0 || nodes_[n].address.empty()) {
+      return absl::UnavailableError(
+          absl::StrCat("node ", t.node, " has no agent address"));
+    }
+    return std::make_pair(nodes_[n].address, t.task_id);
+  }
+  return absl::NotFoundError(
+      it->second.tasks.empty()
+          ? absl::StrCat("job ", id, " has not started, so it has no logs")
+          : absl::StrCat("job ", id, " has no task ", task));
+}
+
+void Controller::StartJob(JobRecord& job, absl::Time now) {
+  const SchedJob* sj = scheduler_->Find(job.id);
+  const Placement& p = sj->placement;
+  job.state = JobState::kRunning;
+  job.start_time = now;
+  job.tasks.clear();
+  job.switch_level = p.switch_level;
+  job.switch_name =
+      p.switch_index >= 0 ? cluster_.topology.sw(p.switch_index).name : "";
+  // MASTER_PORT: a port of the rank-0 node not used by another live job.
+  Node& master = nodes_[p.tasks[0].node];
+  int port = options_.master_port_base +
+             static_cast<int>(job.id % options_.master_port_count);
+  for (int i = 0; i < options_.master_port_count &&
+                  master.master_ports.contains(port);
+       ++i) {
+    port = options_.master_port_base +
+           (port - options_.master_port_base + 1) % options_.master_port_count;
+  }
+  master.master_ports.insert(port);
+  job.master_port = port;
+  const int procs = 1;
+  const std::string ckpt =
+      job.spec.checkpoint.dir.empty()
+          ? absl::StrCat(options_.checkpoint_root, "/", job.id)
+          : job.spec.checkpoint.dir;
+  const std::string master_addr = HostOf(master.address);
+  for (size_t i = 0; i < p.tasks.size(); ++i) {
+    TaskRecord t;
+    t.index = static_cast<int>(i);
+    t.node = cluster_.nodes[p.tasks[i].node].name;
+    for (int g = 0; g < kMaxGpusPerNode; ++g) {
+      if (p.tasks[i].gpu_mask & (1u << g)) t.gpus.push_back(g);
+    }
+    t.task_id = TaskId(job.id, t.index, job.restart_count);
+    t.state = TaskRecord::State::kLaunching;
+    nlohmann::json env = job.spec.env;
+    env["CUDA_VISIBLE_DEVICES"] = absl::StrJoin(t.gpus, ",");
+    env["MASTER_ADDR"] = master_addr;
+    env["MASTER_PORT"] = std::to_string(port);
+    env["WORLD_SIZE"] = std::to_string(p.tasks.size() * procs);
+    env["NODE_RANK"] = std::to_string(i);
+    env["LOCAL_WORLD_SIZE"] = std::to_string(procs);
+    env["LOOM_JOB_ID"] = std::to_string(job.id);
+    env["LOOM_TASK_INDEX"] = std::to_string(i);
+    env["LOOM_RESTART_COUNT"] = std::to_string(job.restart_count);
+    env["LOOM_CHECKPOINT_DIR"] = ckpt;
+    AgentAction a;
+    a.kind = AgentAction::Kind::kLaunch;
+    a.node = t.node;
+    a.address = nodes_[p.tasks[i].node].address;
+    a.task_id = t.task_id;
+    a.job = job.id;
+    a.body = {{"task_id", t.task_id},
+              {"node", t.node},
+              {"job_id", job.id},
+
+              {"task_index", t.index},
+              {"argv", job.spec.command},
+              {"env", env},
+              {"working_dir", job.spec.working_dir},
+              {"gpus", t.gpus},
+              {"processes", procs},
+              {"rank_base", t.index * procs}};
+    actions_.push_back(std::move(a));
+    job.tasks.push_back(std::move(t));
+  }
+  job.AddEvent(now, absl::StrCat("started on ", p.nodes, " node(s)",
+                                 job.switch_name.empty()
+                                     ? ""
+                                     : absl::StrCat(" under ", job.switch_name),
+                                 " (", job.tasks.size(), " task(s))"));
+}
+
+void Controller::StopTasks(JobRecord& job, int signal, absl::Duration grace) {
+  for (const TaskRecord& t : job.tasks) {
+    if (!TaskLive(t)) continue;
+    const int n = NodeIndex(t.node);
+    if (n < 0 || nodes_[n].state == Node::State::kDown) continue;
+    AgentAction a;
+    a.kind = AgentAction::Kind::kStop;
+    a.node = t.node;
+    a.address = nodes_[n].address;
+    a.task_id = t.task_id;
+    a.job = job.id;
+    a.body = {{"signal", signal},
+              {"grace_ms", absl::ToInt64Milliseconds(grace)}};
+    actions_.push_back(std::move(a));
+  }
+}
+
+void Controller::TaskEnded(JobRecord& job, TaskRecord& task, absl::Time now) {
+  const bool failed = task.state == TaskRecord::State::kLost ||
+                      task.exit_code.value_or(0) != 0 || task.signal;
+  if (failed && job.state == JobState::kRunning) {
+    job.state = JobState::kStopping;
+    job.reason =
+        task.state == TaskRecord::State::kLost
+            ? absl::StrCat("task ", task.index, " on ", task.node, " was lost")
+            : task.signal ? absl::StrCat("task ", task.index, " killed by ",
+                                         SignalName(*task.signal))
+                          : absl::StrCat("task ", task.index,
+                                         " exited with code ",
+                                         task.exit_code.value_or(-1));
+    job.AddEvent(now, job.reason + "; stopping the other tasks");
+    StopTasks(job, job.spec.cancel_signal, job.spec.cancel_grace);
+  }
+  if (std::any_of(job.tasks.begin(), job.tasks.end(), TaskLive)) return;
+  FinishJob(job, now);
+}
+
+void Controller::FinishJob(JobRecord& job, absl::Time now) {
+  bool ok = true;
+  std::optional<int> code;
+  for (const TaskRecord& t : job.tasks) {
+    if (t.state == TaskRecord::State::kLost) {
+      ok = false;
+      continue;
+    }
+    const int c = t.signal ? 128 + *t.signal : t.exit_code.value_or(0);
+    if (c != 0) {
+      ok = false;
+      if (!code) code = c;
+    }
+  }
+  job.exit_code = code.value_or(ok ? 0 : 1);
+  if (job.cancel_requested) {
+    job.state = JobState::kCancelled;
+  } else if (ok) {
+    job.state = JobState::kSucceeded;
+    job.reason = "";
+  } else {
+    job.state = JobState::kFailed;
+  }
+  job.end_time = now;
+  job.AddEvent(now, absl::StrCat(std::string(JobStateName(job.state)), " (exit code ",
+                                 *job.exit_code, ")"));
+  if (!job.tasks.empty()) {
+    const int master = NodeIndex(job.tasks[0].node);
+    if (master >= 0) nodes_[master].master_ports.erase(job.master_port);
+  }
+  (void)scheduler_->Finish(job.id, now);
+}
+
+nlohmann::json Controller::TaskReports(const std::string& node_name,
+                                       const nlohmann::json& tasks,
+                                       bool registering, absl::Time now,
+                                       std::vector<const JobRecord*>* dirty) {
+  nlohmann::json stop = nlohmann::json::array();
+  nlohmann::json ack = nlohmann::json::array();
+  absl::flat_hash_set<std::string> reported;
+  for (const nlohmann::json& t : tasks) {
+    const std::string task_id = t.value("task_id", "");
+    const std::string state = t.value("state", "");
+    reported.insert(task_id);
+    std::optional<JobId> jid = JobOfTask(task_id);
+    JobRecord* job = nullptr;
+    TaskRecord* task = nullptr;
+    if (jid) {
+      auto it = jobs_.find(*jid);
+      if (it != jobs_.end()) {
+        job = &it->second;
+        for (TaskRecord& r : job->tasks) {
+          if (r.task_id == task_id && r.node == node_name) task = &r;
+        }
+      }
+    }
+    if (state != "running") ack.push_back(task_id);
+    if (task == nullptr || !TaskLive(*task)) {
+      // Not a task this node should run (any more): stop it.
+      if (state == "running") stop.push_back(task_id);
+      continue;
+    }
+    if (state == "running") {
+      if (task->state == TaskRecord::State::kLaunching) {
+        task->state = TaskRecord::State::kRunning;
+        dirty->push_back(job);
+      }
+      continue;
+    }
+    task->state = state == "exited" ? TaskRecord::State::kExited
+                                    : TaskRecord::State::kLost;
+    if (t.contains("exit_code") && t["exit_code"].is_number_integer()) {
+      task->exit_code = t["exit_code"].get<int>();
+    }
+    if (t.contains("signal") && t["signal"].is_number_integer() &&
+        t["signal"].get<int>() != 0) {
+      task->signal = t["signal"].get<int>();
+    }
+    TaskEnded(*job, *task, now);
+    dirty->push_back(job);
+  }
+  if (registering) {
+    // Tasks this node should run that its agent does not know: lost.
+    for (auto& [id, job] : jobs_) {
+      for (TaskRecord& task : job.tasks) {
+        if (task.node != node_name || !TaskLive(task) ||
+            task.state == TaskRecord::State::kLaunching ||
+            reported.contains(task.task_id)) {
+          continue;
+        }
+        task.state = TaskRecord::State::kLost;
+        TaskEnded(job, task, now);
+        dirty->push_back(&job);
+      }
+    }
+  }
+  return {{"stop", std::move(stop)}, {"ack", std::move(ack)}};
+}
+
+absl::StatusOr<nlohmann::json> Controller::Register(const nlohmann::json& body,
+                                                    absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  const std::string name = body.value("name", "");
+  const int n = NodeIndex(name);
+  if (n < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "name: node '", name, "' is not in the cluster spec of this server"));
+  }
+  const NodeSpec& spec = cluster_.nodes[n];
+  const nlohmann::json gpus = body.value("gpus", nlohmann::json::array());
+  if (!gpus.is_array() || static_cast<int>(gpus.size()) != spec.gpus) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gpus: node ", name, " reports ", gpus.is_array() ? gpus.size() : 0,
+        " GPUs; the cluster spec says ", spec.gpus));
+  }
+  for (const nlohmann::json& g : gpus) {
+    if (g.value("model", "") != cluster_.gpu_models[spec.gpu_model].name) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gpus: node ", name, " has a ", g.value("model", "?"),
+          " GPU; the cluster spec says ",
+          cluster_.gpu_models[spec.gpu_model].name));
+    }
+  }
+  const std::string address = body.value("address", "");
+  if (address.empty()) {
+    return absl::InvalidArgumentError("address: required (host:port)");
+  }
+  Node& node = nodes_[n];
+  node.address = address;
+  node.hostname = body.value("hostname", "");
+  node.emulated = body.value("emulated", false);
+  node.last_heartbeat = now;
+  node.state = Node::State::kUp;
+  std::vector<const JobRecord*> dirty;
+  nlohmann::json reply = TaskReports(
+      name, body.value("tasks", nlohmann::json::array()), true, now, &dirty);
+  UpdateSchedulable(n);
+  (void)Persist(dirty);
+  reply["heartbeat_interval_ms"] =
+      absl::ToInt64Milliseconds(options_.heartbeat_interval);
+  return reply;
+}
+
+absl::StatusOr<nlohmann::json> Controller::Heartbeat(const nlohmann::json& body,
+                                                     absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  const std::string name = body.value("name", "");
+  const int n = NodeIndex(name);
+  if (n < 0) {
+    return absl::NotFoundError(absl::StrCat("unknown node '", name, "'"));
+  }
+  Node& node = nodes_[n];
+  if (node.state != Node::State::kUp) {
+    // Down (or never registered): the agent must register again, so that
+    // its tasks are reconciled before it gets new work.
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", name, " is not registered; register again"));
+  }
+  node.last_heartbeat = now;
+  std::vector<const JobRecord*> dirty;
+  nlohmann::json reply = TaskReports(
+      name, body.value("tasks", nlohmann::json::array()), false, now, &dirty);
+  if (absl::Status st = Persist(dirty); !st.ok()) {
+    // Do not acknowledge exits that are not on disk: the agent reports
+    // them again.
+    reply["ack"] = nlohmann::json::array();
+  }
+  return reply;
+}
+
+void Controller::ActionFailed(const AgentAction& action,
+                              const absl::Status& status, absl::Time now) {
+  if (action.kind != AgentAction::Kind::kLaunch) return;
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(action.job);
+  if (it == jobs_.end()) return;
+  JobRecord& job = it->second;
+  for (TaskRecord& t : job.tasks) {
+    if (t.task_id != action.task_id || !TaskLive(t)) continue;
+    t.state = TaskRecord::State::kLost;
+    job.AddEvent(now, absl::StrCat("launch of task ", t.index, " on ", t.node,
+                                   " failed: ", status.message()));
+    TaskEnded(job, t, now);
+    (void)Persist({&job});
+    return;
+  }
+}
+
+void Controller::Tick(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  std::vector<const JobRecord*> dirty;
+  // Liveness.
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    Node& node = nodes_[n];
+    if (node.state != Node::State::kUp ||
+        now - node.last_heartbeat <= options_.heartbeat_timeout) {
+      continue;
+    }
+    node.state = Node::State::kDown;
+    node.reason = absl::StrCat("no heartbeat for ",
+                               absl::FormatDuration(now - node.last_heartbeat));
+    UpdateSchedulable(static_cast<int>(n));
+    for (auto& [id, job] : jobs_) {
+      for (TaskRecord& t : job.tasks) {
+        if (t.node != cluster_.nodes[n].name || !TaskLive(t)) continue;
+        t.state = TaskRecord::State::kLost;
+        TaskEnded(job, t, now);
+        dirty.push_back(&job);
+      }
+    }
+  }
+  // Scheduling.
+  PassResult pass = scheduler_->Schedule(now);
+  for (JobId id : pass.started) {
+    JobRecord& job = jobs_.at(id);
+    StartJob(job, now);
+    dirty.push_back(&job);
+  }
+  for (const Preemption& p : pass.preempted) {
+    JobRecord& job = jobs_.at(p.victim);
+    job.state = JobState::kStopping;
+    job.reason = absl::StrCat("preempted for job ", p.for_job);
+    job.AddEvent(now, job.reason);
+    StopTasks(job, job.spec.checkpoint.signal, job.spec.checkpoint.grace);
+    dirty.push_back(&job);
+  }
+  if (absl::Status st = Persist(dirty); !st.ok()) {
+    // Nothing may launch that is not on disk: undo this pass's starts.
+    for (JobId id : pass.started) {
+      JobRecord& job = jobs_.at(id);
+      (void)scheduler_->Requeue(id, now);
+      job.state = JobState::kPending;
+      job.tasks.clear();
+      job.AddEvent(now, absl::StrCat("start postponed: ", st.message()));
+    }
+    actions_.erase(std::remove_if(actions_.begin(), actions_.end(),
+                                  [](const AgentAction& a) {
+                                    return a.kind == AgentAction::Kind::kLaunch;
+                                  }),
+                   actions_.end());
+  }
+}
+
+std::vector<AgentAction> Controller::TakeActions() {
+  absl::MutexLock lock(&mu_);
+  std::vector<AgentAction> out;
+  out.swap(actions_);
+  return out;
+}
+
+nlohmann::json Controller::JobJson(const JobRecord& job,
+                                   absl::Time now) const {
+  nlohmann::json j;
+  j["id"] = job.id;
+  j["name"] = job.spec.name;
+  j["project"] = job.spec.project;
+  j["user"] = job.spec.user;
+  j["kind"] = std::string(JobKindName(job.spec.kind));
+  j["priority"] = job.spec.priority;
+  j["preemptible"] = job.spec.preemptible;
+  j["state"] = std::string(JobStateName(job.state));
+  std::string reason = job.reason;
+  if (job.state == JobState::kPending) {
+    reason = scheduler_->ExplainPending(job.id, now);
+  } else if (job.state == JobState::kHeld) {
+    reason = "held: waiting for `loom release`";
+  }
+  j["reason"] = reason;
+  if (const SchedJob* sj = scheduler_->Find(job.id)) {
+    j["tasks"] = sj->request.shape.tasks;
+    j["gpus_per_task"] = sj->request.shape.gpus_per_task;
+    j["gpus"] = sj->request.shape.TotalGpus();
+  } else if (absl::StatusOr<JobRequest> r =
+                 ToJobRequest(job.spec, cluster_, job.id, job.submit_time);
+             r.ok()) {
+    j["tasks"] = r->shape.tasks;
+    j["gpus_per_task"] = r->shape.gpus_per_task;
+    j["gpus"] = r->shape.TotalGpus();
+  }
+  j["gpu_model"] = job.spec.gpu_model;
+  j["submit_time"] = FormatTimestamp(job.submit_time);
+  j["start_time"] = job.start_time ? nlohmann::json(FormatTimestamp(*job.start_time))
+                                   : nlohmann::json(nullptr);
+  j["end_time"] = job.end_time ? nlohmann::json(FormatTimestamp(*job.end_time))
+                               : nlohmann::json(nullptr);
+  j["exit_code"] =
+      job.exit_code ? nlohmann::json(*job.exit_code) : nlohmann::json(nullptr);
+  j["restart_count"] = job.restart_count;
+  if (!job.tasks.empty()) {
+    nlohmann::json tasks = nlohmann::json::array();
+    absl::flat_hash_set<std::string> nodes;
+    for (const TaskRecord& t : job.tasks) {
+      nodes.insert(t.node);
+      const int n = NodeIndex(t.node);
+      tasks.push_back(
+          {{"index", t.index},
+           {"node", t.node},
+           {"address", n >= 0 ? HostOf(nodes_[n].address) : ""},
+           {"gpus", t.gpus},
+           {"task_id", t.task_id},
+           {"state",
+            std::string(t.state == TaskRecord::State::kLaunching ? "launching"
+                        : t.state == TaskRecord::State::kRunning ? "running"
+                        : t.state == TaskRecord::State::kExited  ? "exited"
+                                                                 : "lost")},
+           {"exit_code",
+            t.exit_code ? nlohmann::json(*t.exit_code) : nlohmann::json(nullptr)}});
+    }
+    j["placement"] = {{"switch_level", job.switch_level},
+                      {"switch", job.switch_name},
+                      {"nodes", nodes.size()},
+                      {"tasks", std::move(tasks)}};
+  } else {
+    j["placement"] = nullptr;
+  }
+  j["spec"] = nlohmann::json::parse(JobSpecToJson(job.spec));
+  nlohmann::json events = nlohmann::json::array();
+  for (const JobEvent& e : job.events) {
+    events.push_back({{"time", FormatTimestamp(e.time)}, {"message", e.message}});
+  }
+  j["events"] = std::move(events);
+  return j;
+}
+
+nlohmann::json Controller::NodeJson(int n, absl::Time now) const {
+  const NodeSpec& spec = cluster_.nodes[n];
+  const Node& node = nodes_[n];
+  const std::vector<JobId> jobs = scheduler_->JobsOnNode(n);
+  std::string state;
+  if (node.state == Node::State::kDown) {
+    state = "down";
+  } else if (node.state == Node::State::kUnknown) {
+    state = "unknown";
+  } else if (node.draining) {
+    state = jobs.empty() ? "drained" : "draining";
+  } else if (node.cordoned) {
+    state = "cordoned";
+  } else {
+    state = "up";
+  }
+  return {{"name", spec.name},
+          {"state", state},
+          {"reason", node.reason},
+          {"address", node.address},
+          {"hostname", node.hostname},
+          {"pool", cluster_.pools[spec.pool].name},
+          {"gpu_model", cluster_.gpu_models[spec.gpu_model].name},
+          {"gpus", spec.gpus},
+          {"gpus_allocated",
+           spec.gpus - scheduler_->state().FreeGpus(n)},
+          {"cpus", spec.cpus_milli / 1000.0},
+          {"memory_bytes", spec.memory_bytes},
+          {"leaf", cluster_.topology.sw(cluster_.topology.leaf_of(n)).name},
+          {"emulated", node.emulated},
+          {"last_heartbeat", node.last_heartbeat == absl::InfinitePast()
+                                 ? nlohmann::json(nullptr)
+                                 : nlohmann::json(FormatTimestamp(node.last_heartbeat))},
+          {"jobs", jobs}};
+}
+
+nlohmann::json Controller::ListNodes(absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    out.push_back(NodeJson(static_cast<int>(n), now));
+  }
+  return {{"nodes", std::move(out)}};
+}
+
+absl::StatusOr<nlohmann::json> Controller::GetNode(const std::string& name,
+                                                   absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  const int n = NodeIndex(name);
+  if (n < 0) return absl::NotFoundError(absl::StrCat("no node '", name, "'"));
+  return NodeJson(n, now);
+}
+
+absl::StatusOr<nlohmann::json> Controller::SetNodeMode(const std::string& name,
+                                                       const std::string& op,
+                                                       absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  const int n = NodeIndex(name);
+  if (n < 0) return absl::NotFoundError(absl::StrCat("no node '", name, "'"));
+  Node& node = nodes_[n];
+  const Node before = node;
+  if (op == "cordon") {
+    node.cordoned = true;
+    node.reason = "cordoned";
+  } else if (op == "uncordon") {
+    node.cordoned = false;
+    node.draining = false;
+    node.reason = "";
+  } else if (op == "drain") {
+    node.draining = true;
+    node.reason = "drained by an operator";
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("unknown node operation '",
+                                                   op, "'"));
+  }
+  if (absl::Status st = PersistNode(n); !st.ok()) {
+    node = before;
+    return st;
+  }
+  UpdateSchedulable(n);
+  return NodeJson(n, now);
+}
+
+nlohmann::json Controller::ListProjects(absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  absl::flat_hash_map<std::string, std::pair<int, int>> counts;
+  for (const auto& [id, job] : jobs_) {
+    auto& c = counts[job.spec.project];
+    if (job.state == JobState::kPending || job.state == JobState::kHeld) {
+      ++c.first;
+    }
+    if (job.state == JobState::kRunning || job.state == JobState::kStopping) {
+      ++c.second;
+    }
+  }
+  std::map<std::string, nlohmann::json> out;
+  for (const ProjectSpec& p : cluster_.projects) {
+    out[p.name] = {{"name", p.name},
+                   {"quota_gpus", p.quota_gpus},
+                   {"weight", p.weight},
+                   {"running_gpus", 0},
+                   {"gpu_seconds", 0.0}};
+  }
+  for (const ProjectUsage& u : scheduler_->Usage(now)) {
+    nlohmann::json& j = out[u.name];
+    j["name"] = u.name;
+    if (!j.contains("quota_gpus")) {
+      j["quota_gpus"] = 0;
+      j["weight"] = u.weight;
+    }
+    j["running_gpus"] = u.running_gpus;
+    j["gpu_seconds"] = u.gpu_seconds;
+  }
+  nlohmann::json list = nlohmann::json::array();
+  for (auto& [name, j] : out) {
+    auto it = counts.find(name);
+    j["pending_jobs"] = it == counts.end() ? 0 : it->second.first;
+    j["running_jobs"] = it == counts.end() ? 0 : it->second.second;
+    list.push_back(std::move(j));
+  }
+  return {{"projects", std::move(list)}};
+}
+
+}  // namespace loom

@@ -1,0 +1,164 @@
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "loom/core/cluster.h"
+#include "loom/core/job_spec.h"
+#include "loom/sched/scheduler.h"
+#include "loom/server/job_record.h"
+#include "loom/store/state_store.h"
+#include "nlohmann/json.hpp"
+
+namespace loom {
+
+struct ControllerOptions {
+  std::string policy = "fair";
+  PolicyOptions policy_options;
+  SchedulerOptions scheduler_options;
+  // An agent not heard from for this long is marked down.
+  absl::Duration heartbeat_timeout = absl::Seconds(10);
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  // MASTER_PORT is picked from [base, base + count) on the rank-0 node.
+  int master_port_base = 29500;
+  int master_port_count = 1000;
+  // LOOM_CHECKPOINT_DIR of jobs whose spec names none: <root>/<job id>.
+  std::string checkpoint_root = "/tmp/loom-checkpoints";
+};
+
+// Something the controller wants an agent to do. The server carries these
+// out over HTTP outside the controller's lock; tests inspect them.
+struct AgentAction {
+  enum class Kind { kLaunch, kStop };
+  Kind kind = Kind::kLaunch;
+  std::string node;
+  std::string address;  // the agent's host:port
+  std::string task_id;
+  JobId job = 0;
+  nlohmann::json body;  // POST /v1/tasks or /v1/tasks/{id}/stop body
+};
+
+// Filters of `ListJobs`; empty means any.
+struct JobFilter {
+  std::vector<JobState> states;
+  std::string project;
+  std::string user;
+  int limit = 0;
+};
+
+// The controller's brain: jobs, nodes and the scheduler, with every change
+// persisted to the `StateStore` before it is acknowledged. It does no I/O
+// besides the store; time is passed in. Thread-safe: one mutex guards all
+// state; the server's HTTP threads and its scheduling thread call in.
+class Controller {
+ public:
+  // Loads jobs and node settings from `store` (which must outlive the
+  // controller) and rebuilds the scheduler's state: pending jobs are queued
+  // again, running jobs keep their placement. Nodes start `unknown` (not
+  // schedulable) until their agent registers.
+  static absl::StatusOr<std::unique_ptr<Controller>> Create(
+      Cluster cluster, StateStore* store, ControllerOptions options,
+      absl::Time now);
+
+  // Jobs. Errors: InvalidArgument (bad spec, field named),
+  // FailedPrecondition with "infeasible:" (can never run), NotFound,
+  // Unavailable/Internal (store).
+  absl::StatusOr<nlohmann::json> Submit(JobSpec spec, const std::string& user,
+                                        absl::Time now);
+  absl::StatusOr<nlohmann::json> Cancel(JobId id, absl::Time now);
+  absl::StatusOr<nlohmann::json> Release(JobId id, absl::Time now);
+  absl::StatusOr<nlohmann::json> GetJob(JobId id, absl::Time now) const;
+  nlohmann::json ListJobs(const JobFilter& filter, absl::Time now) const;
+  // Where a task of a job runs, for logs: (agent address, task id).
+  absl::StatusOr<std::pair<std::string, std::string>> TaskLocation(
+      JobId id, int task) const;
+
+  // Nodes and projects.
+  nlohmann::json ListNodes(absl::Time now) const;
+  absl::StatusOr<nlohmann::json> GetNode(const std::string& name,
+                                         absl::Time now) const;
+  // `op` is "cordon", "uncordon" or "drain".
+  absl::StatusOr<nlohmann::json> SetNodeMode(const std::string& name,
+                                             const std::string& op,
+                                             absl::Time now);
+  nlohmann::json ListProjects(absl::Time now) const;
+
+  // The agent protocol (docs/api.md).
+  absl::StatusOr<nlohmann::json> Register(const nlohmann::json& body,
+                                          absl::Time now);
+  absl::StatusOr<nlohmann::json> Heartbeat(const nlohmann::json& body,
+                                           absl::Time now);
+  // The server could not deliver `action` (agent unreachable or refused).
+  void ActionFailed(const AgentAction& action, const absl::Status& status,
+                    absl::Time now);
+
+  // One round of liveness checks and scheduling at `now`.
+  void Tick(absl::Time now);
+  // Takes the agent actions produced since the last call.
+  std::vector<AgentAction> TakeActions();
+
+  const Cluster& cluster() const { return cluster_; }
+
+ private:
+  struct Node {
+    enum class State { kUnknown, kUp, kDown };
+    State state = State::kUnknown;
+    bool cordoned = false;
+    bool draining = false;
+    std::string reason;
+    std::string address;
+    std::string hostname;
+    bool emulated = false;
+    absl::Time last_heartbeat = absl::InfinitePast();
+    absl::flat_hash_set<int> master_ports;
+  };
+
+  Controller(Cluster cluster, StateStore* store, ControllerOptions options);
+
+  absl::Status Load(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Persist(const std::vector<const JobRecord*>& jobs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status PersistNode(int node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateSchedulable(int node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartJob(JobRecord& job, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Asks every live task of `job` to stop.
+  void StopTasks(JobRecord& job, int signal, absl::Duration grace)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Called when a task of `job` ended; finishes the job when all have.
+  void TaskEnded(JobRecord& job, TaskRecord& task, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishJob(JobRecord& job, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  nlohmann::json TaskReports(const std::string& node_name,
+                             const nlohmann::json& tasks, bool registering,
+                             absl::Time now, std::vector<const JobRecord*>* dirty)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  nlohmann::json JobJson(const JobRecord& job, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  nlohmann::json NodeJson(int node, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int NodeIndex(const std::string& name) const;
+
+  const Cluster cluster_;
+  StateStore* const store_;
+  const ControllerOptions options_;
+  absl::flat_hash_map<std::string, int> node_index_;
+
+  mutable absl::Mutex mu_;
+  std::unique_ptr<Scheduler> scheduler_ ABSL_GUARDED_BY(mu_);
+  std::map<JobId, JobRecord> jobs_ ABSL_GUARDED_BY(mu_);
+  std::vector<Node> nodes_ ABSL_GUARDED_BY(mu_);
+  JobId next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::vector<AgentAction> actions_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace loom

@@ -1,0 +1,278 @@
+#include "loom/server/controller.h"
+
+#include "gtest/gtest.h"
+#include "loom/sched/test_util.h"
+#include "loom/store/memory_state_store.h"
+
+namespace loom {
+namespace {
+
+using testing::MakeCluster;
+using testing::T;
+
+JobSpec Spec(const std::string& yaml) {
+  absl::StatusOr<JobSpec> s = ParseJobSpec(yaml, "test.yaml");
+  EXPECT_TRUE(s.ok()) << s.status();
+  return *s;
+}
+
+JobSpec Gang(int gpus, int nodes = 0) {
+  std::string yaml = "name: train\ncommand: [python3, train.py]\n"
+                     "resources: {gpus: " + std::to_string(gpus);
+  if (nodes > 0) yaml += ", nodes: " + std::to_string(nodes);
+  yaml += "}\n";
+  return Spec(yaml);
+}
+
+nlohmann::json Gpus(int n, const std::string& model = "h200") {
+  nlohmann::json g = nlohmann::json::array();
+  for (int i = 0; i < n; ++i) g.push_back({{"index", i}, {"model", model}});
+  return g;
+}
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  ControllerTest() : cluster_(MakeCluster({{2, 0}}, 2, 8)) {
+    Make();
+  }
+  void Make() {
+    auto c = Controller::Create(cluster_, &store_, ControllerOptions{}, T(0));
+    ASSERT_TRUE(c.ok()) << c.status();
+    c_ = *std::move(c);
+  }
+  nlohmann::json Register(int node, nlohmann::json tasks, double t) {
+    nlohmann::json body = {{"name", "h200-" + std::to_string(node)},
+                           {"address", "127.0.0." + std::to_string(node + 2) +
+                                           ":7100"},
+                           {"gpus", Gpus(8)},
+                           {"emulated", true},
+                           {"tasks", tasks}};
+    auto r = c_->Register(body, T(t));
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : nlohmann::json();
+  }
+  nlohmann::json Beat(int node, nlohmann::json tasks, double t) {
+    auto r = c_->Heartbeat(
+        {{"name", "h200-" + std::to_string(node)}, {"tasks", tasks}}, T(t));
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : nlohmann::json();
+  }
+  std::string State(JobId id, double t = 100) {
+    return (*c_->GetJob(id, T(t)))["state"];
+  }
+
+  Cluster cluster_;
+  MemoryStateStore store_;
+  std::unique_ptr<Controller> c_;
+};
+
+TEST_F(ControllerTest, SubmitIsDurableAndWaitsForNodes) {
+  auto j = c_->Submit(Gang(8), "alice", T(1));
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_EQ((*j)["id"], 1);
+  EXPECT_EQ((*j)["user"], "alice");
+  EXPECT_TRUE(store_.Get(JobKey(1)).ok());
+  c_->Tick(T(2));
+  EXPECT_EQ(State(1), "pending");
+  const std::string reason = (*c_->GetJob(1, T(2)))["reason"];
+  EXPECT_NE(reason.find("no schedulable nodes"), std::string::npos)
+      << reason;
+
+  EXPECT_TRUE(c_->TakeActions().empty());
+}
+
+TEST_F(ControllerTest, RejectsBadAndInfeasibleJobs) {
+  JobSpec bad = Gang(8);
+  bad.gpu_model = "v100";
+  EXPECT_EQ(c_->Submit(bad, "a", T(1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto big = c_->Submit(Gang(64), "a", T(1));
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(big.status().message().find("infeasible"), std::string::npos);
+  EXPECT_FALSE(store_.Get(JobKey(1)).ok());  // nothing stored
+}
+
+TEST_F(ControllerTest, GangRunsWithTheTrainingContractAndSucceeds) {
+  Register(0, nlohmann::json::array(), 1);
+  Register(1, nlohmann::json::array(), 1);
+  ASSERT_TRUE(c_->Submit(Gang(16), "alice", T(2)).ok());
+  c_->Tick(T(2));
+  EXPECT_EQ(State(1), "running");
+  std::vector<AgentAction> actions = c_->TakeActions();
+  ASSERT_EQ(actions.size(), 2u);
+  for (const AgentAction& a : actions) {
+    EXPECT_EQ(a.kind, AgentAction::Kind::kLaunch);
+    const nlohmann::json& env = a.body["env"];
+    EXPECT_EQ(env["WORLD_SIZE"], "2");
+    EXPECT_EQ(env["MASTER_ADDR"], "127.0.0.2");
+    EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "0,1,2,3,4,5,6,7");
+    EXPECT_EQ(env["LOOM_JOB_ID"], "1");
+    EXPECT_EQ(env["LOOM_RESTART_COUNT"], "0");
+    EXPECT_EQ(a.body["argv"], nlohmann::json({"python3", "train.py"}));
+  }
+  EXPECT_EQ(actions[0].body["env"]["NODE_RANK"], "0");
+  EXPECT_EQ(actions[1].body["env"]["NODE_RANK"], "1");
+  EXPECT_EQ(actions[0].address, "127.0.0.2:7100");
+  const std::string t0 = actions[0].task_id, t1 = actions[1].task_id;
+  Beat(0, {{{"task_id", t0}, {"state", "running"}}}, 3);
+  Beat(1, {{{"task_id", t1}, {"state", "running"}}}, 3);
+  auto r = Beat(0, {{{"task_id", t0}, {"state", "exited"}, {"exit_code", 0}}}, 4);
+  EXPECT_EQ(r["ack"], nlohmann::json({t0}));
+  EXPECT_EQ(State(1), "running");
+  Beat(1, {{{"task_id", t1}, {"state", "exited"}, {"exit_code", 0}}}, 5);
+  EXPECT_EQ(State(1), "succeeded");
+  EXPECT_EQ((*c_->GetJob(1, T(5)))["exit_code"], 0);
+  // The GPUs are free again.
+  ASSERT_TRUE(c_->Submit(Gang(16), "bob", T(6)).ok());
+  c_->Tick(T(6));
+  EXPECT_EQ(State(2), "running");
+}
+
+TEST_F(ControllerTest, OneFailedTaskStopsTheGang) {
+  Register(0, nlohmann::json::array(), 1);
+  Register(1, nlohmann::json::array(), 1);
+  ASSERT_TRUE(c_->Submit(Gang(16), "alice", T(2)).ok());
+  c_->Tick(T(2));
+  auto actions = c_->TakeActions();
+  Beat(0, {{{"task_id", actions[0].task_id}, {"state", "exited"},
+            {"exit_code", 3}}}, 3);
+  EXPECT_EQ(State(1), "stopping");
+  auto stops = c_->TakeActions();
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_EQ(stops[0].kind, AgentAction::Kind::kStop);
+  EXPECT_EQ(stops[0].task_id, actions[1].task_id);
+  Beat(1, {{{"task_id", actions[1].task_id}, {"state", "exited"},
+            {"signal", 15}}}, 4);
+  auto job = *c_->GetJob(1, T(4));
+  EXPECT_EQ(job["state"], "failed");
+  EXPECT_EQ(job["exit_code"], 3);
+}
+
+TEST_F(ControllerTest, CancelRunningAndPending) {
+  Register(0, nlohmann::json::array(), 1);
+  ASSERT_TRUE(c_->Submit(Gang(8), "a", T(2)).ok());
+  ASSERT_TRUE(c_->Submit(Gang(8), "a", T(2)).ok());
+  c_->Tick(T(2));
+  auto launch = c_->TakeActions();
+  ASSERT_EQ(launch.size(), 1u);
+  ASSERT_TRUE(c_->Cancel(2, T(3)).ok());
+  EXPECT_EQ(State(2), "cancelled");
+  ASSERT_TRUE(c_->Cancel(1, T(3)).ok());
+  EXPECT_EQ(State(1), "stopping");
+  auto stop = c_->TakeActions();
+  ASSERT_EQ(stop.size(), 1u);
+  EXPECT_EQ(stop[0].body["signal"], SIGTERM);
+  EXPECT_EQ(stop[0].body["grace_ms"], 30000);
+  Beat(0, {{{"task_id", launch[0].task_id}, {"state", "exited"},
+            {"signal", 15}}}, 4);
+  EXPECT_EQ(State(1), "cancelled");
+}
+
+TEST_F(ControllerTest, HoldAndRelease) {
+  JobSpec s = Gang(1);
+  s.hold = true;
+  ASSERT_TRUE(c_->Submit(s, "a", T(1)).ok());
+  EXPECT_EQ(State(1), "held");
+  EXPECT_EQ(c_->Release(1, T(2)).status().code(), absl::StatusCode::kOk);
+  EXPECT_EQ(State(1), "pending");
+  EXPECT_EQ(c_->Release(1, T(2)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(c_->Release(9, T(2)).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ControllerTest, RestartKeepsJobsAndRunningTasks) {
+  Register(0, nlohmann::json::array(), 1);
+  ASSERT_TRUE(c_->Submit(Gang(8), "a", T(2)).ok());  // runs
+  ASSERT_TRUE(c_->Submit(Gang(8), "a", T(2)).ok());  // waits
+  c_->Tick(T(2));
+  auto launch = c_->TakeActions();
+  ASSERT_EQ(launch.size(), 1u);
+  Beat(0, {{{"task_id", launch[0].task_id}, {"state", "running"}}}, 3);
+  // A new controller on the same store: nothing lost, nothing doubled.
+  Make();
+  EXPECT_EQ(State(1), "running");
+  EXPECT_EQ(State(2), "pending");
+  Register(0, {{{"task_id", launch[0].task_id}, {"state", "running"}}}, 10);
+  c_->Tick(T(10));
+  EXPECT_TRUE(c_->TakeActions().empty());  // job 2 must not take job 1's GPUs
+  EXPECT_EQ(State(2), "pending");
+  ASSERT_TRUE(c_->Submit(Gang(1), "a", T(11)).ok());
+  EXPECT_EQ((*c_->GetJob(3, T(11)))["id"], 3);
+}
+
+TEST_F(ControllerTest, AgentThatLostItsTasksFailsTheJob) {
+  Register(0, nlohmann::json::array(), 1);
+  ASSERT_TRUE(c_->Submit(Gang(8), "a", T(2)).ok());
+  c_->Tick(T(2));
+  auto launch = c_->TakeActions();
+  Beat(0, {{{"task_id", launch[0].task_id}, {"state", "running"}}}, 3);
+  Register(0, nlohmann::json::array(), 4);  // restarted with nothing
+  EXPECT_EQ(State(1), "failed");
+}
+
+TEST_F(ControllerTest, SilentNodeGoesDownAndUnknownTasksAreStopped) {
+  Register(0, nlohmann::json::array(), 1);
+  ASSERT_TRUE(c_->Submit(Gang(8), "a", T(2)).ok());
+  c_->Tick(T(2));
+  auto launch = c_->TakeActions();
+  Beat(0, {{{"task_id", launch[0].task_id}, {"state", "running"}}}, 3);
+  c_->Tick(T(20));  // no heartbeat for 17 s
+  EXPECT_EQ(State(1), "failed");
+  auto node = *c_->GetNode("h200-0", T(20));
+  EXPECT_EQ(node["state"], "down");
+  EXPECT_EQ(c_->Heartbeat({{"name", "h200-0"}, {"tasks", nlohmann::json::array()}},
+                          T(21))
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  // It comes back still running the old task: told to stop it.
+  auto r = Register(0, {{{"task_id", launch[0].task_id}, {"state", "running"}}},
+                    22);
+  EXPECT_EQ(r["stop"], nlohmann::json({launch[0].task_id}));
+}
+
+TEST_F(ControllerTest, RegisterChecksTheSpec) {
+  EXPECT_FALSE(c_->Register({{"name", "ghost"}, {"address", "127.0.0.9:1"},
+                             {"gpus", Gpus(8)}},
+                            T(1))
+                   .ok());
+  EXPECT_FALSE(c_->Register({{"name", "h200-0"}, {"address", "127.0.0.2:1"},
+                             {"gpus", Gpus(4)}},
+                            T(1))
+                   .ok());
+  EXPECT_FALSE(c_->Register({{"name", "h200-0"}, {"address", "127.0.0.2:1"},
+                             {"gpus", Gpus(8, "a100")}},
+                            T(1))
+                   .ok());
+}
+
+TEST_F(ControllerTest, CordonAndDrain) {
+  Register(0, nlohmann::json::array(), 1);
+  Register(1, nlohmann::json::array(), 1);
+  ASSERT_TRUE(c_->SetNodeMode("h200-0", "cordon", T(1)).ok());
+  ASSERT_TRUE(c_->Submit(Gang(16), "a", T(2)).ok());
+  c_->Tick(T(2));
+  EXPECT_EQ(State(1), "pending");
+  ASSERT_TRUE(c_->SetNodeMode("h200-0", "uncordon", T(3)).ok());
+  c_->Tick(T(3));
+  EXPECT_EQ(State(1), "running");
+  ASSERT_TRUE(c_->SetNodeMode("h200-1", "drain", T(4)).ok());
+  EXPECT_EQ((*c_->GetNode("h200-1", T(4)))["state"], "draining");
+  EXPECT_FALSE(c_->SetNodeMode("h200-1", "explode", T(4)).ok());
+  // Settings survive a restart; the node is drained once its job is done.
+  auto launch = c_->TakeActions();
+  ASSERT_EQ(launch.size(), 2u);
+  Make();
+  Register(0, {{{"task_id", launch[0].task_id}, {"state", "running"}}}, 5);
+  Register(1, {{{"task_id", launch[1].task_id}, {"state", "running"}}}, 5);
+  EXPECT_EQ((*c_->GetNode("h200-1", T(5)))["state"], "draining");
+  Beat(0, {{{"task_id", launch[0].task_id}, {"state", "exited"},
+            {"exit_code", 0}}}, 6);
+  Beat(1, {{{"task_id", launch[1].task_id}, {"state", "exited"},
+            {"exit_code", 0}}}, 6);
+  EXPECT_EQ(State(1), "succeeded");
+  EXPECT_EQ((*c_->GetNode("h200-1", T(6)))["state"], "drained");
+}
+
+}  // namespace
+}  // namespace loom

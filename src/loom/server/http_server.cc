@@ -1,0 +1,384 @@
+#include "loom/server/http_server.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "httplib.h"
+#include "loom/core/job_spec.h"
+
+namespace loom {
+namespace {
+
+constexpr size_t kMaxBody = 1 << 20;
+
+// "request body:3:5: resources.gpu_model: reason" -> "resources.gpu_model".
+std::string FieldOf(absl::string_view message) {
+  std::vector<absl::string_view> parts = absl::StrSplit(message, ": ");
+  if (parts.size() < 3) {
+    // "tasks: must be positive" (no location)
+    if (parts.size() == 2 && parts[0].find(' ') == absl::string_view::npos) {
+      return std::string(parts[0]);
+    }
+    return "";
+  }
+  absl::string_view field = parts[1];
+  if (field.find(' ') != absl::string_view::npos) return "";
+  return std::string(field);
+}
+
+void Reply(httplib::Response& res, int status, const nlohmann::json& body) {
+  res.status = status;
+  res.set_content(body.dump(), "application/json");
+}
+
+void ReplyError(httplib::Response& res, const absl::Status& st) {
+  int status = 500;
+  std::string code = "internal";
+  std::string message(st.message());
+  switch (st.code()) {
+    case absl::StatusCode::kInvalidArgument:
+      status = 400;
+      code = "invalid_argument";
+      break;
+    case absl::StatusCode::kNotFound:
+      status = 404;
+      code = "not_found";
+      break;
+    case absl::StatusCode::kFailedPrecondition:
+      if (message.rfind("infeasible: ", 0) == 0) {
+        status = 400;
+        code = "infeasible";
+        message = message.substr(12);
+      } else {
+        status = 409;
+        code = "failed_precondition";
+      }
+      break;
+    case absl::StatusCode::kAlreadyExists:
+      status = 409;
+      code = "already_exists";
+      break;
+    case absl::StatusCode::kUnavailable:
+      status = 503;
+      code = "unavailable";
+      break;
+    default:
+      break;
+  }
+  nlohmann::json err = {{"code", code}, {"message", message}};
+  if (code == "invalid_argument") {
+    std::string field = FieldOf(st.message());
+    if (!field.empty()) err["field"] = field;
+  }
+  Reply(res, status, {{"error", err}});
+}
+
+void ReplyResult(httplib::Response& res,
+                 const absl::StatusOr<nlohmann::json>& r, int ok_status = 200) {
+  if (r.ok()) {
+    Reply(res, ok_status, *r);
+  } else {
+    ReplyError(res, r.status());
+  }
+}
+
+absl::StatusOr<nlohmann::json> JsonBody(const httplib::Request& req) {
+  nlohmann::json j = nlohmann::json::parse(req.body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError("the request body is not a JSON object");
+  }
+  return j;
+}
+
+absl::StatusOr<JobId> JobIdOf(const httplib::Request& req) {
+  JobId id = 0;
+  if (!absl::SimpleAtoi(req.matches[1].str(), &id) || id <= 0) {
+    return absl::InvalidArgumentError("bad job id");
+  }
+  return id;
+}
+
+}  // namespace
+
+HttpServer::HttpServer(Controller* controller, HttpServerOptions options)
+    : controller_(controller),
+      options_(std::move(options)),
+      http_(std::make_unique<httplib::Server>()) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+void HttpServer::Routes() {
+  httplib::Server& s = *http_;
+  s.set_payload_max_length(kMaxBody);
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res,
+                             std::exception_ptr ep) {
+    std::string what = "unexpected error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    Reply(res, 500, {{"error", {{"code", "internal"}, {"message", what}}}});
+  });
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string code = res.status == 404   ? "not_found"
+                       : res.status == 413 ? "too_large"
+                       : res.status == 405 ? "method_not_allowed"
+                       : res.status == 400 ? "invalid_argument"
+                                           : "error";
+    std::string message =
+        res.status == 404
+            ? absl::StrCat("no route ", req.method, " ", req.path)
+            : res.status == 413 ? "request body over 1 MiB"
+                                : absl::StrCat("HTTP ", res.status);
+    Reply(res, res.status,
+          {{"error", {{"code", code}, {"message", message}}}});
+  });
+
+  s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    Reply(res, 200, {{"ok", true}});
+  });
+
+  s.Post("/v1/jobs", [this](const httplib::Request& req,
+                            httplib::Response& res) {
+    absl::StatusOr<JobSpec> spec = ParseJobSpec(req.body, "request body");
+    if (!spec.ok()) return ReplyError(res, spec.status());
+    const std::string user = req.get_header_value("X-Loom-User");
+    ReplyResult(res, controller_->Submit(*std::move(spec), user, absl::Now()),
+                201);
+    Wake();
+  });
+  s.Get("/v1/jobs", [this](const httplib::Request& req,
+                           httplib::Response& res) {
+    JobFilter f;
+    if (req.has_param("state")) {
+      for (absl::string_view s :
+           absl::StrSplit(req.get_param_value("state"), ',')) {
+        absl::StatusOr<JobState> st = ParseJobState(std::string(s));
+        if (!st.ok()) return ReplyError(res, st.status());
+        f.states.push_back(*st);
+      }
+    }
+    f.project = req.get_param_value("project");
+    f.user = req.get_param_value("user");
+    if (req.has_param("limit") &&
+        !absl::SimpleAtoi(req.get_param_value("limit"), &f.limit)) {
+      return ReplyError(res, absl::InvalidArgumentError("limit: not a number"));
+    }
+    Reply(res, 200, controller_->ListJobs(f, absl::Now()));
+  });
+  s.Get(R"(/v1/jobs/(\d+))", [this](const httplib::Request& req,
+                                    httplib::Response& res) {
+    absl::StatusOr<JobId> id = JobIdOf(req);
+    if (!id.ok()) return ReplyError(res, id.status());
+    ReplyResult(res, controller_->GetJob(*id, absl::Now()));
+  });
+  s.Get(R"(/v1/jobs/(\d+)/events)", [this](const httplib::Request& req,
+                                           httplib::Response& res) {
+    absl::StatusOr<JobId> id = JobIdOf(req);
+    if (!id.ok()) return ReplyError(res, id.status());
+    absl::StatusOr<nlohmann::json> job = controller_->GetJob(*id, absl::Now());
+    if (!job.ok()) return ReplyError(res, job.status());
+    Reply(res, 200, {{"events", (*job)["events"]}});
+  });
+  s.Post(R"(/v1/jobs/(\d+)/cancel)", [this](const httplib::Request& req,
+                                            httplib::Response& res) {
+    absl::StatusOr<JobId> id = JobIdOf(req);
+    if (!id.ok()) return ReplyError(res, id.status());
+    ReplyResult(res, controller_->Cancel(*id, absl::Now()));
+    Wake();
+  });
+  s.Post(R"(/v1/jobs/(\d+)/release)", [this](const httplib::Request& req,
+                                             httplib::Response& res) {
+    absl::StatusOr<JobId> id = JobIdOf(req);
+    if (!id.ok()) return ReplyError(res, id.status());
+    ReplyResult(res, controller_->Release(*id, absl::Now()));
+    Wake();
+  });
+  s.Get(R"(/v1/jobs/(\d+)/logs)", [this](const httplib::Request& req,
+                                         httplib::Response& res) {
+    absl::StatusOr<JobId> id = JobIdOf(req);
+    if (!id.ok()) return ReplyError(res, id.status());
+    int task = 0;
+    if (req.has_param("task") &&
+        !absl::SimpleAtoi(req.get_param_value("task"), &task)) {
+      return ReplyError(res, absl::InvalidArgumentError("task: not a number"));
+    }
+    absl::StatusOr<std::pair<std::string, std::string>> where =
+        controller_->TaskLocation(*id, task);
+    if (!where.ok()) return ReplyError(res, where.status());
+    const std::string stream = req.has_param("stream")
+                                   ? req.get_param_value("stream")
+                                   : std::string("stdout");
+    if (stream != "stdout" && stream != "stderr") {
+      return ReplyError(res, absl::InvalidArgumentError(
+                                 "stream: must be stdout or stderr"));
+    }
+    const std::string path = absl::StrCat(
+        "/v1/tasks/", where->second, "/logs?stream=", stream,
+        "&offset=", req.has_param("offset") ? req.get_param_value("offset")
+                                            : std::string("0"),
+        req.get_param_value("follow") == "1" ? "&follow=1" : "");
+    const std::string address = where->first;
+    res.set_chunked_content_provider(
+        "text/plain", [address, path](size_t, httplib::DataSink& sink) {
+          httplib::Client agent("http://" + address);
+          agent.set_connection_timeout(3);
+          agent.set_read_timeout(24 * 3600);
+          auto r = agent.Get(path, [&](const char* data, size_t len) {
+            return sink.write(data, len);
+          });
+          if (!r) {
+            const std::string msg =
+                "loom: cannot reach the agent at " + address + "\n";
+            sink.write(msg.data(), msg.size());
+          }
+          sink.done();
+          return true;
+        });
+  });
+
+  s.Get("/v1/nodes", [this](const httplib::Request&, httplib::Response& res) {
+    Reply(res, 200, controller_->ListNodes(absl::Now()));
+  });
+  s.Get(R"(/v1/nodes/([^/]+))", [this](const httplib::Request& req,
+                                       httplib::Response& res) {
+    ReplyResult(res, controller_->GetNode(req.matches[1].str(), absl::Now()));
+  });
+  s.Post(R"(/v1/nodes/([^/]+)/(cordon|uncordon|drain))",
+         [this](const httplib::Request& req, httplib::Response& res) {
+           ReplyResult(res, controller_->SetNodeMode(req.matches[1].str(),
+                                                     req.matches[2].str(),
+                                                     absl::Now()));
+           Wake();
+         });
+  s.Get("/v1/projects", [this](const httplib::Request&,
+                               httplib::Response& res) {
+    Reply(res, 200, controller_->ListProjects(absl::Now()));
+  });
+
+  s.Post("/v1/agents/register", [this](const httplib::Request& req,
+                                       httplib::Response& res) {
+    absl::StatusOr<nlohmann::json> body = JsonBody(req);
+    if (!body.ok()) return ReplyError(res, body.status());
+    ReplyResult(res, controller_->Register(*body, absl::Now()));
+    Wake();
+  });
+  s.Post("/v1/agents/heartbeat", [this](const httplib::Request& req,
+                                        httplib::Response& res) {
+    absl::StatusOr<nlohmann::json> body = JsonBody(req);
+    if (!body.ok()) return ReplyError(res, body.status());
+    absl::StatusOr<nlohmann::json> r =
+        controller_->Heartbeat(*body, absl::Now());
+    ReplyResult(res, r);
+    if (r.ok() && !(*r)["ack"].empty()) Wake();
+  });
+}
+
+absl::StatusOr<int> HttpServer::Start() {
+  Routes();
+  int port = options_.port;
+  if (port == 0) {
+    port = http_->bind_to_any_port(options_.host);
+    if (port < 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on ", options_.host));
+    }
+  } else if (!http_->bind_to_port(options_.host, port)) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", options_.host, ":", port, " (in use?)"));
+  }
+  http_thread_ = std::thread([this] { http_->listen_after_bind(); });
+  scheduler_thread_ = std::thread([this] { SchedulerLoop(); });
+  for (int i = 0; i < options_.dispatch_threads; ++i) {
+    dispatchers_.emplace_back([this] { DispatchLoop(); });
+  }
+  return port;
+}
+
+void HttpServer::Stop() {
+  if (stopping_.exchange(true)) return;
+  http_->stop();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    woken_ = true;
+  }
+  wake_.notify_all();
+  work_.notify_all();
+  if (http_thread_.joinable()) http_thread_.join();
+  if (scheduler_thread_.joinable()) scheduler_thread_.join();
+  for (std::thread& t : dispatchers_) {
+    if (t.joinable()) t.join();
+  }
+}
+
+void HttpServer::Wake() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    woken_ = true;
+  }
+  wake_.notify_one();
+}
+
+void HttpServer::SchedulerLoop() {
+  const auto tick = absl::ToChronoMilliseconds(options_.tick);
+  while (!stopping_) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait_for(lock, tick, [this] { return woken_; });
+      woken_ = false;
+    }
+    if (stopping_) break;
+    controller_->Tick(absl::Now());
+    std::vector<AgentAction> actions = controller_->TakeActions();
+    if (actions.empty()) continue;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (AgentAction& a : actions) queue_.push_back(std::move(a));
+    }
+    work_.notify_all();
+  }
+}
+
+void HttpServer::DispatchLoop() {
+  // One keep-alive client per agent address and thread.
+  std::map<std::string, std::unique_ptr<httplib::Client>> clients;
+  while (true) {
+    AgentAction a;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      a = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    std::unique_ptr<httplib::Client>& c = clients[a.address];
+    if (c == nullptr) {
+      c = std::make_unique<httplib::Client>("http://" + a.address);
+      c->set_keep_alive(true);
+      c->set_connection_timeout(3);
+      c->set_read_timeout(30);
+    }
+    const std::string path =
+        a.kind == AgentAction::Kind::kLaunch
+            ? std::string("/v1/tasks")
+            : absl::StrCat("/v1/tasks/", a.task_id, "/stop?node=", a.node);
+    httplib::Result r = c->Post(path, a.body.dump(), "application/json");
+    absl::Status st;
+    if (!r) {
+      st = absl::UnavailableError(absl::StrCat(
+          "agent ", a.node, " at ", a.address,
+          " unreachable: ", httplib::to_string(r.error())));
+      clients.erase(a.address);
+    } else if (r->status >= 300 && !(a.kind == AgentAction::Kind::kLaunch &&
+                                     r->status == 409)) {
+      st = absl::InternalError(absl::StrCat("agent ", a.node, " answered ",
+                                            r->status, ": ", r->body));
+    }
+    if (!st.ok()) controller_->ActionFailed(a, st, absl::Now());
+  }
+}
+
+}  // namespace loom

@@ -1,0 +1,67 @@
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "loom/server/controller.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace loom {
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 7000;  // 0: pick a free one
+  // How often the scheduler runs when nothing wakes it earlier.
+  absl::Duration tick = absl::Milliseconds(100);
+  int dispatch_threads = 4;
+};
+
+// `loom server`'s HTTP front (REST API of docs/api.md) plus the scheduling
+// thread that drives the controller and the dispatcher threads that carry
+// its actions to agents. Why cpp-httplib: it is in Debian, small, has a
+// thread pool and keep-alive, and holds the agent heartbeat load on a
+// 2-core machine (see bench/); the controller, not the HTTP layer, is where
+// the work is.
+class HttpServer {
+ public:
+  HttpServer(Controller* controller, HttpServerOptions options);
+  ~HttpServer();
+
+  // Binds and starts serving in background threads. Returns the bound port.
+  absl::StatusOr<int> Start();
+  // Stops serving and joins every thread.
+  void Stop();
+  // Wakes the scheduling thread (a submit, an exit, a node change).
+  void Wake();
+
+ private:
+  void Routes();
+  void SchedulerLoop();
+  void DispatchLoop();
+
+  Controller* const controller_;
+  const HttpServerOptions options_;
+  std::unique_ptr<httplib::Server> http_;
+  std::thread http_thread_;
+  std::thread scheduler_thread_;
+  std::vector<std::thread> dispatchers_;
+  std::atomic<bool> stopping_{false};
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool woken_ = false;
+  std::condition_variable work_;
+  std::deque<AgentAction> queue_;
+};
+
+}  // namespace loom

@@ -1,0 +1,153 @@
+#include "loom/server/http_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "loom/sched/test_util.h"
+#include "loom/store/memory_state_store.h"
+
+namespace loom {
+namespace {
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster_ = testing::MakeCluster({{2, 0}}, 2, 8);
+    auto c = Controller::Create(cluster_, &store_, ControllerOptions{},
+                                absl::Now());
+    ASSERT_TRUE(c.ok());
+    controller_ = *std::move(c);
+    HttpServerOptions o;
+    o.port = 0;
+    server_ = std::make_unique<HttpServer>(controller_.get(), o);
+    auto port = server_->Start();
+    ASSERT_TRUE(port.ok()) << port.status();
+    port_ = *port;
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
+  }
+  void TearDown() override { server_->Stop(); }
+
+  nlohmann::json Post(const std::string& path, const std::string& body,
+                      int want) {
+    auto r = client_->Post(path, body, "application/json");
+    EXPECT_TRUE(r);
+    if (!r) return {};
+    EXPECT_EQ(r->status, want) << path << ": " << r->body;
+    return nlohmann::json::parse(r->body, nullptr, false);
+  }
+
+  Cluster cluster_;
+  MemoryStateStore store_;
+  std::unique_ptr<Controller> controller_;
+  std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<httplib::Client> client_;
+  int port_ = 0;
+};
+
+TEST_F(HttpServerTest, SubmitAndGet) {
+  nlohmann::json j = Post(
+      "/v1/jobs",
+      R"({"name": "hello", "command": ["echo", "hi"], "resources": {"gpus": 2}})",
+      201);
+  EXPECT_EQ(j["id"], 1);
+  EXPECT_EQ(j["state"], "pending");
+  EXPECT_EQ(j["user"], "default");
+  auto r = client_->Get("/v1/jobs/1");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(nlohmann::json::parse(r->body)["name"], "hello");
+  r = client_->Get("/v1/jobs?state=pending");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(nlohmann::json::parse(r->body)["jobs"].size(), 1u);
+}
+
+TEST_F(HttpServerTest, BadInputGetsClearErrors) {
+  nlohmann::json e = Post("/v1/jobs", "{not json", 400);
+  EXPECT_EQ(e["error"]["code"], "invalid_argument");
+  e = Post("/v1/jobs",
+           R"({"name": "x", "command": ["true"], "resources": {"gpuz": 1}})",
+           400);
+  EXPECT_EQ(e["error"]["field"], "resources.gpuz");
+  e = Post("/v1/jobs",
+           R"({"name": "x", "command": ["true"], "resources": {"gpus": -4}})",
+           400);
+  EXPECT_EQ(e["error"]["field"], "resources.gpus");
+  e = Post("/v1/jobs",
+           R"({"name": "x", "command": ["true"], "resources": {"gpus": 64}})",
+           400);
+  EXPECT_EQ(e["error"]["code"], "infeasible");
+  e = Post("/v1/jobs",
+           R"({"name": "x", "command": ["true"], "resources": {"gpu_model": "v100"}})",
+           400);
+  EXPECT_EQ(e["error"]["field"], "resources.gpu_model");
+  e = Post("/v1/agents/register", "[1,2,3]", 400);
+  EXPECT_EQ(e["error"]["code"], "invalid_argument");
+  e = Post("/v1/jobs/7/cancel", "", 404);
+  EXPECT_EQ(e["error"]["code"], "not_found");
+  auto r = client_->Get("/v1/nowhere");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+  EXPECT_EQ(nlohmann::json::parse(r->body)["error"]["code"], "not_found");
+  r = client_->Get("/v1/jobs?state=sleepy");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  r = client_->Post("/v1/jobs", std::string(2 << 20, 'x'), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 413);
+  // Nothing was stored by any of these.
+  EXPECT_FALSE(store_.Get(JobKey(1)).ok());
+}
+
+TEST_F(HttpServerTest, GarbageBytesDoNotWedgeTheServer) {
+  for (const std::string& junk :
+       {std::string("\x16\x03\x01\x02\x00garbage\r\n\r\n", 19),
+        std::string("POST /v1/jobs HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"na"),
+        std::string(5000, '\xff')}) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port_);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
+              0);
+    (void)!write(fd, junk.data(), junk.size());
+    shutdown(fd, SHUT_WR);
+    char buf[256];
+    while (read(fd, buf, sizeof(buf)) > 0) {
+    }
+    close(fd);
+  }
+  auto r = client_->Get("/healthz");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
+TEST_F(HttpServerTest, AgentProtocolAndNodes) {
+  nlohmann::json gpus = nlohmann::json::array();
+  for (int i = 0; i < 8; ++i) gpus.push_back({{"index", i}, {"model", "h200"}});
+  nlohmann::json reg = {{"name", "h200-0"}, {"address", "127.0.0.2:1"},
+                        {"gpus", gpus},     {"tasks", nlohmann::json::array()}};
+  nlohmann::json r = Post("/v1/agents/register", reg.dump(), 200);
+  EXPECT_EQ(r["heartbeat_interval_ms"], 1000);
+  Post("/v1/agents/heartbeat",
+       R"({"name": "h200-0", "tasks": []})", 200);
+  Post("/v1/agents/heartbeat", R"({"name": "h200-1", "tasks": []})", 409);
+  auto nodes = client_->Get("/v1/nodes");
+  ASSERT_TRUE(nodes);
+  nlohmann::json list = nlohmann::json::parse(nodes->body)["nodes"];
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0]["state"], "up");
+  EXPECT_EQ(list[1]["state"], "unknown");
+  Post("/v1/nodes/h200-0/cordon", "", 200);
+  auto node = client_->Get("/v1/nodes/h200-0");
+  ASSERT_TRUE(node);
+  EXPECT_EQ(nlohmann::json::parse(node->body)["state"], "cordoned");
+  Post("/v1/nodes/ghost/drain", "", 404);
+}
+
+}  // namespace
+}  // namespace loom

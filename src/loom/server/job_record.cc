@@ -1,0 +1,173 @@
+#include "loom/server/job_record.h"
+
+#include "absl/strings/str_cat.h"
+#include "fmt/format.h"
+
+namespace loom {
+namespace {
+
+constexpr const char* kTaskStates[] = {"launching", "running", "exited",
+                                       "lost"};
+
+}  // namespace
+
+std::string_view JobStateName(JobState state) {
+  switch (state) {
+    case JobState::kHeld:
+      return "held";
+    case JobState::kPending:
+      return "pending";
+    case JobState::kRunning:
+      return "running";
+    case JobState::kStopping:
+      return "stopping";
+    case JobState::kSucceeded:
+      return "succeeded";
+    case JobState::kFailed:
+      return "failed";
+    case JobState::kCancelled:
+      return "cancelled";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<JobState> ParseJobState(std::string_view name) {
+  for (JobState s : {JobState::kHeld, JobState::kPending, JobState::kRunning,
+                     JobState::kStopping, JobState::kSucceeded,
+                     JobState::kFailed, JobState::kCancelled}) {
+    if (JobStateName(s) == name) return s;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown job state '", std::string(name),
+                   "' (held, pending, running, stopping, succeeded, failed, "
+                   "cancelled)"));
+}
+
+bool IsFinal(JobState state) {
+  return state == JobState::kSucceeded || state == JobState::kFailed ||
+         state == JobState::kCancelled;
+}
+
+std::string FormatTimestamp(absl::Time t) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone());
+}
+
+absl::StatusOr<absl::Time> ParseTimestamp(std::string_view text) {
+  absl::Time t;
+  std::string err;
+  if (!absl::ParseTime("%Y-%m-%dT%H:%M:%E*SZ", std::string(text),
+                       absl::UTCTimeZone(), &t, &err)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad time '", std::string(text), "': ", err));
+  }
+  return t;
+}
+
+std::string JobKey(JobId id) { return fmt::format("/jobs/{:020d}", id); }
+
+nlohmann::json JobRecordToJson(const JobRecord& j) {
+  nlohmann::json out;
+  out["id"] = j.id;
+  out["spec"] = nlohmann::json::parse(JobSpecToJson(j.spec));
+  out["state"] = std::string(JobStateName(j.state));
+  out["reason"] = j.reason;
+  out["submit_time"] = FormatTimestamp(j.submit_time);
+  out["start_time"] = j.start_time ? nlohmann::json(FormatTimestamp(*j.start_time))
+                                   : nlohmann::json(nullptr);
+  out["end_time"] = j.end_time ? nlohmann::json(FormatTimestamp(*j.end_time))
+                               : nlohmann::json(nullptr);
+  out["exit_code"] =
+      j.exit_code ? nlohmann::json(*j.exit_code) : nlohmann::json(nullptr);
+  out["restart_count"] = j.restart_count;
+  out["cancel_requested"] = j.cancel_requested;
+  out["switch_level"] = j.switch_level;
+  out["switch"] = j.switch_name;
+  out["master_port"] = j.master_port;
+  nlohmann::json tasks = nlohmann::json::array();
+  for (const TaskRecord& t : j.tasks) {
+    tasks.push_back(
+        {{"index", t.index},
+         {"node", t.node},
+         {"gpus", t.gpus},
+         {"task_id", t.task_id},
+         {"state", kTaskStates[static_cast<int>(t.state)]},
+         {"exit_code",
+          t.exit_code ? nlohmann::json(*t.exit_code) : nlohmann::json(nullptr)},
+         {"signal",
+          t.signal ? nlohmann::json(*t.signal) : nlohmann::json(nullptr)}});
+  }
+  out["tasks"] = std::move(tasks);
+  nlohmann::json events = nlohmann::json::array();
+  for (const JobEvent& e : j.events) {
+    events.push_back({{"time", FormatTimestamp(e.time)}, {"message", e.message}});
+  }
+  out["events"] = std::move(events);
+  return out;
+}
+
+absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& in) {
+  try {
+    JobRecord j;
+    j.id = in.at("id").get<JobId>();
+    absl::StatusOr<JobSpec> spec =
+        ParseJobSpec(in.at("spec").dump(), absl::StrCat("job ", j.id));
+    if (!spec.ok()) return spec.status();
+    j.spec = *std::move(spec);
+    absl::StatusOr<JobState> state =
+        ParseJobState(in.at("state").get<std::string>());
+    if (!state.ok()) return state.status();
+    j.state = *state;
+    j.reason = in.value("reason", "");
+    absl::StatusOr<absl::Time> submit =
+        ParseTimestamp(in.at("submit_time").get<std::string>());
+    if (!submit.ok()) return submit.status();
+    j.submit_time = *submit;
+    for (const char* key : {"start_time", "end_time"}) {
+      if (!in.contains(key) || in[key].is_null()) continue;
+      absl::StatusOr<absl::Time> t = ParseTimestamp(in[key].get<std::string>());
+      if (!t.ok()) return t.status();
+      (std::string(key) == "start_time" ? j.start_time : j.end_time) = *t;
+    }
+    if (in.contains("exit_code") && !in["exit_code"].is_null()) {
+      j.exit_code = in["exit_code"].get<int>();
+    }
+    j.restart_count = in.value("restart_count", 0);
+    j.cancel_requested = in.value("cancel_requested", false);
+    j.switch_level = in.value("switch_level", 0);
+    j.switch_name = in.value("switch", "");
+    j.master_port = in.value("master_port", 0);
+    for (const nlohmann::json& t : in.at("tasks")) {
+      TaskRecord task;
+      task.index = t.at("index").get<int>();
+      task.node = t.at("node").get<std::string>();
+      task.gpus = t.at("gpus").get<std::vector<int>>();
+      task.task_id = t.at("task_id").get<std::string>();
+      const std::string state_name = t.at("state").get<std::string>();
+      bool found = false;
+      for (int s = 0; s < 4; ++s) {
+        if (state_name == kTaskStates[s]) {
+          task.state = static_cast<TaskRecord::State>(s);
+          found = true;
+        }
+      }
+      if (!found) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("job ", j.id, ": unknown task state ", state_name));
+      }
+      if (!t.at("exit_code").is_null()) task.exit_code = t["exit_code"].get<int>();
+      if (!t.at("signal").is_null()) task.signal = t["signal"].get<int>();
+      j.tasks.push_back(std::move(task));
+    }
+    for (const nlohmann::json& e : in.at("events")) {
+      absl::StatusOr<absl::Time> t = ParseTimestamp(e.at("time").get<std::string>());
+      if (!t.ok()) return t.status();
+      j.events.push_back({*t, e.at("message").get<std::string>()});
+    }
+    return j;
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a job record: ", e.what()));
+  }
+}
+
+}  // namespace loom

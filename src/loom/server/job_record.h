@@ -1,0 +1,86 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "loom/core/job.h"
+#include "loom/core/job_spec.h"
+#include "nlohmann/json.hpp"
+
+namespace loom {
+
+enum class JobState {
+  kHeld,       // submitted held; waits for `release`
+  kPending,    // in the scheduler's queue
+  kRunning,    // tasks launched on their nodes
+  kStopping,   // cancel or failure: waiting for every task to exit
+  kSucceeded,  // every task exited 0
+  kFailed,     // a task failed, was lost, or its node went down
+  kCancelled,
+};
+
+std::string_view JobStateName(JobState state);
+absl::StatusOr<JobState> ParseJobState(std::string_view name);
+bool IsFinal(JobState state);
+
+// One task of a running (or finished) job: where it runs and how it ended.
+struct TaskRecord {
+  int index = 0;
+  std::string node;         // node name
+  std::vector<int> gpus;    // GPU indices on the node
+  std::string task_id;      // "<job>.<index>.<restart>"
+  enum class State { kLaunching, kRunning, kExited, kLost } state =
+      State::kLaunching;
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+};
+
+struct JobEvent {
+  absl::Time time;
+  std::string message;
+};
+
+// Everything the controller persists about a job (as JSON under
+// /jobs/<id>); the source of truth across restarts.
+struct JobRecord {
+  JobId id = 0;
+  JobSpec spec;
+  JobState state = JobState::kPending;
+  std::string reason;  // why it ended (final states) or is stopping
+  absl::Time submit_time = absl::UnixEpoch();
+  std::optional<absl::Time> start_time;
+  std::optional<absl::Time> end_time;
+  std::optional<int> exit_code;
+  int restart_count = 0;
+  bool cancel_requested = false;
+  // Placement while running and after: the switch level the gang spans.
+  int switch_level = 0;
+  std::string switch_name;
+  int master_port = 0;
+  std::vector<TaskRecord> tasks;
+  std::vector<JobEvent> events;
+
+  void AddEvent(absl::Time t, std::string message) {
+    events.push_back({t, std::move(message)});
+  }
+};
+
+// The storage form. `FromJson` rejects documents that are not a job record
+// with InvalidArgument (a corrupt store entry is reported, never crashes).
+nlohmann::json JobRecordToJson(const JobRecord& job);
+absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& json);
+
+// RFC 3339 UTC with milliseconds: "2026-11-29T19:40:00.123Z".
+std::string FormatTimestamp(absl::Time t);
+absl::StatusOr<absl::Time> ParseTimestamp(std::string_view text);
+
+// The store key of a job: "/jobs/" + 20-digit zero-padded id, so that key
+// order is id order.
+std::string JobKey(JobId id);
+
+}  // namespace loom
