@@ -12,7 +12,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libabsl-dev libyaml-cpp-dev nlohmann-json3-dev libfmt-dev libcli11-dev
   libsqlite3-dev libcpp-httplib-dev
-  libgtest-dev libgmock-dev libbenchmark-dev time
+  libgtest-dev libgmock-dev libbenchmark-dev time curl
 )
 
 missing=()

@@ -1,9 +1,12 @@
 // `loom`: one binary, many verbs.
 
 #include <iostream>
+#include <optional>
 
 #include "CLI/CLI.hpp"
+#include "loom/cli/job_commands.h"
 #include "loom/cli/sim_command.h"
+#include "loom/server/server_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"loom: a GPU cluster scheduler and orchestrator", "loom"};
@@ -11,11 +14,19 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "loom 0.1.0");
   loom::SimFlags sim_flags;
   CLI::App* sim = loom::AddSimCommand(app, &sim_flags);
+  loom::ServerFlags server_flags;
+  CLI::App* server = loom::AddServerCommand(app, &server_flags);
+  loom::JobCommandFlags job_flags;
+  loom::AddJobCommands(app, &job_flags);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; bad usage exits 2 (docs/cli.md).
+    return app.exit(e) == 0 ? 0 : 2;
   }
   if (sim->parsed()) return loom::RunSim(sim_flags);
+  if (server->parsed()) return loom::RunServer(server_flags);
+
+  if (std::optional<int> rc = loom::RunJobCommands(job_flags)) return *rc;
   return 2;
 }

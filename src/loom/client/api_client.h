@@ -1,0 +1,138 @@
+#pragma once
+
+// A thin typed client of the loom REST API (docs/api.md), used by the CLI
+// verbs (`loom submit`, `loom queue`, ...). Every method is one HTTP request;
+// results are the server's JSON objects as they are, errors are
+// `absl::Status` values carrying the server's message.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "nlohmann/json.hpp"
+
+namespace loom {
+
+struct ApiClientOptions {
+  // How long to wait for a TCP connection to one server.
+  absl::Duration connect_timeout = absl::Seconds(3);
+  // How long to wait for any part of a response. Log requests with
+  // `follow` wait forever instead.
+  absl::Duration read_timeout = absl::Seconds(30);
+  // Sent as the `X-Loom-User` header when not empty: the user that jobs are
+  // submitted as unless the spec names one.
+  std::string user;
+};
+
+// Filters of `ListJobs`; empty or 0 fields do not filter.
+struct JobFilter {
+  std::vector<std::string> states;  // held, pending, running, ...
+  std::string project;
+  std::string user;
+  int limit = 0;
+};
+
+// Which output of a job `StreamLogs` fetches.
+struct LogRequest {
+  int task = 0;
+  std::string stream = "stdout";  // stdout | stderr
+  int64_t offset = 0;             // first byte to send
+  bool follow = false;            // keep streaming until the task ends
+};
+
+// Receives log bytes as they arrive; returns false to stop the stream early
+// (then `StreamLogs` returns `Cancelled`).
+using LogChunkFn = std::function<bool(std::string_view chunk)>;
+
+// The `error.code` of a server error (`"invalid_argument"`, `"not_found"`,
+// ...) that an `ApiClient` method returned, or "" for other statuses
+// (network failures, bad responses, OK).
+std::string ServerErrorCode(const absl::Status& status);
+
+// The HTTP status of a server error that an `ApiClient` method returned, or
+// 0 when the request got no HTTP answer.
+int HttpStatusOf(const absl::Status& status);
+
+// Normalises one server URL: "host:port" becomes "http://host:port", a
+// trailing "/" is dropped. Returns InvalidArgument for anything but
+// http(s)://host[:port] (paths are not supported).
+absl::StatusOr<std::string> NormalizeServerUrl(std::string_view url);
+
+// Talks to one loom server, or to the first reachable of several (a
+// replicated controller). Requests go to the server that last answered;
+// when it cannot be reached, the others are tried in turn. A POST is only
+// retried elsewhere when no connection could be made (so that it is never
+// applied twice).
+//
+// Error mapping: a server error response becomes a status whose code
+// follows `error.code` (invalid_argument and infeasible: InvalidArgument,
+// not_found: NotFound, failed_precondition: FailedPrecondition,
+// method_not_allowed: Unimplemented, too_large: ResourceExhausted,
+// unavailable: Unavailable, others: Internal) and whose message is the
+// server's `error.message`, led by `error.field` unless the message already
+// names it. `ServerErrorCode` and `HttpStatusOf` read them back. A server
+// that cannot be reached gives Unavailable, "cannot reach the loom server at
+// http://127.0.0.1:7000: Connection refused".
+//
+// Thread-compatible: one instance must not be used by two threads at once.
+class ApiClient {
+ public:
+  // `server_urls` must be non-empty and normalised (`NormalizeServerUrl`).
+  explicit ApiClient(std::vector<std::string> server_urls,
+                     ApiClientOptions options = {});
+
+  // POST /v1/jobs. `spec` is a job spec as JSON (docs/job-spec.md).
+  // Returns the new job.
+  absl::StatusOr<nlohmann::json> SubmitJob(const nlohmann::json& spec);
+  // GET /v1/jobs. Returns {"jobs": [...]} in submit order.
+  absl::StatusOr<nlohmann::json> ListJobs(const JobFilter& filter = {});
+  // GET /v1/jobs/{id}.
+  absl::StatusOr<nlohmann::json> GetJob(int64_t id);
+  // POST /v1/jobs/{id}/cancel. Returns the job.
+  absl::StatusOr<nlohmann::json> CancelJob(int64_t id);
+  // POST /v1/jobs/{id}/release. FailedPrecondition when it is not held.
+  absl::StatusOr<nlohmann::json> ReleaseJob(int64_t id);
+  // GET /v1/jobs/{id}/events. Returns {"events": [...]}.
+  absl::StatusOr<nlohmann::json> JobEvents(int64_t id);
+  // GET /v1/jobs/{id}/logs: calls `on_chunk` with the output as it arrives
+  // (with `follow`, until the task ends or `on_chunk` returns false). The
+  // read timeout does not apply with `follow`.
+  absl::Status StreamLogs(int64_t id, const LogRequest& request,
+                          const LogChunkFn& on_chunk);
+
+  // GET /v1/nodes. Returns the server's object ({"nodes": [...]}).
+  absl::StatusOr<nlohmann::json> ListNodes();
+  // GET /v1/nodes/{name}.
+  absl::StatusOr<nlohmann::json> GetNode(std::string_view name);
+  // POST /v1/nodes/{name}/cordon, /uncordon, /drain. Return what the server
+  // answers (the node, or an empty object for an empty body).
+  absl::StatusOr<nlohmann::json> CordonNode(std::string_view name);
+  absl::StatusOr<nlohmann::json> UncordonNode(std::string_view name);
+  absl::StatusOr<nlohmann::json> DrainNode(std::string_view name);
+
+  // GET /v1/projects. Returns {"projects": [...]}.
+  absl::StatusOr<nlohmann::json> ListProjects();
+
+  const std::vector<std::string>& server_urls() const { return urls_; }
+
+ private:
+  // Sends one request, trying the servers in turn; see the class comment.
+  absl::StatusOr<nlohmann::json> Call(const std::string& method,
+                                      const std::string& path,
+                                      const std::string& body);
+  absl::StatusOr<nlohmann::json> NodeAction(std::string_view name,
+                                            std::string_view action);
+
+  // Constant after construction.
+  const std::vector<std::string> urls_;
+  const ApiClientOptions options_;
+
+  size_t preferred_ = 0;  // index into `urls_` of the last server that answered
+};
+
+}  // namespace loom

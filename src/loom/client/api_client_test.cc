@@ -1,0 +1,379 @@
+#include "loom/client/api_client.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+
+namespace loom {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// An in-process HTTP server on 127.0.0.1 and a free port, serving whatever
+// routes a test installs on `server()`.
+class FakeServer {
+ public:
+  FakeServer() = default;
+  ~FakeServer() { Stop(); }
+
+  httplib::Server& server() { return server_; }
+
+  // Starts listening; call after installing the routes.
+  void Start() {
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    ASSERT_GT(port_, 0);
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    while (!server_.is_running()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+  void Stop() {
+    if (thread_.joinable()) {
+      server_.stop();
+      thread_.join();
+    }
+  }
+
+  std::string url() const { return absl::StrCat("http://127.0.0.1:", port_); }
+
+ private:
+  httplib::Server server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+// A loopback port that nothing listens on (bound, then closed).
+int UnusedPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
+
+void JsonReply(httplib::Response& res, int status, const nlohmann::json& j) {
+  res.status = status;
+  res.set_content(j.dump(), "application/json");
+}
+
+void ErrorReply(httplib::Response& res, int status, const std::string& code,
+                const std::string& message, const std::string& field = "") {
+  nlohmann::json e = {{"code", code}, {"message", message}};
+  if (!field.empty()) e["field"] = field;
+  JsonReply(res, status, {{"error", e}});
+}
+
+class ApiClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    httplib::Server& s = fake_.server();
+    s.Post("/v1/jobs", [](const httplib::Request& req, httplib::Response& res) {
+      const nlohmann::json spec =
+          nlohmann::json::parse(req.body, nullptr, false);
+      if (spec.is_discarded() || !spec.is_object()) {
+        ErrorReply(res, 400, "invalid_argument", "body is not JSON");
+        return;
+      }
+      if (spec.value("name", "") == "bad-model") {
+        ErrorReply(res, 400, "invalid_argument",
+                   "the cluster has no 'v100' GPUs (it has h200, a100)",
+                   "resources.gpu_model");
+        return;
+      }
+      JsonReply(res, 201,
+                {{"id", 42},
+                 {"name", spec.value("name", "")},
+                 {"user", req.get_header_value("X-Loom-User")},
+                 {"content_type", req.get_header_value("Content-Type")},
+                 {"state", "pending"}});
+    });
+    s.Get("/v1/jobs", [](const httplib::Request& req, httplib::Response& res) {
+      nlohmann::json query = nlohmann::json::object();
+      for (const auto& [k, v] : req.params) query[k] = v;
+      JsonReply(res, 200,
+                {{"jobs", nlohmann::json::array()}, {"query", query}});
+    });
+    s.Get(R"(/v1/jobs/(\d+))",
+          [](const httplib::Request& req, httplib::Response& res) {
+            if (req.matches[1] == "42") {
+              JsonReply(res, 200, {{"id", 42}, {"state", "running"}});
+            } else {
+              ErrorReply(res, 404, "not_found",
+                         absl::StrCat("no job ", std::string(req.matches[1])));
+            }
+          });
+    s.Post(R"(/v1/jobs/(\d+)/release)",
+           [](const httplib::Request&, httplib::Response& res) {
+             ErrorReply(res, 409, "failed_precondition",
+                        "job 42 is not held (it is running)");
+           });
+    s.Post(R"(/v1/nodes/([^/]+)/cordon)",
+           [](const httplib::Request& req, httplib::Response& res) {
+             JsonReply(res, 200,
+                       {{"name", std::string(req.matches[1])},
+                        {"state", "cordoned"},
+                        {"body_size", req.body.size()}});
+           });
+    s.Get("/v1/nodes", [](const httplib::Request&, httplib::Response& res) {
+      res.status = 500;
+      res.set_content("<html>proxy error</html>", "text/html");
+    });
+    s.Get("/v1/projects", [](const httplib::Request&, httplib::Response& res) {
+      res.status = 200;
+      res.set_content("not json", "text/plain");
+    });
+    s.Get(R"(/v1/jobs/(\d+)/logs)", [](const httplib::Request& req,
+                                       httplib::Response& res) {
+      if (req.matches[1] != "42") {
+        ErrorReply(res, 404, "not_found", "no job 9");
+        return;
+      }
+      auto chunks =
+          std::make_shared<std::vector<std::string>>(std::vector<std::string>{
+              absl::StrCat("task=", req.get_param_value("task"),
+                           " stream=", req.get_param_value("stream"),
+                           " follow=", req.get_param_value("follow"), "\n"),
+              "step 1\n", "step 2\n"});
+      res.set_chunked_content_provider(
+          "text/plain",
+          [chunks, i = size_t{0}](size_t, httplib::DataSink& sink) mutable {
+            if (i == chunks->size()) {
+              sink.done();
+              return true;
+            }
+            const std::string& c = (*chunks)[i++];
+            return sink.write(c.data(), c.size());
+          });
+    });
+    fake_.Start();
+  }
+
+  ApiClient Client() { return ApiClient({fake_.url()}, {.user = "alice"}); }
+
+  FakeServer fake_;
+};
+
+TEST_F(ApiClientTest, SubmitSendsJsonAndUser) {
+  ApiClient client = Client();
+  absl::StatusOr<nlohmann::json> job =
+      client.SubmitJob({{"name", "train"}, {"command", {"true"}}});
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ((*job)["id"], 42);
+  EXPECT_EQ((*job)["user"], "alice");
+  EXPECT_EQ((*job)["name"], "train");
+  EXPECT_THAT((*job)["content_type"].get<std::string>(),
+              HasSubstr("application/json"));
+}
+
+TEST_F(ApiClientTest, BadRequestCarriesMessageAndField) {
+  ApiClient client = Client();
+  absl::StatusOr<nlohmann::json> job =
+      client.SubmitJob({{"name", "bad-model"}});
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(job.status().message(),
+            "resources.gpu_model: the cluster has no 'v100' GPUs (it has "
+            "h200, a100)");
+  EXPECT_EQ(ServerErrorCode(job.status()), "invalid_argument");
+  EXPECT_EQ(HttpStatusOf(job.status()), 400);
+}
+
+TEST_F(ApiClientTest, NotFound) {
+  ApiClient client = Client();
+  absl::StatusOr<nlohmann::json> job = client.GetJob(7);
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(job.status().message(), "no job 7");
+  EXPECT_EQ(HttpStatusOf(job.status()), 404);
+  ASSERT_TRUE(client.GetJob(42).ok());
+}
+
+TEST_F(ApiClientTest, UnknownRouteWithoutBodyNamesTheStatus) {
+  ApiClient client = Client();
+  absl::StatusOr<nlohmann::json> node = client.GetNode("h200-0");
+  ASSERT_FALSE(node.ok());
+  EXPECT_EQ(node.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(node.status().message()),
+              HasSubstr("HTTP 404 Not Found from " + fake_.url()));
+}
+
+TEST_F(ApiClientTest, ConflictIsFailedPrecondition) {
+  ApiClient client = Client();
+  absl::StatusOr<nlohmann::json> job = client.ReleaseJob(42);
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ServerErrorCode(job.status()), "failed_precondition");
+}
+
+TEST_F(ApiClientTest, NonJsonErrorBodyIsQuoted) {
+  ApiClient client = Client();
+  absl::StatusOr<nlohmann::json> nodes = client.ListNodes();
+  ASSERT_FALSE(nodes.ok());
+  EXPECT_EQ(nodes.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(nodes.status().message()),
+              HasSubstr("HTTP 500 Internal Server Error"));
+  EXPECT_THAT(std::string(nodes.status().message()), HasSubstr("proxy error"));
+}
+
+TEST_F(ApiClientTest, NonJsonSuccessIsAnError) {
+  ApiClient client = Client();
+  absl::StatusOr<nlohmann::json> projects = client.ListProjects();
+  ASSERT_FALSE(projects.ok());
+  EXPECT_THAT(std::string(projects.status().message()), HasSubstr("not JSON"));
+}
+
+TEST_F(ApiClientTest, ListJobsEncodesFilters) {
+  ApiClient client = Client();
+  JobFilter filter;
+  filter.states = {"pending", "running"};
+  filter.project = "search";
+  filter.limit = 5;
+  absl::StatusOr<nlohmann::json> jobs = client.ListJobs(filter);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  const nlohmann::json& q = (*jobs)["query"];
+  EXPECT_EQ(q["state"], "pending,running");
+  EXPECT_EQ(q["project"], "search");
+  EXPECT_EQ(q["limit"], "5");
+  EXPECT_FALSE(q.contains("user"));
+}
+
+TEST_F(ApiClientTest, NodeActionPostsEmptyBody) {
+  ApiClient client = Client();
+  absl::StatusOr<nlohmann::json> node = client.CordonNode("h200-3");
+  ASSERT_TRUE(node.ok()) << node.status();
+  EXPECT_EQ((*node)["name"], "h200-3");
+  EXPECT_EQ((*node)["body_size"], 0);
+}
+
+TEST_F(ApiClientTest, StreamsLogsInChunks) {
+  ApiClient client = Client();
+  std::vector<std::string> chunks;
+  absl::Status st =
+      client.StreamLogs(42, {.task = 2, .stream = "stderr", .follow = true},
+                        [&](std::string_view c) {
+                          chunks.emplace_back(c);
+                          return true;
+                        });
+  ASSERT_TRUE(st.ok()) << st;
+  std::string all;
+  for (const std::string& c : chunks) all += c;
+  EXPECT_EQ(all, "task=2 stream=stderr follow=1\nstep 1\nstep 2\n");
+  EXPECT_GE(chunks.size(), 1u);
+}
+
+TEST_F(ApiClientTest, StreamStopsWhenTheCallbackSaysSo) {
+  ApiClient client = Client();
+  int calls = 0;
+  absl::Status st = client.StreamLogs(42, {}, [&](std::string_view) {
+    ++calls;
+    return false;
+  });
+  EXPECT_EQ(st.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(calls, 1);
+}
+
+TEST_F(ApiClientTest, LogErrorsAreStatuses) {
+  ApiClient client = Client();
+  bool called = false;
+  absl::Status st = client.StreamLogs(9, {}, [&](std::string_view) {
+    called = true;
+    return true;
+  });
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(st.message(), "no job 9");
+  EXPECT_FALSE(called);
+}
+
+TEST_F(ApiClientTest, TriesTheNextServerWhenOneIsDown) {
+  const std::string down = absl::StrCat("http://127.0.0.1:", UnusedPort());
+  ApiClient client({down, fake_.url()});
+  absl::StatusOr<nlohmann::json> job = client.GetJob(42);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ((*job)["state"], "running");
+  // A server error is an answer: no failover for it.
+  EXPECT_EQ(client.GetJob(7).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(ApiClientNoServer, ConnectionRefusedNamesTheUrl) {
+  const std::string url = absl::StrCat("http://127.0.0.1:", UnusedPort());
+  ApiClient client({url});
+  absl::StatusOr<nlohmann::json> jobs = client.ListJobs();
+  ASSERT_FALSE(jobs.ok());
+  EXPECT_EQ(jobs.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(jobs.status().message(),
+            absl::StrCat("cannot reach the loom server at ", url,
+                         ": Connection refused"));
+  EXPECT_EQ(HttpStatusOf(jobs.status()), 0);
+}
+
+TEST(ApiClientNoServer, AllServersDownListsEach) {
+  const std::string a = absl::StrCat("http://127.0.0.1:", UnusedPort());
+  const std::string b = absl::StrCat("http://127.0.0.1:", UnusedPort());
+  ApiClient client({a, b});
+  absl::Status st =
+      client.StreamLogs(1, {}, [](std::string_view) { return true; });
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(st.message()),
+              StartsWith("cannot reach any loom server ("));
+  EXPECT_THAT(std::string(st.message()), HasSubstr(a + ": Connection refused"));
+  EXPECT_THAT(std::string(st.message()), HasSubstr(b + ": Connection refused"));
+}
+
+TEST(ApiClientFailover, UnavailableServerIsSkipped) {
+  FakeServer starting;
+  starting.server().Get("/v1/projects",
+                        [](const httplib::Request&, httplib::Response& res) {
+                          ErrorReply(res, 503, "unavailable", "starting");
+                        });
+  starting.Start();
+  FakeServer ready;
+  ready.server().Get("/v1/projects",
+                     [](const httplib::Request&, httplib::Response& res) {
+                       JsonReply(res, 200, {{"projects", {{{"name", "a"}}}}});
+                     });
+  ready.Start();
+  ApiClient client({starting.url(), ready.url()});
+  absl::StatusOr<nlohmann::json> projects = client.ListProjects();
+  ASSERT_TRUE(projects.ok()) << projects.status();
+  EXPECT_EQ((*projects)["projects"][0]["name"], "a");
+
+  ApiClient only({starting.url()});
+  EXPECT_EQ(only.ListProjects().status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(only.ListProjects().status().message(), "starting");
+}
+
+TEST(NormalizeServerUrl, AcceptsAndRejects) {
+  EXPECT_EQ(*NormalizeServerUrl("127.0.0.1:7000"), "http://127.0.0.1:7000");
+  EXPECT_EQ(*NormalizeServerUrl(" http://h:1/ "), "http://h:1");
+  EXPECT_EQ(*NormalizeServerUrl("HTTPS://h"), "https://h");
+  EXPECT_EQ(*NormalizeServerUrl("http://[::1]:7000"), "http://[::1]:7000");
+  EXPECT_FALSE(NormalizeServerUrl("").ok());
+  EXPECT_FALSE(NormalizeServerUrl("ftp://h:1").ok());
+  EXPECT_FALSE(NormalizeServerUrl("http://h:1/api").ok());
+  EXPECT_FALSE(NormalizeServerUrl("http://h:99999").ok());
+  EXPECT_FALSE(NormalizeServerUrl("http://h:x").ok());
+  EXPECT_THAT(std::string(NormalizeServerUrl("http://:80").status().message()),
+              HasSubstr("no host"));
+}
+
+}  // namespace
+}  // namespace loom
