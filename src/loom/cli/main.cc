@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "CLI/CLI.hpp"
+#include "loom/agent/agent_command.h"
 #include "loom/cli/job_commands.h"
 #include "loom/cli/sim_command.h"
 #include "loom/server/server_command.h"
@@ -16,6 +17,8 @@ int main(int argc, char** argv) {
   CLI::App* sim = loom::AddSimCommand(app, &sim_flags);
   loom::ServerFlags server_flags;
   CLI::App* server = loom::AddServerCommand(app, &server_flags);
+  loom::AgentFlags agent_flags;
+  CLI::App* agent = loom::AddAgentCommand(app, &agent_flags);
   loom::JobCommandFlags job_flags;
   loom::AddJobCommands(app, &job_flags);
   try {
@@ -26,6 +29,7 @@ int main(int argc, char** argv) {
   }
   if (sim->parsed()) return loom::RunSim(sim_flags);
   if (server->parsed()) return loom::RunServer(server_flags);
+  if (agent->parsed()) return loom::RunAgent(agent_flags);
 
   if (std::optional<int> rc = loom::RunJobCommands(job_flags)) return *rc;
   return 2;

@@ -58,8 +58,8 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
   std::unique_ptr<Controller> c(
       new Controller(std::move(cluster), store, options));
   absl::MutexLock lock(&c->mu_);
-  c->scheduler_ = std::make_unique<Scheduler>(
-      c->cluster_, *std::move(policy), options.scheduler_options);
+  c->scheduler_ = std::make_unique<Scheduler>(c->cluster_, *std::move(policy),
+                                              options.scheduler_options);
   c->nodes_.resize(c->cluster_.nodes.size());
   // Nodes are not schedulable until their agent registers.
   for (size_t n = 0; n < c->nodes_.size(); ++n) {
@@ -95,8 +95,8 @@ absl::Status Controller::Load(absl::Time now) {
             ? absl::StatusOr<JobRecord>(absl::DataLossError("not JSON"))
             : JobRecordFromJson(j);
     if (!rec.ok()) {
-      return absl::DataLossError(absl::StrCat("store entry ", kv.key, ": ",
-                                              rec.status().message()));
+      return absl::DataLossError(
+          absl::StrCat("store entry ", kv.key, ": ", rec.status().message()));
     }
     next_id_ = std::max(next_id_, rec->id + 1);
     JobRecord& job = jobs_[rec->id] = *std::move(rec);
@@ -126,12 +126,12 @@ absl::Status Controller::Load(absl::Time now) {
           nodes_[n].master_ports.insert(job.master_port);
         }
       }
-      absl::Status st = scheduler_->Restore(
-          *req, p, job.start_time.value_or(now), 0, now);
+      absl::Status st =
+          scheduler_->Restore(*req, p, job.start_time.value_or(now), 0, now);
       if (!st.ok()) {
         job.state = JobState::kFailed;
-        job.reason = absl::StrCat("could not restore after restart: ",
-                                  st.message());
+        job.reason =
+            absl::StrCat("could not restore after restart: ", st.message());
         job.end_time = now;
       }
     }
@@ -152,9 +152,8 @@ absl::Status Controller::Persist(const std::vector<const JobRecord*>& jobs) {
 
 absl::Status Controller::PersistNode(int node) {
   const Node& n = nodes_[node];
-  nlohmann::json j = {{"cordoned", n.cordoned},
-                      {"draining", n.draining},
-                      {"reason", n.reason}};
+  nlohmann::json j = {
+      {"cordoned", n.cordoned}, {"draining", n.draining}, {"reason", n.reason}};
   absl::StatusOr<int64_t> rev = store_->Commit(
       {}, {Mutation::Put(absl::StrCat(kNodePrefix, cluster_.nodes[node].name),
                          j.dump())});
@@ -187,9 +186,9 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
   job.AddEvent(now, job.spec.hold ? "submitted held" : "submitted");
   // The job is on disk before anyone hears of its id; the id is unique
   // because the key must not exist yet.
-  absl::StatusOr<int64_t> rev = store_->Commit(
-      {{JobKey(id), Condition::kMustNotExist}},
-      {Mutation::Put(JobKey(id), JobRecordToJson(job).dump())});
+  absl::StatusOr<int64_t> rev =
+      store_->Commit({{JobKey(id), Condition::kMustNotExist}},
+                     {Mutation::Put(JobKey(id), JobRecordToJson(job).dump())});
   if (!rev.ok()) return rev.status();
   next_id_ = id + 1;
   if (job.state == JobState::kPending) {
@@ -238,8 +237,9 @@ absl::StatusOr<nlohmann::json> Controller::Release(JobId id, absl::Time now) {
   }
   JobRecord& job = it->second;
   if (job.state != JobState::kHeld) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", id, " is ", std::string(JobStateName(job.state)), ", not held"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " is ", std::string(JobStateName(job.state)),
+                     ", not held"));
   }
   absl::StatusOr<JobRequest> req =
       ToJobRequest(job.spec, cluster_, id, job.submit_time);
@@ -270,9 +270,8 @@ nlohmann::json Controller::ListJobs(const JobFilter& f, absl::Time now) const {
   absl::MutexLock lock(&mu_);
   nlohmann::json out = nlohmann::json::array();
   for (const auto& [id, job] : jobs_) {
-    if (!f.states.empty() &&
-        std::find(f.states.begin(), f.states.end(), job.state) ==
-            f.states.end()) {
+    if (!f.states.empty() && std::find(f.states.begin(), f.states.end(),
+                                       job.state) == f.states.end()) {
       continue;
     }
     if (!f.project.empty() && job.spec.project != f.project) continue;
@@ -321,8 +320,8 @@ void Controller::StartJob(JobRecord& job, absl::Time now) {
   Node& master = nodes_[p.tasks[0].node];
   int port = options_.master_port_base +
              static_cast<int>(job.id % options_.master_port_count);
-  for (int i = 0; i < options_.master_port_count &&
-                  master.master_ports.contains(port);
+  for (int i = 0;
+       i < options_.master_port_count && master.master_ports.contains(port);
        ++i) {
     port = options_.master_port_base +
            (port - options_.master_port_base + 1) % options_.master_port_count;
@@ -407,11 +406,10 @@ void Controller::TaskEnded(JobRecord& job, TaskRecord& task, absl::Time now) {
     job.reason =
         task.state == TaskRecord::State::kLost
             ? absl::StrCat("task ", task.index, " on ", task.node, " was lost")
-            : task.signal ? absl::StrCat("task ", task.index, " killed by ",
-                                         SignalName(*task.signal))
-                          : absl::StrCat("task ", task.index,
-                                         " exited with code ",
-                                         task.exit_code.value_or(-1));
+        : task.signal ? absl::StrCat("task ", task.index, " killed by ",
+                                     SignalName(*task.signal))
+                      : absl::StrCat("task ", task.index, " exited with code ",
+                                     task.exit_code.value_or(-1));
     job.AddEvent(now, job.reason + "; stopping the other tasks");
     StopTasks(job, job.spec.cancel_signal, job.spec.cancel_grace);
   }
@@ -443,8 +441,8 @@ void Controller::FinishJob(JobRecord& job, absl::Time now) {
     job.state = JobState::kFailed;
   }
   job.end_time = now;
-  job.AddEvent(now, absl::StrCat(std::string(JobStateName(job.state)), " (exit code ",
-                                 *job.exit_code, ")"));
+  job.AddEvent(now, absl::StrCat(std::string(JobStateName(job.state)),
+                                 " (exit code ", *job.exit_code, ")"));
   if (!job.tasks.empty()) {
     const int master = NodeIndex(job.tasks[0].node);
     if (master >= 0) nodes_[master].master_ports.erase(job.master_port);
@@ -536,10 +534,10 @@ absl::StatusOr<nlohmann::json> Controller::Register(const nlohmann::json& body,
   }
   for (const nlohmann::json& g : gpus) {
     if (g.value("model", "") != cluster_.gpu_models[spec.gpu_model].name) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "gpus: node ", name, " has a ", g.value("model", "?"),
-          " GPU; the cluster spec says ",
-          cluster_.gpu_models[spec.gpu_model].name));
+      return absl::InvalidArgumentError(
+          absl::StrCat("gpus: node ", name, " has a ", g.value("model", "?"),
+                       " GPU; the cluster spec says ",
+                       cluster_.gpu_models[spec.gpu_model].name));
     }
   }
   const std::string address = body.value("address", "");
@@ -669,8 +667,7 @@ std::vector<AgentAction> Controller::TakeActions() {
   return out;
 }
 
-nlohmann::json Controller::JobJson(const JobRecord& job,
-                                   absl::Time now) const {
+nlohmann::json Controller::JobJson(const JobRecord& job, absl::Time now) const {
   nlohmann::json j;
   j["id"] = job.id;
   j["name"] = job.spec.name;
@@ -700,8 +697,9 @@ nlohmann::json Controller::JobJson(const JobRecord& job,
   }
   j["gpu_model"] = job.spec.gpu_model;
   j["submit_time"] = FormatTimestamp(job.submit_time);
-  j["start_time"] = job.start_time ? nlohmann::json(FormatTimestamp(*job.start_time))
-                                   : nlohmann::json(nullptr);
+  j["start_time"] = job.start_time
+                        ? nlohmann::json(FormatTimestamp(*job.start_time))
+                        : nlohmann::json(nullptr);
   j["end_time"] = job.end_time ? nlohmann::json(FormatTimestamp(*job.end_time))
                                : nlohmann::json(nullptr);
   j["exit_code"] =
@@ -724,8 +722,8 @@ nlohmann::json Controller::JobJson(const JobRecord& job,
                         : t.state == TaskRecord::State::kRunning ? "running"
                         : t.state == TaskRecord::State::kExited  ? "exited"
                                                                  : "lost")},
-           {"exit_code",
-            t.exit_code ? nlohmann::json(*t.exit_code) : nlohmann::json(nullptr)}});
+           {"exit_code", t.exit_code ? nlohmann::json(*t.exit_code)
+                                     : nlohmann::json(nullptr)}});
     }
     j["placement"] = {{"switch_level", job.switch_level},
                       {"switch", job.switch_name},
@@ -737,7 +735,8 @@ nlohmann::json Controller::JobJson(const JobRecord& job,
   j["spec"] = nlohmann::json::parse(JobSpecToJson(job.spec));
   nlohmann::json events = nlohmann::json::array();
   for (const JobEvent& e : job.events) {
-    events.push_back({{"time", FormatTimestamp(e.time)}, {"message", e.message}});
+    events.push_back(
+        {{"time", FormatTimestamp(e.time)}, {"message", e.message}});
   }
   j["events"] = std::move(events);
   return j;
@@ -767,15 +766,15 @@ nlohmann::json Controller::NodeJson(int n, absl::Time now) const {
           {"pool", cluster_.pools[spec.pool].name},
           {"gpu_model", cluster_.gpu_models[spec.gpu_model].name},
           {"gpus", spec.gpus},
-          {"gpus_allocated",
-           spec.gpus - scheduler_->state().FreeGpus(n)},
+          {"gpus_allocated", spec.gpus - scheduler_->state().FreeGpus(n)},
           {"cpus", spec.cpus_milli / 1000.0},
           {"memory_bytes", spec.memory_bytes},
           {"leaf", cluster_.topology.sw(cluster_.topology.leaf_of(n)).name},
           {"emulated", node.emulated},
-          {"last_heartbeat", node.last_heartbeat == absl::InfinitePast()
-                                 ? nlohmann::json(nullptr)
-                                 : nlohmann::json(FormatTimestamp(node.last_heartbeat))},
+          {"last_heartbeat",
+           node.last_heartbeat == absl::InfinitePast()
+               ? nlohmann::json(nullptr)
+               : nlohmann::json(FormatTimestamp(node.last_heartbeat))},
           {"jobs", jobs}};
 }
 
@@ -815,8 +814,8 @@ absl::StatusOr<nlohmann::json> Controller::SetNodeMode(const std::string& name,
     node.draining = true;
     node.reason = "drained by an operator";
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("unknown node operation '",
-                                                   op, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown node operation '", op, "'"));
   }
   if (absl::Status st = PersistNode(n); !st.ok()) {
     node = before;

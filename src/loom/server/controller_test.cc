@@ -17,8 +17,10 @@ JobSpec Spec(const std::string& yaml) {
 }
 
 JobSpec Gang(int gpus, int nodes = 0) {
-  std::string yaml = "name: train\ncommand: [python3, train.py]\n"
-                     "resources: {gpus: " + std::to_string(gpus);
+  std::string yaml =
+      "name: train\ncommand: [python3, train.py]\n"
+      "resources: {gpus: " +
+      std::to_string(gpus);
   if (nodes > 0) yaml += ", nodes: " + std::to_string(nodes);
   yaml += "}\n";
   return Spec(yaml);
@@ -32,21 +34,19 @@ nlohmann::json Gpus(int n, const std::string& model = "h200") {
 
 class ControllerTest : public ::testing::Test {
  protected:
-  ControllerTest() : cluster_(MakeCluster({{2, 0}}, 2, 8)) {
-    Make();
-  }
+  ControllerTest() : cluster_(MakeCluster({{2, 0}}, 2, 8)) { Make(); }
   void Make() {
     auto c = Controller::Create(cluster_, &store_, ControllerOptions{}, T(0));
     ASSERT_TRUE(c.ok()) << c.status();
     c_ = *std::move(c);
   }
   nlohmann::json Register(int node, nlohmann::json tasks, double t) {
-    nlohmann::json body = {{"name", "h200-" + std::to_string(node)},
-                           {"address", "127.0.0." + std::to_string(node + 2) +
-                                           ":7100"},
-                           {"gpus", Gpus(8)},
-                           {"emulated", true},
-                           {"tasks", tasks}};
+    nlohmann::json body = {
+        {"name", "h200-" + std::to_string(node)},
+        {"address", "127.0.0." + std::to_string(node + 2) + ":7100"},
+        {"gpus", Gpus(8)},
+        {"emulated", true},
+        {"tasks", tasks}};
     auto r = c_->Register(body, T(t));
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *r : nlohmann::json();
@@ -75,8 +75,7 @@ TEST_F(ControllerTest, SubmitIsDurableAndWaitsForNodes) {
   c_->Tick(T(2));
   EXPECT_EQ(State(1), "pending");
   const std::string reason = (*c_->GetJob(1, T(2)))["reason"];
-  EXPECT_NE(reason.find("no schedulable nodes"), std::string::npos)
-      << reason;
+  EXPECT_NE(reason.find("no schedulable nodes"), std::string::npos) << reason;
 
   EXPECT_TRUE(c_->TakeActions().empty());
 }
@@ -116,7 +115,8 @@ TEST_F(ControllerTest, GangRunsWithTheTrainingContractAndSucceeds) {
   const std::string t0 = actions[0].task_id, t1 = actions[1].task_id;
   Beat(0, {{{"task_id", t0}, {"state", "running"}}}, 3);
   Beat(1, {{{"task_id", t1}, {"state", "running"}}}, 3);
-  auto r = Beat(0, {{{"task_id", t0}, {"state", "exited"}, {"exit_code", 0}}}, 4);
+  auto r =
+      Beat(0, {{{"task_id", t0}, {"state", "exited"}, {"exit_code", 0}}}, 4);
   EXPECT_EQ(r["ack"], nlohmann::json({t0}));
   EXPECT_EQ(State(1), "running");
   Beat(1, {{{"task_id", t1}, {"state", "exited"}, {"exit_code", 0}}}, 5);
@@ -134,15 +134,19 @@ TEST_F(ControllerTest, OneFailedTaskStopsTheGang) {
   ASSERT_TRUE(c_->Submit(Gang(16), "alice", T(2)).ok());
   c_->Tick(T(2));
   auto actions = c_->TakeActions();
-  Beat(0, {{{"task_id", actions[0].task_id}, {"state", "exited"},
-            {"exit_code", 3}}}, 3);
+  Beat(0,
+       {{{"task_id", actions[0].task_id},
+         {"state", "exited"},
+         {"exit_code", 3}}},
+       3);
   EXPECT_EQ(State(1), "stopping");
   auto stops = c_->TakeActions();
   ASSERT_EQ(stops.size(), 1u);
   EXPECT_EQ(stops[0].kind, AgentAction::Kind::kStop);
   EXPECT_EQ(stops[0].task_id, actions[1].task_id);
-  Beat(1, {{{"task_id", actions[1].task_id}, {"state", "exited"},
-            {"signal", 15}}}, 4);
+  Beat(1,
+       {{{"task_id", actions[1].task_id}, {"state", "exited"}, {"signal", 15}}},
+       4);
   auto job = *c_->GetJob(1, T(4));
   EXPECT_EQ(job["state"], "failed");
   EXPECT_EQ(job["exit_code"], 3);
@@ -163,8 +167,9 @@ TEST_F(ControllerTest, CancelRunningAndPending) {
   ASSERT_EQ(stop.size(), 1u);
   EXPECT_EQ(stop[0].body["signal"], SIGTERM);
   EXPECT_EQ(stop[0].body["grace_ms"], 30000);
-  Beat(0, {{{"task_id", launch[0].task_id}, {"state", "exited"},
-            {"signal", 15}}}, 4);
+  Beat(0,
+       {{{"task_id", launch[0].task_id}, {"state", "exited"}, {"signal", 15}}},
+       4);
   EXPECT_EQ(State(1), "cancelled");
 }
 
@@ -220,27 +225,31 @@ TEST_F(ControllerTest, SilentNodeGoesDownAndUnknownTasksAreStopped) {
   EXPECT_EQ(State(1), "failed");
   auto node = *c_->GetNode("h200-0", T(20));
   EXPECT_EQ(node["state"], "down");
-  EXPECT_EQ(c_->Heartbeat({{"name", "h200-0"}, {"tasks", nlohmann::json::array()}},
-                          T(21))
-                .status()
-                .code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      c_->Heartbeat({{"name", "h200-0"}, {"tasks", nlohmann::json::array()}},
+                    T(21))
+          .status()
+          .code(),
+      absl::StatusCode::kFailedPrecondition);
   // It comes back still running the old task: told to stop it.
-  auto r = Register(0, {{{"task_id", launch[0].task_id}, {"state", "running"}}},
-                    22);
+  auto r =
+      Register(0, {{{"task_id", launch[0].task_id}, {"state", "running"}}}, 22);
   EXPECT_EQ(r["stop"], nlohmann::json({launch[0].task_id}));
 }
 
 TEST_F(ControllerTest, RegisterChecksTheSpec) {
-  EXPECT_FALSE(c_->Register({{"name", "ghost"}, {"address", "127.0.0.9:1"},
-                             {"gpus", Gpus(8)}},
-                            T(1))
-                   .ok());
-  EXPECT_FALSE(c_->Register({{"name", "h200-0"}, {"address", "127.0.0.2:1"},
-                             {"gpus", Gpus(4)}},
-                            T(1))
-                   .ok());
-  EXPECT_FALSE(c_->Register({{"name", "h200-0"}, {"address", "127.0.0.2:1"},
+  EXPECT_FALSE(
+      c_->Register(
+            {{"name", "ghost"}, {"address", "127.0.0.9:1"}, {"gpus", Gpus(8)}},
+            T(1))
+          .ok());
+  EXPECT_FALSE(
+      c_->Register(
+            {{"name", "h200-0"}, {"address", "127.0.0.2:1"}, {"gpus", Gpus(4)}},
+            T(1))
+          .ok());
+  EXPECT_FALSE(c_->Register({{"name", "h200-0"},
+                             {"address", "127.0.0.2:1"},
                              {"gpus", Gpus(8, "a100")}},
                             T(1))
                    .ok());
@@ -266,10 +275,14 @@ TEST_F(ControllerTest, CordonAndDrain) {
   Register(0, {{{"task_id", launch[0].task_id}, {"state", "running"}}}, 5);
   Register(1, {{{"task_id", launch[1].task_id}, {"state", "running"}}}, 5);
   EXPECT_EQ((*c_->GetNode("h200-1", T(5)))["state"], "draining");
-  Beat(0, {{{"task_id", launch[0].task_id}, {"state", "exited"},
-            {"exit_code", 0}}}, 6);
-  Beat(1, {{{"task_id", launch[1].task_id}, {"state", "exited"},
-            {"exit_code", 0}}}, 6);
+  Beat(
+      0,
+      {{{"task_id", launch[0].task_id}, {"state", "exited"}, {"exit_code", 0}}},
+      6);
+  Beat(
+      1,
+      {{{"task_id", launch[1].task_id}, {"state", "exited"}, {"exit_code", 0}}},
+      6);
   EXPECT_EQ(State(1), "succeeded");
   EXPECT_EQ((*c_->GetNode("h200-1", T(6)))["state"], "drained");
 }

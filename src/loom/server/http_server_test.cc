@@ -17,8 +17,8 @@ class HttpServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     cluster_ = testing::MakeCluster({{2, 0}}, 2, 8);
-    auto c = Controller::Create(cluster_, &store_, ControllerOptions{},
-                                absl::Now());
+    auto c =
+        Controller::Create(cluster_, &store_, ControllerOptions{}, absl::Now());
     ASSERT_TRUE(c.ok());
     controller_ = *std::move(c);
     HttpServerOptions o;
@@ -80,9 +80,10 @@ TEST_F(HttpServerTest, BadInputGetsClearErrors) {
            R"({"name": "x", "command": ["true"], "resources": {"gpus": 64}})",
            400);
   EXPECT_EQ(e["error"]["code"], "infeasible");
-  e = Post("/v1/jobs",
-           R"({"name": "x", "command": ["true"], "resources": {"gpu_model": "v100"}})",
-           400);
+  e = Post(
+      "/v1/jobs",
+      R"({"name": "x", "command": ["true"], "resources": {"gpu_model": "v100"}})",
+      400);
   EXPECT_EQ(e["error"]["field"], "resources.gpu_model");
   e = Post("/v1/agents/register", "[1,2,3]", 400);
   EXPECT_EQ(e["error"]["code"], "invalid_argument");
@@ -105,15 +106,15 @@ TEST_F(HttpServerTest, BadInputGetsClearErrors) {
 TEST_F(HttpServerTest, GarbageBytesDoNotWedgeTheServer) {
   for (const std::string& junk :
        {std::string("\x16\x03\x01\x02\x00garbage\r\n\r\n", 19),
-        std::string("POST /v1/jobs HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"na"),
+        std::string(
+            "POST /v1/jobs HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"na"),
         std::string(5000, '\xff')}) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port_);
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
-              0);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
     (void)!write(fd, junk.data(), junk.size());
     shutdown(fd, SHUT_WR);
     char buf[256];
@@ -129,12 +130,13 @@ TEST_F(HttpServerTest, GarbageBytesDoNotWedgeTheServer) {
 TEST_F(HttpServerTest, AgentProtocolAndNodes) {
   nlohmann::json gpus = nlohmann::json::array();
   for (int i = 0; i < 8; ++i) gpus.push_back({{"index", i}, {"model", "h200"}});
-  nlohmann::json reg = {{"name", "h200-0"}, {"address", "127.0.0.2:1"},
-                        {"gpus", gpus},     {"tasks", nlohmann::json::array()}};
+  nlohmann::json reg = {{"name", "h200-0"},
+                        {"address", "127.0.0.2:1"},
+                        {"gpus", gpus},
+                        {"tasks", nlohmann::json::array()}};
   nlohmann::json r = Post("/v1/agents/register", reg.dump(), 200);
   EXPECT_EQ(r["heartbeat_interval_ms"], 1000);
-  Post("/v1/agents/heartbeat",
-       R"({"name": "h200-0", "tasks": []})", 200);
+  Post("/v1/agents/heartbeat", R"({"name": "h200-0", "tasks": []})", 200);
   Post("/v1/agents/heartbeat", R"({"name": "h200-1", "tasks": []})", 409);
   auto nodes = client_->Get("/v1/nodes");
   ASSERT_TRUE(nodes);

@@ -72,8 +72,9 @@ nlohmann::json JobRecordToJson(const JobRecord& j) {
   out["state"] = std::string(JobStateName(j.state));
   out["reason"] = j.reason;
   out["submit_time"] = FormatTimestamp(j.submit_time);
-  out["start_time"] = j.start_time ? nlohmann::json(FormatTimestamp(*j.start_time))
-                                   : nlohmann::json(nullptr);
+  out["start_time"] = j.start_time
+                          ? nlohmann::json(FormatTimestamp(*j.start_time))
+                          : nlohmann::json(nullptr);
   out["end_time"] = j.end_time ? nlohmann::json(FormatTimestamp(*j.end_time))
                                : nlohmann::json(nullptr);
   out["exit_code"] =
@@ -85,21 +86,21 @@ nlohmann::json JobRecordToJson(const JobRecord& j) {
   out["master_port"] = j.master_port;
   nlohmann::json tasks = nlohmann::json::array();
   for (const TaskRecord& t : j.tasks) {
-    tasks.push_back(
-        {{"index", t.index},
-         {"node", t.node},
-         {"gpus", t.gpus},
-         {"task_id", t.task_id},
-         {"state", kTaskStates[static_cast<int>(t.state)]},
-         {"exit_code",
-          t.exit_code ? nlohmann::json(*t.exit_code) : nlohmann::json(nullptr)},
-         {"signal",
-          t.signal ? nlohmann::json(*t.signal) : nlohmann::json(nullptr)}});
+    tasks.push_back({{"index", t.index},
+                     {"node", t.node},
+                     {"gpus", t.gpus},
+                     {"task_id", t.task_id},
+                     {"state", kTaskStates[static_cast<int>(t.state)]},
+                     {"exit_code", t.exit_code ? nlohmann::json(*t.exit_code)
+                                               : nlohmann::json(nullptr)},
+                     {"signal", t.signal ? nlohmann::json(*t.signal)
+                                         : nlohmann::json(nullptr)}});
   }
   out["tasks"] = std::move(tasks);
   nlohmann::json events = nlohmann::json::array();
   for (const JobEvent& e : j.events) {
-    events.push_back({{"time", FormatTimestamp(e.time)}, {"message", e.message}});
+    events.push_back(
+        {{"time", FormatTimestamp(e.time)}, {"message", e.message}});
   }
   out["events"] = std::move(events);
   return out;
@@ -154,12 +155,14 @@ absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& in) {
         return absl::InvalidArgumentError(
             absl::StrCat("job ", j.id, ": unknown task state ", state_name));
       }
-      if (!t.at("exit_code").is_null()) task.exit_code = t["exit_code"].get<int>();
+      if (!t.at("exit_code").is_null())
+        task.exit_code = t["exit_code"].get<int>();
       if (!t.at("signal").is_null()) task.signal = t["signal"].get<int>();
       j.tasks.push_back(std::move(task));
     }
     for (const nlohmann::json& e : in.at("events")) {
-      absl::StatusOr<absl::Time> t = ParseTimestamp(e.at("time").get<std::string>());
+      absl::StatusOr<absl::Time> t =
+          ParseTimestamp(e.at("time").get<std::string>());
       if (!t.ok()) return t.status();
       j.events.push_back({*t, e.at("message").get<std::string>()});
     }

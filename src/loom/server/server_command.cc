@@ -77,8 +77,8 @@ int RunServer(const ServerFlags& f) {
   copts.checkpoint_root = f.checkpoint_root.empty()
                               ? f.data_dir + "/checkpoints"
                               : f.checkpoint_root;
-  absl::StatusOr<std::unique_ptr<Controller>> controller = Controller::Create(
-      *std::move(cluster), store->get(), copts, absl::Now());
+  absl::StatusOr<std::unique_ptr<Controller>> controller =
+      Controller::Create(*std::move(cluster), store->get(), copts, absl::Now());
   if (!controller.ok()) {
     return Fail(std::string(controller.status().message()));
   }

@@ -1,0 +1,178 @@
+#pragma once
+
+// `loom agent`: reports a node's inventory to the loom server, heartbeats with
+// the status of its tasks, and launches, stops and serves the logs of tasks
+// when the server asks (docs/api.md, "Agent protocol"; docs/agent.md).
+//
+// One `Agent` serves one node, or several emulated nodes that share one HTTP
+// listener (the fleet emulator, `--emulate-nodes N`): the server then names
+// the node in each call (`"node"` in a launch body, `?node=NAME` elsewhere).
+
+#include <signal.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "loom/agent/cgroup.h"
+#include "loom/agent/gpu_probe.h"
+#include "loom/agent/task_launcher.h"
+#include "nlohmann/json.hpp"
+
+namespace loom {
+
+// Makes a `TaskLauncher` for the node `node` whose launcher state lives in
+// `state_dir` (tests wrap the real one to inject failures).
+using TaskLauncherFactory =
+    std::function<absl::StatusOr<std::unique_ptr<TaskLauncher>>(
+        const std::string& node, const std::string& state_dir)>;
+
+struct AgentOptions {
+  // The loom servers, normalised (`NormalizeAgentServerUrl`); at least one.
+  // Requests go to the one that answered last; the others are tried in
+  // order when it cannot be reached or answers 503.
+  std::vector<std::string> server_urls;
+  // Where the agent API listens (`ParseListenAddress`); port 0 picks a free
+  // port. "HOST:PORT" (the port chosen) is the address registered.
+  std::string listen_host = "127.0.0.1";
+  int listen_port = 0;
+  // The nodes this agent serves: one, or several for the fleet emulator.
+  std::vector<std::string> node_names;
+  // Fleet layout: each node keeps its files under `<data_dir>/nodes/<name>/`
+  // instead of `<data_dir>/`. Set when `node_names` has more than one name;
+  // `loom agent --emulate-nodes` sets it for one node too.
+  bool fleet = false;
+  // Holds `tasks/` (the launcher's state), `units/` (tasks of several
+  // processes) and `logs/` (task output). Created if missing; must belong
+  // to this agent and survive agent restarts.
+  std::string data_dir;
+  // Emulated GPUs (`--emulate`); required for a fleet. Unset: real GPUs from
+  // `gpu_probe`.
+  std::optional<GpuEmulation> emulation;
+  // Finds real GPUs when `emulation` is unset. Not owned; null: an
+  // `NvmlGpuProbe`.
+  GpuProbe* gpu_probe = nullptr;
+  // The host as reported (hostname; CPUs and memory unless emulated). Unset:
+  // `ProbeHost()`.
+  std::optional<HostInfo> host;
+  // Tasks are not run (`--fake-tasks`): see `FakeTaskLauncher`.
+  bool fake_tasks = false;
+  // Heartbeat every this long; zero: what the server's registration reply
+  // says (`heartbeat_interval_ms`), 1 s when it says nothing.
+  absl::Duration heartbeat_interval = absl::ZeroDuration();
+  // How tasks are stopped when the server lists them in `stop`, and the
+  // defaults of `POST /v1/tasks/{id}/stop`: this signal, then SIGKILL after
+  // the grace.
+  int stop_signal = SIGTERM;
+  absl::Duration stop_grace = absl::Seconds(10);
+  // How often the launcher is polled for ended tasks.
+  absl::Duration poll_interval = absl::Milliseconds(100);
+  // Threads that register and heartbeat (each owns a share of the nodes and
+  // its own keep-alive connections); 0: min(nodes, 8).
+  int heartbeat_threads = 0;
+  // Threads of the agent API server. Each open connection holds one (idle
+  // keep-alive connections for up to 2 s); `follow` log streams may take at
+  // most half of them.
+  int http_threads = 32;
+  // Timeouts of calls to the server.
+  absl::Duration connect_timeout = absl::Seconds(2);
+  absl::Duration request_timeout = absl::Seconds(10);
+  // Put tasks that ask for limits in cgroup v1 (`CgroupV1Manager`); false:
+  // no cgroups.
+  bool use_cgroups = true;
+  // Null: `ShimTaskLauncher` (or `FakeTaskLauncher` with `fake_tasks`).
+  TaskLauncherFactory launcher_factory;
+  // The clock for stop deadlines and fake tasks.
+  std::function<absl::Time()> now;
+  // Receives each log line (already formatted); null: standard error.
+  std::function<void(const std::string& line)> log;
+};
+
+// A parsed `POST /v1/tasks` body (docs/agent.md).
+struct LaunchRequest {
+  std::string node;  // empty: not given
+  std::string task_id;
+  int64_t job_id = 0;
+  int64_t task_index = 0;
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;
+  std::string working_dir;
+  std::vector<int> gpus;
+  int processes = 1;
+  std::optional<int64_t> rank_base;
+  TaskLimits limits;
+};
+
+// Parses and checks a launch body. On error, `InvalidArgument` with a
+// message that names the field, and `*field` (when not null) set to it.
+absl::StatusOr<LaunchRequest> ParseLaunchRequest(const nlohmann::json& body,
+                                                 std::string* field = nullptr);
+
+// "host:port" or "http://host:port[/]" -> "http://host:port"; https is kept.
+// `InvalidArgument` for anything else (paths are not supported).
+absl::StatusOr<std::string> NormalizeAgentServerUrl(std::string_view url);
+
+struct ListenAddress {
+  std::string host;  // as given ("127.0.0.2", "localhost", "::1")
+  int port = 0;
+};
+
+// Parses "HOST:PORT" ("[::1]:7100" for IPv6) and checks that HOST is a
+// loopback address or an address of this host (so that the address the
+// agent registers reaches it). Wildcards (0.0.0.0, ::) are refused: the
+// server needs one address to call.
+absl::StatusOr<ListenAddress> ParseListenAddress(std::string_view text);
+
+// The agent: see the file comment and docs/agent.md.
+//
+// Thread-safety: `Start`, `Shutdown` and the destructor must not race each
+// other; the accessors are thread-safe. Internally, each node's task table
+// is guarded by its own mutex; the launcher is thread-safe.
+class Agent {
+ public:
+  // Probes (or emulates) the GPUs and the host, creates each node's
+  // directories and launcher, recovers the tasks an earlier agent left
+  // (`TaskLauncher::Recover`), and binds the listener. Starts no thread.
+  // `InvalidArgument` for bad options, `Unavailable` when real GPUs were
+  // asked for and NVML is missing (use `emulation`), other errors from the
+  // file system or the bind.
+  static absl::StatusOr<std::unique_ptr<Agent>> Create(AgentOptions options);
+
+  // Shuts down (see `Shutdown`).
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Starts serving the agent API, supervising tasks, and registering (with
+  // retries and backoff) and heartbeating. `FailedPrecondition` when called
+  // twice.
+  absl::Status Start();
+
+  // Stops the threads and the listener. Tasks keep running: a new agent on
+  // the same data directory finds them again. Idempotent.
+  void Shutdown();
+
+  // "HOST:PORT" as registered.
+  const std::string& address() const;
+  int port() const;
+  std::vector<std::string> node_names() const;
+  // True once `node` was registered and has not been asked to register
+  // again since.
+  bool Registered(const std::string& node) const;
+
+ private:
+  class Impl;
+  explicit Agent(std::unique_ptr<Impl> impl);
+
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace loom

@@ -1,0 +1,232 @@
+#include "loom/agent/agent_command.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <iostream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "loom/common/units.h"
+#include "loom/core/job_spec.h"
+
+namespace loom {
+namespace {
+
+constexpr int kMaxEmulatedNodes = 10000;
+
+std::string Hostname() {
+  char name[HOST_NAME_MAX + 1] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "";
+  return name;
+}
+
+}  // namespace
+
+CLI::App* AddAgentCommand(CLI::App& app, AgentFlags* f) {
+  CLI::App* agent = app.add_subcommand(
+      "agent",
+      "Run on a node: report its GPUs to the loom server, heartbeat, and "
+      "launch and supervise the tasks it is given");
+  agent->footer(
+      "Examples:\n"
+      "  loom agent --server http://127.0.0.1:7000 --listen 127.0.0.2:7100 "
+      "--data-dir /var/lib/loom/agent\n"
+      "  loom agent --server 127.0.0.1:7000 --listen 127.0.0.2:7100 "
+      "--name h200-0 --emulate 8xH200 --data-dir /tmp/h200-0\n"
+      "  loom agent --server 127.0.0.1:7000 --listen 127.0.0.3:0 "
+      "--emulate 8xH200 --emulate-nodes 2000 --name-prefix h200 "
+      "--fake-tasks --data-dir /tmp/fleet\n"
+      "See docs/agent.md.");
+  agent
+      ->add_option("--server", f->servers,
+                   "loom server URL(s), comma-separated; tried in order")
+      ->required();
+  agent
+      ->add_option("--listen", f->listen,
+                   "HOST:PORT of the agent API (a loopback or local address; "
+                   "port 0 picks a free one); registered with the server")
+      ->required();
+  agent->add_option("--name", f->name,
+                    "Node name as in the cluster spec (default: hostname)");
+  agent
+      ->add_option("--data-dir", f->data_dir,
+                   "Task state (DIR/tasks) and logs (DIR/logs); must survive "
+                   "agent restarts")
+      ->required();
+  agent->add_option(
+      "--emulate", f->emulate,
+      "Emulate GPUs instead of using NVML: COUNTxMODEL[:MEMORY], e.g. "
+      "8xH200, 8xA100, 4xL4:24Gi");
+  agent->add_option("--emulate-cpus", f->emulate_cpus,
+                    "CPU cores to report with --emulate (default: 192 for "
+                    "h200, 96 for a100, else the host's)");
+  agent->add_option("--emulate-memory", f->emulate_memory,
+                    "Memory to report with --emulate (default: 2Ti for "
+                    "h200, 1Ti for a100, else the host's)");
+  agent->add_option("--emulate-nodes", f->emulate_nodes,
+                    "Fleet emulator: register N emulated nodes named "
+                    "PREFIX-K .. PREFIX-(K+N-1), sharing one listener");
+  agent->add_option("--name-prefix", f->name_prefix,
+                    "Fleet emulator: node name prefix (default: --name)");
+  agent->add_option("--names-from", f->names_from,
+                    "Fleet emulator: index of the first node (default 0)");
+  agent->add_flag("--fake-tasks", f->fake_tasks,
+                  "Run no processes: a task lasts LOOM_FAKE_SECONDS of its "
+                  "env (default 60) and exits 0 (scale tests)");
+  agent->add_option("--heartbeat-interval", f->heartbeat_interval,
+                    "Heartbeat period, e.g. 1s or 500ms (default: what the "
+                    "server says at registration)");
+  agent
+      ->add_option("--stop-signal", f->stop_signal,
+                   "First signal when the server stops a task")
+      ->capture_default_str();
+  agent
+      ->add_option("--stop-grace,--stop-signal-grace", f->stop_grace,
+                   "Time between the stop signal and SIGKILL")
+      ->capture_default_str();
+  return agent;
+}
+
+absl::StatusOr<AgentOptions> AgentOptionsFromFlags(const AgentFlags& f) {
+  AgentOptions options;
+  for (absl::string_view url :
+       absl::StrSplit(f.servers, ',', absl::SkipWhitespace())) {
+    absl::StatusOr<std::string> normal =
+        NormalizeAgentServerUrl(std::string(url));
+    if (!normal.ok()) return normal.status();
+    options.server_urls.push_back(*normal);
+  }
+  if (options.server_urls.empty()) {
+    return absl::InvalidArgumentError("--server: no URL given");
+  }
+  absl::StatusOr<ListenAddress> listen = ParseListenAddress(f.listen);
+  if (!listen.ok()) return listen.status();
+  options.listen_host = listen->host;
+  options.listen_port = listen->port;
+  if (f.data_dir.empty()) {
+    return absl::InvalidArgumentError("--data-dir: required");
+  }
+  options.data_dir = f.data_dir;
+
+  if (!f.emulate.empty()) {
+    absl::StatusOr<GpuEmulation> emulation = ParseGpuEmulation(f.emulate);
+    if (!emulation.ok()) return emulation.status();
+    if (f.emulate_cpus < 0 || f.emulate_cpus > 100000) {
+      return absl::InvalidArgumentError(
+          "--emulate-cpus: must be from 1 to 100000");
+    }
+    if (f.emulate_cpus > 0) emulation->cpus = f.emulate_cpus;
+    if (!f.emulate_memory.empty()) {
+      absl::StatusOr<int64_t> bytes = ParseBytes(f.emulate_memory);
+      if (!bytes.ok() || *bytes <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--emulate-memory: '", f.emulate_memory,
+                         "' is not a size (e.g. 2Ti, 512Gi)"));
+      }
+      emulation->memory_bytes = *bytes;
+    }
+    options.emulation = *emulation;
+  } else if (f.emulate_cpus != 0 || !f.emulate_memory.empty()) {
+    return absl::InvalidArgumentError(
+        "--emulate-cpus and --emulate-memory need --emulate");
+  }
+
+  const std::string name = f.name.empty() ? Hostname() : f.name;
+  if (f.emulate_nodes != 0) {
+    if (f.emulate_nodes < 1 || f.emulate_nodes > kMaxEmulatedNodes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--emulate-nodes: must be from 1 to ", kMaxEmulatedNodes));
+    }
+    if (!options.emulation) {
+      return absl::InvalidArgumentError(
+          "--emulate-nodes needs --emulate COUNTxMODEL (the fleet emulator "
+          "emulates GPUs)");
+    }
+    if (f.names_from < 0) {
+      return absl::InvalidArgumentError("--names-from: must be >= 0");
+    }
+    const std::string prefix = f.name_prefix.empty() ? name : f.name_prefix;
+    for (int i = 0; i < f.emulate_nodes; ++i) {
+      options.node_names.push_back(absl::StrCat(prefix, "-", f.names_from + i));
+    }
+    options.fleet = true;
+  } else {
+    if (!f.name_prefix.empty() || f.names_from != 0) {
+      return absl::InvalidArgumentError(
+          "--name-prefix and --names-from need --emulate-nodes");
+    }
+    options.node_names.push_back(name);
+  }
+
+  options.fake_tasks = f.fake_tasks;
+  if (!f.heartbeat_interval.empty()) {
+    absl::StatusOr<absl::Duration> d = ParseDuration(f.heartbeat_interval);
+    if (!d.ok() || *d < absl::Milliseconds(10) || *d > absl::Minutes(10)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--heartbeat-interval: '", f.heartbeat_interval,
+                       "' must be a duration from 10ms to 10m"));
+    }
+    options.heartbeat_interval = *d;
+  }
+  absl::StatusOr<int> signal = ParseSignal(f.stop_signal);
+  if (!signal.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--stop-signal: ", signal.status().message()));
+  }
+  options.stop_signal = *signal;
+  absl::StatusOr<absl::Duration> grace = ParseDuration(f.stop_grace);
+  if (!grace.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--stop-grace: '", f.stop_grace, "' is not a duration (e.g. 10s)"));
+  }
+  options.stop_grace = *grace;
+  return options;
+}
+
+int RunAgent(const AgentFlags& flags) {
+  absl::StatusOr<AgentOptions> options = AgentOptionsFromFlags(flags);
+  if (!options.ok()) {
+    std::cerr << "loom agent: " << options.status().message() << "\n";
+    return 2;
+  }
+  // Every thread inherits this mask, so only `sigwait` below sees these
+  // signals. Tasks get a clean mask and default dispositions (the launcher
+  // resets both before exec).
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  absl::StatusOr<std::unique_ptr<Agent>> agent =
+      Agent::Create(*std::move(options));
+  if (!agent.ok()) {
+    std::cerr << "loom agent: " << agent.status().message() << "\n";
+    return agent.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  if (absl::Status s = (*agent)->Start(); !s.ok()) {
+    std::cerr << "loom agent: " << s.message() << "\n";
+    return 1;
+  }
+  int received = 0;
+  sigwait(&stop_signals, &received);
+  std::cerr << "loom agent: "
+            << (sigabbrev_np(received) != nullptr
+                    ? absl::StrCat("SIG", sigabbrev_np(received))
+                    : absl::StrCat("signal ", received))
+            << " received; shutting down (tasks keep running)\n";
+  (*agent)->Shutdown();
+  return 0;
+}
+
+}  // namespace loom

@@ -1,0 +1,42 @@
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/statusor.h"
+#include "loom/agent/agent.h"
+
+namespace loom {
+
+// Flags of `loom agent`; see docs/agent.md.
+struct AgentFlags {
+  std::string servers;             // --server URL[,URL...]
+  std::string listen;              // --listen HOST:PORT
+  std::string name;                // --name (default: the hostname)
+  std::string data_dir;            // --data-dir
+  std::string emulate;             // --emulate COUNTxMODEL[:MEMORY]
+  int emulate_cpus = 0;            // --emulate-cpus (0: the model's default)
+  std::string emulate_memory;      // --emulate-memory ("": the model's default)
+  int emulate_nodes = 0;           // --emulate-nodes N (fleet emulator)
+  std::string name_prefix;         // --name-prefix (default: --name)
+  int names_from = 0;              // --names-from K
+  bool fake_tasks = false;         // --fake-tasks
+  std::string heartbeat_interval;  // --heartbeat-interval ("": the server's)
+  std::string stop_signal = "TERM";  // --stop-signal
+  std::string stop_grace = "10s";    // --stop-grace, --stop-signal-grace
+};
+
+// Registers `agent` on `app`; `flags` must outlive the parse.
+CLI::App* AddAgentCommand(CLI::App& app, AgentFlags* flags);
+
+// Turns the flags into agent options (node names, emulation, durations).
+// `InvalidArgument` naming the flag on bad input.
+absl::StatusOr<AgentOptions> AgentOptionsFromFlags(const AgentFlags& flags);
+
+// Runs `loom agent` until SIGINT or SIGTERM (tasks keep running). Returns
+// the process exit code: 0 after a signal, 2 for bad flags, 1 when the agent
+// cannot start (no NVML without --emulate, the listen address is taken, ...).
+int RunAgent(const AgentFlags& flags);
+
+}  // namespace loom

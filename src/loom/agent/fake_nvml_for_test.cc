@@ -1,0 +1,84 @@
+// A stand-in for libnvidia-ml.so.1, loaded by agent_test through
+// `NvmlGpuProbe` to check the dlopen/dlsym path without a GPU. It exports the
+// functions the probe uses, with NVML's C signatures (nvml.h), and describes
+// two "NVIDIA H200" GPUs.
+
+#include <cstdio>
+#include <cstring>
+
+namespace {
+
+struct FakeDevice {
+  int index;
+};
+
+FakeDevice g_devices[2] = {{0}, {1}};
+int g_initialized = 0;
+
+int CopyString(const char* text, char* out, unsigned int length) {
+  if (out == nullptr || length == 0) return 2;   // NVML_ERROR_INVALID_ARGUMENT
+  if (std::strlen(text) + 1 > length) return 7;  // INSUFFICIENT_SIZE
+  std::strcpy(out, text);
+  return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+struct nvmlMemory_st {
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+};
+
+int nvmlInit_v2(void) {
+  ++g_initialized;
+  return 0;
+}
+
+int nvmlShutdown(void) {
+  if (g_initialized == 0) return 1;  // NVML_ERROR_UNINITIALIZED
+  --g_initialized;
+  return 0;
+}
+
+const char* nvmlErrorString(int result) {
+  return result == 0 ? "Success" : "Fake NVML error";
+}
+
+int nvmlDeviceGetCount_v2(unsigned int* count) {
+  if (g_initialized == 0) return 1;
+  *count = 2;
+  return 0;
+}
+
+int nvmlDeviceGetHandleByIndex_v2(unsigned int index, void** device) {
+  if (g_initialized == 0) return 1;
+  if (index >= 2 || device == nullptr) return 2;
+  *device = &g_devices[index];
+  return 0;
+}
+
+int nvmlDeviceGetName(void* device, char* name, unsigned int length) {
+  if (device == nullptr) return 2;
+  return CopyString("NVIDIA H200", name, length);
+}
+
+int nvmlDeviceGetUUID(void* device, char* uuid, unsigned int length) {
+  if (device == nullptr) return 2;
+  char text[64];
+  std::snprintf(text, sizeof(text), "GPU-00000000-0000-0000-0000-00000000000%d",
+                static_cast<FakeDevice*>(device)->index);
+  return CopyString(text, uuid, length);
+}
+
+int nvmlDeviceGetMemoryInfo(void* device, nvmlMemory_st* memory) {
+  if (device == nullptr || memory == nullptr) return 2;
+  memory->total = 150754820096ULL;  // what an H200 reports (140.4 GiB)
+  memory->used = 0;
+  memory->free = memory->total;
+  return 0;
+}
+
+}  // extern "C"

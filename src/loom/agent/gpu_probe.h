@@ -1,0 +1,112 @@
+#pragma once
+
+// GPU and host discovery for `loom agent`: real GPUs through NVML (loaded at
+// run time, so one build runs with and without an NVIDIA driver), or emulated
+// ones (`--emulate 8xH200`) for tests, laptops and the fleet emulator.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace loom {
+
+// One GPU as the agent reports it to the server.
+struct GpuDevice {
+  int index = 0;             // NVML index (what CUDA_VISIBLE_DEVICES names)
+  std::string model;         // lower-case model: "h200", "a100", ...
+  std::string name;          // the product name NVML gives: "NVIDIA H200"
+  std::string uuid;          // "GPU-..."
+  int64_t memory_bytes = 0;  // total framebuffer memory
+};
+
+// Finds the GPUs of this host.
+//
+// Thread-safety: implementations are thread-compatible; `Probe` may be called
+// more than once.
+class GpuProbe {
+ public:
+  virtual ~GpuProbe() = default;
+
+  // Lists the GPUs, sorted by index. `Unavailable` when this host offers no
+  // way to see GPUs (no NVML library, no driver), with a message that says
+  // so; other errors when a query fails.
+  [[nodiscard]] virtual absl::StatusOr<std::vector<GpuDevice>> Probe() = 0;
+};
+
+// Real GPUs through NVML: `dlopen`s `library` (default
+// "libnvidia-ml.so.1", found through the dynamic loader's search path) and
+// calls `nvmlInit_v2`, `nvmlDeviceGetCount_v2`,
+// `nvmlDeviceGetHandleByIndex_v2`, `nvmlDeviceGetName`, `nvmlDeviceGetUUID`,
+// `nvmlDeviceGetMemoryInfo` and `nvmlShutdown`. The library is loaded for
+// each `Probe` and closed again.
+class NvmlGpuProbe : public GpuProbe {
+ public:
+  explicit NvmlGpuProbe(std::string library = "libnvidia-ml.so.1");
+
+  // `Unavailable` when the library cannot be loaded, lacks a function, or
+  // `nvmlInit_v2` fails (driver not loaded); `Internal` when a device query
+  // fails.
+  absl::StatusOr<std::vector<GpuDevice>> Probe() override;
+
+ private:
+  const std::string library_;
+};
+
+// What `--emulate COUNTxMODEL[:MEMORY]` asks for, with the node size that
+// goes with the model (overridable by `--emulate-cpus`/`--emulate-memory`).
+struct GpuEmulation {
+  int count = 0;
+  std::string model;  // lower case
+  int64_t gpu_memory_bytes = 0;
+  int cpus = 0;              // 0: the host's
+  int64_t memory_bytes = 0;  // 0: the host's
+};
+
+// Parses "8xH200", "8xa100", "4xL4:24Gi" (count 1..1024; the model is lower
+// cased). The two node types of DESIGN.md section 1 get their GPU memory and
+// node size (h200: 141Gi, 192 cores, 2Ti; a100: 80Gi, 96 cores, 1Ti); h100
+// (80Gi) and l40s (48Gi) get their GPU memory; other models need ":MEMORY".
+// Where no node size is known, the host's CPU count and memory are used
+// (cpus and memory_bytes stay 0). `InvalidArgument` naming the text
+// otherwise.
+absl::StatusOr<GpuEmulation> ParseGpuEmulation(std::string_view text);
+
+// Emulated GPUs for one node. UUIDs are derived from `node_name` and the
+// index ("GPU-" and a UUID-shaped hash), so they stay the same across
+// restarts and differ between the nodes of a fleet.
+class EmulatedGpuProbe : public GpuProbe {
+ public:
+  EmulatedGpuProbe(GpuEmulation emulation, std::string node_name);
+
+  // Never fails.
+  absl::StatusOr<std::vector<GpuDevice>> Probe() override;
+
+ private:
+  const GpuEmulation emulation_;
+  const std::string node_name_;
+};
+
+// Maps an NVML product name to loom's model name: "NVIDIA H200" -> "h200",
+// "NVIDIA A100-SXM4-80GB" -> "a100", "NVIDIA H100 80GB HBM3" -> "h100",
+// "Tesla V100-SXM2-32GB" -> "v100", "NVIDIA GeForce RTX 4090" -> "rtx4090".
+// The vendor/brand words (NVIDIA, Tesla, GeForce, Quadro) are dropped and the
+// first word is kept, cut at the first '-'; "RTX"/"TITAN" keep the word after
+// them. Returns "unknown" for an empty name.
+std::string GpuModelFromName(std::string_view name);
+
+// The host as the agent reports it.
+struct HostInfo {
+  std::string hostname;
+  int cpus = 0;              // online CPUs (sysconf)
+  int64_t memory_bytes = 0;  // MemTotal of `meminfo_path`
+};
+
+// Reads the hostname, the online CPU count and `MemTotal` from
+// `meminfo_path`. `Internal` when one of them cannot be read.
+absl::StatusOr<HostInfo> ProbeHost(
+    const std::string& meminfo_path = "/proc/meminfo");
+
+}  // namespace loom
