@@ -420,7 +420,7 @@ TEST(RenderPlot, DegenerateSeriesRenderWellFormed) {
   const std::string html = Render("html", {}, {empty, single});
   EXPECT_EQ(Count(html, ">empty (no data)<"), 3u);
   EXPECT_EQ(SeriesLines(html).size(), 3u);
-  // Unnamed policies get a placeholder name.
+  // Unnamed policies are shown under a generic name.
   EXPECT_TRUE(Contains(Render("html", {}, {huge}), ">policy 1<"));
 }
 
