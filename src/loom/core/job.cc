@@ -46,6 +46,7 @@ absl::StatusOr<JobShape> ShapeFromTotalGpus(int total_gpus, int gpus_per_node,
     }
     shape.tasks = nodes;
     shape.gpus_per_task = total_gpus / nodes;
+    shape.one_task_per_node = nodes > 1;
     return shape;
   }
   if (nodes < 0) {

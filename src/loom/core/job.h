@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -26,8 +27,20 @@ struct JobShape {
   GpuModelId gpu_model = kAnyGpuModel;
   int64_t cpus_milli_per_task = 0;    // 0: no CPU requirement
   int64_t memory_bytes_per_task = 0;  // 0: no memory requirement
+  // Every task on a node of its own (`--nodes K`, Slurm's `-N K`): the gang
+  // spans exactly `tasks` nodes even when it would fit on one.
+  bool one_task_per_node = false;
 
   int TotalGpus() const { return tasks * gpus_per_task; }
+  // Whether the whole job goes on one node of `node_gpus` GPUs.
+  bool OnOneNode(int node_gpus) const {
+    return TotalGpus() <= node_gpus && (tasks == 1 || !one_task_per_node);
+  }
+  // How many of the job's tasks one node can hold, given `fit`, the tasks its
+  // free resources allow.
+  int TasksPerNode(int fit) const {
+    return one_task_per_node ? std::min(fit, 1) : fit;
+  }
 };
 
 // Turns "N GPUs in total" into a shape, as `loom run -g N [--nodes K]` and

@@ -57,8 +57,9 @@ constexpr size_t kMaxLabelKeyLength = 128;
 constexpr size_t kMaxLabelValueLength = 256;
 
 constexpr absl::string_view kResourceFields[] = {
-    "gpus_per_task", "gpus",          "nodes",
-    "gpu_model",     "cpus_per_task", "memory_per_task"};
+    "gpus_per_task",     "gpus",          "nodes",
+    "gpu_model",         "cpus_per_task", "memory_per_task",
+    "processes_per_task"};
 
 // Environment variables the agent sets for every task (DESIGN.md section 5);
 // a spec may not set them. Every `LOOM_*` name is reserved as well.
@@ -507,7 +508,7 @@ absl::Status JobSpecParser::ParseResources(const Field& field,
   absl::StatusOr<MapNode> map =
       ReadFields(field.value, field.key,
                  {"gpus_per_task", "gpus", "nodes", "gpu_model",
-                  "cpus_per_task", "memory_per_task"});
+                  "cpus_per_task", "memory_per_task", "processes_per_task"});
   if (!map.ok()) return map.status();
   const Field* per_task = map->Find("gpus_per_task");
   const Field* gpus = map->Find("gpus");
@@ -601,6 +602,13 @@ absl::Status JobSpecParser::ParseResources(const Field& field,
     }
     spec->memory_bytes_per_task = *bytes;
   }
+  if (const Field* f = map->Find("processes_per_task"); f != nullptr) {
+    absl::StatusOr<int64_t> n =
+        ReadInt(f->value, ChildPath(map->path, "processes_per_task"), 1,
+                kMaxProcessesPerTask);
+    if (!n.ok()) return n.status();
+    spec->processes_per_task = static_cast<int>(*n);
+  }
   return absl::OkStatus();
 }
 
@@ -681,7 +689,9 @@ absl::Status JobSpecParser::ParseEnv(const Field& field, JobSpec* spec) {
                                 "' is not a valid variable name (letters, "
                                 "digits and '_', not starting with a digit)"));
     }
-    if (absl::StartsWith(name, "LOOM_") ||
+    // LOOM_FAKE_SECONDS is the one LOOM_ name a job sets: how long its tasks
+    // last on agents that run fake tasks (docs/agent.md).
+    if ((absl::StartsWith(name, "LOOM_") && name != "LOOM_FAKE_SECONDS") ||
         std::find(std::begin(kReservedEnv), std::end(kReservedEnv), name) !=
             std::end(kReservedEnv)) {
       return Error(key, var_path,
@@ -1097,6 +1107,7 @@ absl::StatusOr<JobRequest> ToJobRequest(const JobSpec& spec,
     }
     shape.tasks = split->tasks;
     shape.gpus_per_task = split->gpus_per_task;
+    shape.one_task_per_node = split->one_task_per_node;
   } else {
     if (spec.nodes != 0) {
       return absl::InvalidArgumentError(
@@ -1137,6 +1148,8 @@ std::string JobSpecToJson(const JobSpec& spec) {
         static_cast<double>(spec.cpus_milli_per_task) / 1000.0;
   }
   resources["memory_per_task"] = FormatBytesExact(spec.memory_bytes_per_task);
+  resources["processes_per_task"] = spec.processes_per_task;
+
   j["resources"] = std::move(resources);
   j["command"] = spec.command;
   j["env"] = Json::object();

@@ -19,6 +19,9 @@
 
 namespace loom {
 
+// The most processes one task may run (`resources.processes_per_task`).
+inline constexpr int kMaxProcessesPerTask = 256;
+
 // What the agent does to let a job save its state before it is preempted:
 // send `signal` to every task, wait up to `grace`, then SIGKILL.
 struct CheckpointSpec {
@@ -56,6 +59,10 @@ struct JobSpec {
   std::string gpu_model = "any";    // lower case
   int64_t cpus_milli_per_task = 0;  // 0: no CPU requirement
   int64_t memory_bytes_per_task = 0;
+  // Processes each task runs (torchrun's --nproc-per-node): ranks
+  // task x processes_per_task + k, LOCAL_RANK k, all sharing the task's GPUs.
+  int processes_per_task = 1;
+
   // argv of every task; a spec's one-string command becomes
   // {"/bin/sh", "-c", command}.
   std::vector<std::string> command;

@@ -116,6 +116,7 @@ JobSpec EverythingSpec() {
   spec.gpu_model = "a100";
   spec.cpus_milli_per_task = 31500;
   spec.memory_bytes_per_task = 1536 * kMiB + 1;
+  spec.processes_per_task = 4;
   spec.command = {"bash", "-c", "echo \"$X\" 'q' \\ \n done", "",
                   "ünïcode ✓ 😀"};
   spec.env = {{"X", "1.50"}, {"EMPTY", ""}, {"_Y2", "a=b c"}};
@@ -271,6 +272,14 @@ TEST(ParseJobSpec, QuantitiesAndUnits) {
   EXPECT_EQ(spec->cancel_signal, SIGINT);
   EXPECT_EQ(spec->cancel_grace, absl::ZeroDuration());
   EXPECT_EQ(spec->checkpoint.signal, SIGUSR2);
+  EXPECT_EQ(spec->processes_per_task, 1);
+  spec = ParseJobSpec(Minimal("resources: {processes_per_task: 4}\n"), "p");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->processes_per_task, 4);
+  // The one LOOM_ name a job may set: for agents that run fake tasks.
+  spec = ParseJobSpec(Minimal("env: {LOOM_FAKE_SECONDS: 2}\n"), "p");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->env.at("LOOM_FAKE_SECONDS"), "2");
 }
 
 TEST(ParseJobSpec, ExampleFilesParseAndConvert) {
@@ -363,7 +372,8 @@ TEST(JobSpecToJson, Format) {
             R"({"name":"retriever-ft","project":"search","kind":"finetune",)"
             R"("priority":"normal","preemptible":false,"tasks":4,)"
             R"("resources":{"gpus_per_task":8,"gpu_model":"h200",)"
-            R"("cpus_per_task":96,"memory_per_task":"1Ti"},)"
+            R"("cpus_per_task":96,"memory_per_task":"1Ti",)"
+            R"("processes_per_task":1},)"
             R"("command":["python","train.py","--config","ft.yaml"],)"
             R"("env":{"HF_HOME":"/data/hf"},"time_limit":"12h",)"
             R"("checkpoint":{"dir":"/ckpt/retriever-ft","signal":"SIGUSR1",)"
@@ -470,6 +480,9 @@ TEST(ParseJobSpec, FieldErrors) {
        "resources.gpus_per_task: must be between 1 and 16, got 17"},
       {Minimal("resources: {gpus_per_task: 0}\n"), "0}", 0,
        "resources.gpus_per_task: must be between 1 and 16, got 0"},
+      {Minimal("resources: {processes_per_task: 0}\n"), "0}", 0,
+       "resources.processes_per_task: must be between 1 and 256, got 0"},
+
       {Minimal("resources: {cpus_per_task: -1}\n"), "-1", 0,
        "resources.cpus_per_task: must not be negative, got -1"},
       {Minimal("resources: {cpus_per_task: 1e9}\n"), "1e9", 0,
@@ -699,6 +712,16 @@ TEST(ToJobRequest, Converts) {
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->shape.tasks, 2);
   EXPECT_EQ(job->shape.gpus_per_task, 6);
+  EXPECT_TRUE(job->shape.one_task_per_node);
+
+  // `nodes` spreads even what one node could hold (Slurm's -N).
+  spec.gpus = 4;
+  job = ToJobRequest(spec, cluster, 1, absl::UnixEpoch());
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->shape.tasks, 2);
+  EXPECT_EQ(job->shape.gpus_per_task, 2);
+  EXPECT_TRUE(job->shape.one_task_per_node);
+  EXPECT_FALSE(job->shape.OnOneNode(8));
 
   spec.gpus = 3;
   spec.nodes = 0;

@@ -45,14 +45,15 @@ class GroupedQueue {
              a.shape.gpus_per_task == b.shape.gpus_per_task &&
              a.shape.gpu_model == b.shape.gpu_model &&
              a.shape.cpus_milli_per_task == b.shape.cpus_milli_per_task &&
-             a.shape.memory_bytes_per_task == b.shape.memory_bytes_per_task;
+             a.shape.memory_bytes_per_task == b.shape.memory_bytes_per_task &&
+             a.shape.one_task_per_node == b.shape.one_task_per_node;
     }
     template <typename H>
     friend H AbslHashValue(H h, const GroupKey& k) {
-      return H::combine(std::move(h), k.cls, k.project, k.shape.tasks,
-                        k.shape.gpus_per_task, k.shape.gpu_model,
-                        k.shape.cpus_milli_per_task,
-                        k.shape.memory_bytes_per_task);
+      return H::combine(
+          std::move(h), k.cls, k.project, k.shape.tasks, k.shape.gpus_per_task,
+          k.shape.gpu_model, k.shape.cpus_milli_per_task,
+          k.shape.memory_bytes_per_task, k.shape.one_task_per_node);
     }
   };
 

@@ -92,7 +92,9 @@ std::optional<Placement> PlaceUnderSwitch(const ClusterState& state, int sw,
     if (state.Slots(leaf, model, shape.gpus_per_task) == 0) continue;
     int room = 0;
     for (int node : topo.sw(leaf).nodes) {
-      if (!Avoided(avoid, node)) room += state.TasksThatFit(node, s);
+      if (!Avoided(avoid, node)) {
+        room += s.TasksPerNode(state.TasksThatFit(node, s));
+      }
     }
     if (room > 0) leaves.push_back({leaf, room});
   }
@@ -122,7 +124,7 @@ std::optional<Placement> PlaceUnderSwitch(const ClusterState& state, int sw,
     std::vector<std::pair<int, int>> nodes;  // (-room, node)
     for (int node : topo.sw(leaves[i].leaf).nodes) {
       if (Avoided(avoid, node)) continue;
-      int room = state.TasksThatFit(node, s);
+      int room = s.TasksPerNode(state.TasksThatFit(node, s));
       if (room > 0) nodes.emplace_back(-room, node);
     }
     std::sort(nodes.begin(), nodes.end());
@@ -179,7 +181,7 @@ void ExplainFailure(const ClusterState& state, GpuModelId model,
     why->code = PendingReason::Code::kNoFreeGpus;
     return;
   }
-  if (shape.TotalGpus() <= state.MaxNodeGpus(model)) {
+  if (shape.OnOneNode(state.MaxNodeGpus(model))) {
     why->code = PendingReason::Code::kNoNodeFits;
     why->need = shape.TotalGpus();
     why->have = state.MaxFreeOnNode(model);
@@ -189,6 +191,7 @@ void ExplainFailure(const ClusterState& state, GpuModelId model,
   why->code = PendingReason::Code::kNoSwitchFits;
   why->need = shape.tasks;
   why->whole_nodes = shape.gpus_per_task == state.MaxNodeGpus(model);
+
   int best = 0;
   for (int lvl = 1; lvl <= topo.num_levels(); ++lvl) {
     for (int sw : topo.SwitchesAtLevel(lvl)) {
@@ -227,9 +230,8 @@ std::optional<Placement> FindPlacement(const ClusterState& state,
     if (!first_usable) first_usable = model;
     if (state.ModelFreeGpus(model) < shape.TotalGpus()) continue;
     std::optional<Placement> p =
-        shape.TotalGpus() <= max_node
-            ? PlaceOnOneNode(state, model, shape, avoid)
-            : PlaceMultiNode(state, model, shape, avoid);
+        shape.OnOneNode(max_node) ? PlaceOnOneNode(state, model, shape, avoid)
+                                  : PlaceMultiNode(state, model, shape, avoid);
     if (p.has_value()) return p;
   }
   if (why != nullptr) {
@@ -262,23 +264,28 @@ bool CouldEverRun(const Cluster& cluster, const JobShape& shape,
         fit = std::min<int64_t>(fit,
                                 n.memory_bytes / shape.memory_bytes_per_task);
       }
-      if (shape.TotalGpus() <= n.gpus && fit >= shape.tasks) return true;
-      slots += fit;
+      if (shape.OnOneNode(n.gpus) && fit >= shape.tasks) return true;
+      slots += shape.TasksPerNode(fit);
     }
     std::string reason;
     if (max_node == 0) {
       reason = absl::StrCat("the cluster has no ", name, " nodes");
-    } else if (shape.TotalGpus() <= max_node) {
+    } else if (shape.OnOneNode(max_node)) {
       reason = absl::StrCat("no ", name,
                             " node has the CPU or memory for the job's ",
                             shape.tasks, " task(s)");
     } else if (slots >= shape.tasks) {
       return true;
+    } else if (shape.one_task_per_node) {
+      reason = absl::StrCat(
+          "needs ", shape.tasks, " ", name, " nodes with room for a task of ",
+          shape.gpus_per_task, " GPUs; the cluster has ", slots);
     } else {
       reason =
           absl::StrCat("needs ", shape.tasks, " tasks of ", shape.gpus_per_task,
                        " ", name, " GPUs; the whole cluster holds ", slots);
     }
+
     if (first_reason.empty()) first_reason = reason;
   }
   if (why != nullptr) {

@@ -163,6 +163,31 @@ TEST(Placement, AvoidMask) {
   EXPECT_FALSE(FindPlacement(st, Shape(1, 1), &avoid, nullptr));
 }
 
+TEST(Placement, OneTaskPerNodeSpreadsSmallGangs) {
+  Cluster c = MakeCluster({{4, 0}}, 2, 8);  // two leaves of two nodes
+  ClusterState st(c, false);
+  JobShape spread = *ShapeFromTotalGpus(4, 8, 2);  // loom run -g 4 --nodes 2
+  ASSERT_TRUE(spread.one_task_per_node);
+  auto p = FindPlacement(st, spread, nullptr, nullptr);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(NodesOf(*p).size(), 2u);
+  EXPECT_EQ(p->switch_level, 1);  // both nodes under one leaf
+  EXPECT_EQ(p->nodes, 2);
+  // Three nodes busy: one node left cannot take two tasks of a spread gang,
+  // though it has the GPUs for both.
+  Fill(st, 1, 0, 8);
+  Fill(st, 2, 1, 8);
+  Fill(st, 3, 2, 8);
+  PendingReason why;
+  EXPECT_FALSE(FindPlacement(st, spread, nullptr, &why));
+  EXPECT_EQ(why.code, PendingReason::Code::kNoSwitchFits);
+  EXPECT_TRUE(FindPlacement(st, Shape(2, 2), nullptr, nullptr));
+  std::string reason;
+  EXPECT_FALSE(CouldEverRun(c, *ShapeFromTotalGpus(5, 8, 5), &reason));
+  EXPECT_NE(reason.find("needs 5 h200 nodes"), std::string::npos) << reason;
+  EXPECT_TRUE(CouldEverRun(c, *ShapeFromTotalGpus(4, 8, 4), &reason));
+}
+
 TEST(Placement, CouldEverRun) {
   Cluster c = MakeCluster({{18, 0}, {10, 1}}, 16, 8);
   std::string why;

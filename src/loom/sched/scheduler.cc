@@ -166,7 +166,7 @@ Reservation Scheduler::Context::Reserve(JobId id) {
     r.gpu_model = model;
     r.job = id;
     absl::Time start = absl::InfinitePast();
-    if (shape.TotalGpus() <= max_node) {
+    if (shape.OnOneNode(max_node)) {
       // One node that will have all the GPUs free.
       for (const ReadyKey& k : st.ReadyIndex(model, shape.TotalGpus())) {
         const NodeSpec& n = s_->cluster_.nodes[k.node];
@@ -194,6 +194,7 @@ Reservation Scheduler::Context::Reserve(JobId id) {
           fit = std::min<int64_t>(fit,
                                   n.memory_bytes / shape.memory_bytes_per_task);
         }
+        fit = shape.TasksPerNode(fit);
         if (fit <= 0) continue;
         r.nodes.Insert(k.node);
         start = std::max(start, k.ready);
@@ -262,8 +263,8 @@ bool Scheduler::Context::PreemptFor(JobId for_job,
         st.NodeGpus(node) < shape.gpus_per_task) {
       continue;
     }
-    const bool one_node =
-        shape.TotalGpus() <= st.MaxNodeGpus(st.NodeModel(node));
+    const bool one_node = shape.OnOneNode(st.MaxNodeGpus(st.NodeModel(node)));
+
     const int need = one_node ? shape.TotalGpus() : st.NodeGpus(node);
     int free = st.FreeGpus(node);
     Plan plan{0, node, {}};

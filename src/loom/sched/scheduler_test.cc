@@ -154,6 +154,7 @@ std::vector<Decision> RandomRun(const std::string& policy, uint32_t seed,
     for (int k = rng() % 4; k > 0; --k) {
       JobRequest j = MakeJob(next++, 1, 1, T(now));
       j.shape = *ShapeFromTotalGpus(sizes[rng() % 10], 8);
+      if (rng() % 10 == 0) j.shape = *ShapeFromTotalGpus(4, 8, 2);  // -N 2
       j.shape.gpu_model = rng() % 5 == 0 ? 1 : (rng() % 2 ? 0 : kAnyGpuModel);
       j.project = "p" + std::to_string(rng() % 3);
       j.preemptible = rng() % 2;
@@ -191,9 +192,12 @@ std::vector<Decision> RandomRun(const std::string& policy, uint32_t seed,
         // All or nothing, and small jobs on one node.
         EXPECT_EQ(static_cast<int>(j->placement.tasks.size()),
                   j->request.shape.tasks);
-        if (j->request.shape.TotalGpus() <= 8) {
-          std::set<int> nodes;
-          for (auto& t : j->placement.tasks) nodes.insert(t.node);
+        std::set<int> nodes;
+        for (auto& t : j->placement.tasks) nodes.insert(t.node);
+        if (j->request.shape.one_task_per_node) {
+          EXPECT_EQ(static_cast<int>(nodes.size()), j->request.shape.tasks)
+              << "job " << id;
+        } else if (j->request.shape.TotalGpus() <= 8) {
           EXPECT_EQ(nodes.size(), 1u) << "job " << id;
         }
       }
