@@ -658,6 +658,15 @@ class Agent::Impl {
   void HandleStop(const httplib::Request& req, httplib::Response& res);
   void HandleLogs(const httplib::Request& req, httplib::Response& res);
   void HandleFaults(const httplib::Request& req, httplib::Response& res);
+  void HandleStats(const httplib::Request& req, httplib::Response& res);
+
+  // Heartbeat round trips (answered ones) since the last stats reset, in
+  // milliseconds, for `GET /v1/stats`; at most kMaxLatencySamples kept.
+  static constexpr size_t kMaxLatencySamples = 1 << 20;
+  absl::Mutex stats_mu_;
+  std::vector<float> heartbeat_ms_ ABSL_GUARDED_BY(stats_mu_);
+  int64_t heartbeats_failed_ ABSL_GUARDED_BY(stats_mu_) = 0;
+  absl::Time stats_since_ ABSL_GUARDED_BY(stats_mu_) = absl::Now();
   absl::StatusOr<Node*> ResolveNode(const std::string& name) const;
   absl::StatusOr<Node*> NodeForTask(const std::string& name,
                                     const std::string& task_id) const;
@@ -1750,7 +1759,17 @@ void Agent::Impl::Heartbeat(Worker& worker, Node& node) {
   std::vector<std::string> ended;
   const json body = {{"name", node.name},
                      {"tasks", TaskStatuses(node, &ended)}};
+  const absl::Time sent = absl::Now();
   ServerReply reply = Post(worker, "/v1/agents/heartbeat", body);
+  {
+    absl::MutexLock lock(&stats_mu_);
+    if (!reply.answered || reply.status != 200) {
+      ++heartbeats_failed_;
+    } else if (heartbeat_ms_.size() < kMaxLatencySamples) {
+      heartbeat_ms_.push_back(
+          static_cast<float>(absl::ToDoubleMilliseconds(absl::Now() - sent)));
+    }
+  }
   if (!reply.answered) {
     Problem(node, absl::StrCat("heartbeat failed: no server answers (",
                                reply.error, ")"));
@@ -1926,6 +1945,7 @@ void Agent::Impl::InstallRoutes() {
   server_->Get(R"(/v1/tasks/([^/]+)/logs)", route(&Impl::HandleLogs));
   server_->Get(R"(/v1/tasks/([^/]+))", route(&Impl::HandleGet));
   server_->Post("/v1/faults", route(&Impl::HandleFaults));
+  server_->Get("/v1/stats", route(&Impl::HandleStats));
   server_->Get("/healthz", [](const Request&, Response& res) {
     SendJson(res, 200, {{"ok", true}});
   });
@@ -2295,6 +2315,39 @@ void Agent::Impl::HandleLogs(const httplib::Request& req,
         }
       },
       [this](bool) { follows_.fetch_sub(1); });
+}
+
+void Agent::Impl::HandleStats(const httplib::Request& req,
+                              httplib::Response& res) {
+  std::vector<float> ms;
+  int64_t failed = 0;
+  absl::Duration window;
+  {
+    absl::MutexLock lock(&stats_mu_);
+    ms = heartbeat_ms_;
+    failed = heartbeats_failed_;
+    window = absl::Now() - stats_since_;
+    if (req.get_param_value("reset") == "1") {
+      heartbeat_ms_.clear();
+      heartbeats_failed_ = 0;
+      stats_since_ = absl::Now();
+    }
+  }
+  std::sort(ms.begin(), ms.end());
+  auto at = [&](double q) -> double {
+    if (ms.empty()) return 0;
+    return ms[std::min(ms.size() - 1, static_cast<size_t>(q * ms.size()))];
+  };
+  SendJson(res, 200,
+           {{"window_s", absl::ToDoubleSeconds(window)},
+            {"heartbeats",
+             {{"answered", ms.size()},
+              {"failed", failed},
+              {"latency_ms",
+               {{"p50", at(0.50)},
+                {"p90", at(0.90)},
+                {"p99", at(0.99)},
+                {"max", ms.empty() ? 0.0 : ms.back()}}}}}});
 }
 
 void Agent::Impl::HandleFaults(const httplib::Request& req,

@@ -515,6 +515,7 @@ int Logs(const Verb& v) {
   if (client == nullptr) return kExitUsage;
   LogRequest request;
   request.task = v.flags.task;
+  request.process = v.flags.process;
   request.stream = v.flags.stderr_stream ? "stderr" : "stdout";
   request.follow = v.flags.follow;
   absl::Status st = client->StreamLogs(id, request, [&](std::string_view c) {
@@ -708,6 +709,15 @@ absl::StatusOr<nlohmann::json> BuildRunSpec(const RunFlags& f) {
     }
     spec.time_limit = *limit;
   }
+  if (f.procs_per_node > 0) spec.processes_per_task = f.procs_per_node;
+  for (const std::string& kv : f.env) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--env: '", kv, "' is not NAME=VALUE"));
+    }
+    spec.env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
   spec.hold = f.hold;
   spec.command = f.command;
 
@@ -728,6 +738,8 @@ absl::StatusOr<nlohmann::json> BuildRunSpec(const RunFlags& f) {
         {"resources.gpu_model: ", "--gpu-model: "},
         {"resources.gpus: ", "-g: "},
         {"resources.nodes: ", "--nodes: "},
+        {"resources.processes_per_task: ", "--procs-per-node: "},
+        {"env.", "--env "},
         {"time_limit: ", "--time-limit: "},
         {"command", "command"},
     };
@@ -739,11 +751,7 @@ absl::StatusOr<nlohmann::json> BuildRunSpec(const RunFlags& f) {
     }
     return absl::InvalidArgumentError(m);
   }
-  Json j = Json::parse(text, nullptr, false);
-  if (f.procs_per_node > 0) {
-    j["resources"]["processes_per_task"] = f.procs_per_node;
-  }
-  return j;
+  return Json::parse(text, nullptr, false);
 }
 
 bool IsFinalJobState(std::string_view state) {
@@ -1112,6 +1120,8 @@ void AddJobCommands(CLI::App& app, JobCommandFlags* f) {
                   "Job name (default: the command's basename)");
   run->add_option("--time-limit", r->time_limit,
                   "Time limit, e.g. 30m, 12h, 1h30m (lets backfill plan)");
+  run->add_option("-e,--env", r->env,
+                  "NAME=VALUE set in every task's environment (repeatable)");
   run->add_flag("--hold", r->hold, "Queue the job held until `loom release`");
   run->add_flag("--wait", r->wait,
                 "Wait for the job to end and exit with its exit code");
@@ -1156,6 +1166,11 @@ void AddJobCommands(CLI::App& app, JobCommandFlags* f) {
                  "Keep printing new output until the task ends");
   logs->add_option("--task", f->task, "Task index (default 0)")
       ->check(CLI::NonNegativeNumber);
+  logs->add_option("--process", f->process,
+                   "Process of the task, with processes_per_task > 1 "
+                   "(default 0, the task's LOCAL_RANK 0)")
+      ->check(CLI::NonNegativeNumber);
+
   logs->add_flag("--stderr", f->stderr_stream,
                  "Standard error instead of output");
 

@@ -33,8 +33,9 @@ struct RunFlags {
   int procs_per_node = 0;  // --procs-per-node: 0 = not given
   std::string project;
   std::string gpu_model;
-  std::string name;        // empty: from the command's basename
-  std::string time_limit;  // a duration ("2h"), empty: none
+  std::string name;              // empty: from the command's basename
+  std::string time_limit;        // a duration ("2h"), empty: none
+  std::vector<std::string> env;  // -e NAME=VALUE
   bool hold = false;
   bool wait = false;
   std::vector<std::string> command;
@@ -60,6 +61,7 @@ struct JobCommandFlags {
   // logs
   bool follow = false;
   int task = 0;
+  int process = 0;
   bool stderr_stream = false;
   // cordon, uncordon, drain
   std::string node;

@@ -46,7 +46,7 @@ TEST(BuildRunSpec, OneNodeOrLessSendsTheTotal) {
   EXPECT_EQ((*spec)["name"], "python");
   EXPECT_EQ((*spec)["resources"]["gpus"], 8);
   EXPECT_FALSE((*spec)["resources"].contains("nodes"));
-  EXPECT_FALSE((*spec)["resources"].contains("processes_per_task"));
+  EXPECT_EQ((*spec)["resources"]["processes_per_task"], 1);
   EXPECT_FALSE(spec->contains("tasks"));
   EXPECT_EQ((*spec)["command"], Json::array({"python", "train.py"}));
   EXPECT_EQ((*spec)["project"], "default");
@@ -64,6 +64,16 @@ TEST(BuildRunSpec, NodesSpreadTheGpus) {
   EXPECT_EQ((*spec)["resources"]["gpus"], 16);
   EXPECT_EQ((*spec)["resources"]["nodes"], 2);
   EXPECT_EQ((*spec)["resources"]["processes_per_task"], 8);
+}
+
+TEST(BuildRunSpec, EnvFlags) {
+  RunFlags f = Flags(1, {"a"});
+  f.env = {"GLOO_SOCKET_IFNAME=lo", "EMPTY=", "EQ=a=b"};
+  absl::StatusOr<Json> spec = BuildRunSpec(f);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ((*spec)["env"]["GLOO_SOCKET_IFNAME"], "lo");
+  EXPECT_EQ((*spec)["env"]["EMPTY"], "");
+  EXPECT_EQ((*spec)["env"]["EQ"], "a=b");
 }
 
 TEST(BuildRunSpec, ShapeAgainstTheNodeSizeIsLeftToTheServer) {
@@ -110,6 +120,16 @@ TEST(BuildRunSpec, ErrorsNameTheFlag) {
   f = Flags(2, {"a"});
   f.procs_per_node = -2;
   EXPECT_THAT(error(f), HasSubstr("--procs-per-node"));
+  f = Flags(2, {"a"});
+  f.procs_per_node = 1000;
+  EXPECT_THAT(error(f), ::testing::StartsWith("--procs-per-node: "));
+  f = Flags(2, {"a"});
+  f.env = {"NOEQUALS"};
+  EXPECT_THAT(error(f), HasSubstr("'NOEQUALS' is not NAME=VALUE"));
+  f.env = {"RANK=3"};
+  EXPECT_THAT(error(f), ::testing::StartsWith("--env RANK: "));
+  f.env = {"1X=3"};
+  EXPECT_THAT(error(f), ::testing::StartsWith("--env 1X: "));
   f = Flags(2, {"a"});
   f.name = "Bad_Name";
   EXPECT_THAT(error(f), ::testing::StartsWith("--name: "));

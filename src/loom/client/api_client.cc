@@ -459,7 +459,9 @@ absl::Status ApiClient::StreamLogs(int64_t id, const LogRequest& request,
   }
   std::string path = absl::StrCat("/v1/jobs/", id, "/logs?task=", request.task,
                                   "&stream=", Escape(request.stream));
+  if (request.process > 0) absl::StrAppend(&path, "&process=", request.process);
   if (request.offset > 0) absl::StrAppend(&path, "&offset=", request.offset);
+
   if (request.follow) absl::StrAppend(&path, "&follow=1");
   httplib::Headers headers = {{"Accept", "text/plain"}};
   if (!options_.user.empty()) headers.emplace("X-Loom-User", options_.user);

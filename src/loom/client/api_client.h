@@ -40,9 +40,11 @@ struct JobFilter {
 // Which output of a job `StreamLogs` fetches.
 struct LogRequest {
   int task = 0;
+  int process = 0;                // of a task that runs several
   std::string stream = "stdout";  // stdout | stderr
-  int64_t offset = 0;             // first byte to send
-  bool follow = false;            // keep streaming until the task ends
+
+  int64_t offset = 0;   // first byte to send
+  bool follow = false;  // keep streaming until the task ends
 };
 
 // Receives log bytes as they arrive; returns false to stop the stream early

@@ -312,6 +312,7 @@ void Controller::StartJob(JobRecord& job, absl::Time now) {
   const Placement& p = sj->placement;
   job.state = JobState::kRunning;
   job.start_time = now;
+  job.running_time.reset();
   job.tasks.clear();
   job.switch_level = p.switch_level;
   job.switch_name =
@@ -328,7 +329,8 @@ void Controller::StartJob(JobRecord& job, absl::Time now) {
   }
   master.master_ports.insert(port);
   job.master_port = port;
-  const int procs = 1;
+  const int procs = job.spec.processes_per_task;
+
   const std::string ckpt =
       job.spec.checkpoint.dir.empty()
           ? absl::StrCat(options_.checkpoint_root, "/", job.id)
@@ -482,6 +484,7 @@ nlohmann::json Controller::TaskReports(const std::string& node_name,
     if (state == "running") {
       if (task->state == TaskRecord::State::kLaunching) {
         task->state = TaskRecord::State::kRunning;
+        NoteRunning(*job, now);
         dirty->push_back(job);
       }
       continue;
@@ -587,8 +590,18 @@ absl::StatusOr<nlohmann::json> Controller::Heartbeat(const nlohmann::json& body,
   return reply;
 }
 
-void Controller::ActionFailed(const AgentAction& action,
-                              const absl::Status& status, absl::Time now) {
+void Controller::NoteRunning(JobRecord& job, absl::Time now) {
+  if (job.running_time.has_value()) return;
+  for (const TaskRecord& t : job.tasks) {
+    if (t.state != TaskRecord::State::kRunning) return;
+  }
+  job.running_time = now;
+  job.AddEvent(
+      now, absl::StrCat("running: all ", job.tasks.size(), " task(s) started"));
+}
+
+void Controller::ActionDone(const AgentAction& action,
+                            const absl::Status& status, absl::Time now) {
   if (action.kind != AgentAction::Kind::kLaunch) return;
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(action.job);
@@ -596,6 +609,17 @@ void Controller::ActionFailed(const AgentAction& action,
   JobRecord& job = it->second;
   for (TaskRecord& t : job.tasks) {
     if (t.task_id != action.task_id || !TaskLive(t)) continue;
+    if (status.ok()) {
+      // The agent answered once every process was exec'd. Not persisted
+      // here (one write per task would cost a sync each): the next tick
+      // writes it, and a restarted server learns it from heartbeats anyway.
+      if (t.state == TaskRecord::State::kLaunching) {
+        t.state = TaskRecord::State::kRunning;
+        NoteRunning(job, now);
+        unsaved_.insert(job.id);
+      }
+      return;
+    }
     t.state = TaskRecord::State::kLost;
     job.AddEvent(now, absl::StrCat("launch of task ", t.index, " on ", t.node,
                                    " failed: ", status.message()));
@@ -608,6 +632,12 @@ void Controller::ActionFailed(const AgentAction& action,
 void Controller::Tick(absl::Time now) {
   absl::MutexLock lock(&mu_);
   std::vector<const JobRecord*> dirty;
+  // Launches the agents confirmed since the last tick.
+  for (JobId id : unsaved_) {
+    if (auto it = jobs_.find(id); it != jobs_.end())
+      dirty.push_back(&it->second);
+  }
+  unsaved_.clear();
   // Liveness.
   for (size_t n = 0; n < nodes_.size(); ++n) {
     Node& node = nodes_[n];
@@ -700,6 +730,9 @@ nlohmann::json Controller::JobJson(const JobRecord& job, absl::Time now) const {
   j["start_time"] = job.start_time
                         ? nlohmann::json(FormatTimestamp(*job.start_time))
                         : nlohmann::json(nullptr);
+  j["running_time"] = job.running_time
+                          ? nlohmann::json(FormatTimestamp(*job.running_time))
+                          : nlohmann::json(nullptr);
   j["end_time"] = job.end_time ? nlohmann::json(FormatTimestamp(*job.end_time))
                                : nlohmann::json(nullptr);
   j["exit_code"] =

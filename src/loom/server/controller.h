@@ -96,9 +96,10 @@ class Controller {
                                           absl::Time now);
   absl::StatusOr<nlohmann::json> Heartbeat(const nlohmann::json& body,
                                            absl::Time now);
-  // The server could not deliver `action` (agent unreachable or refused).
-  void ActionFailed(const AgentAction& action, const absl::Status& status,
-                    absl::Time now);
+  // The outcome of delivering `action`: OK (a launch: the agent started the
+  // task), or why it could not be delivered (agent unreachable or refused).
+  void ActionDone(const AgentAction& action, const absl::Status& status,
+                  absl::Time now);
 
   // One round of liveness checks and scheduling at `now`.
   void Tick(absl::Time now);
@@ -138,9 +139,13 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishJob(JobRecord& job, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets `running_time` (and an event) once every task of `job` runs.
+  void NoteRunning(JobRecord& job, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   nlohmann::json TaskReports(const std::string& node_name,
                              const nlohmann::json& tasks, bool registering,
-                             absl::Time now, std::vector<const JobRecord*>* dirty)
+                             absl::Time now,
+                             std::vector<const JobRecord*>* dirty)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   nlohmann::json JobJson(const JobRecord& job, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -159,6 +164,8 @@ class Controller {
   std::vector<Node> nodes_ ABSL_GUARDED_BY(mu_);
   JobId next_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::vector<AgentAction> actions_ ABSL_GUARDED_BY(mu_);
+  // Jobs changed in memory but not yet written (see `ActionDone`).
+  absl::flat_hash_set<JobId> unsaved_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace loom

@@ -202,13 +202,22 @@ void HttpServer::Routes() {
                                          httplib::Response& res) {
     absl::StatusOr<JobId> id = JobIdOf(req);
     if (!id.ok()) return ReplyError(res, id.status());
-    int task = 0;
-    if (req.has_param("task") &&
-        !absl::SimpleAtoi(req.get_param_value("task"), &task)) {
-      return ReplyError(res, absl::InvalidArgumentError("task: not a number"));
+    // Numbers only: they are passed on to the agent's URL.
+    int64_t task = 0, process = 0, offset = 0;
+    for (auto [name, value] : {std::pair<const char*, int64_t*>{"task", &task},
+                               {"process", &process},
+                               {"offset", &offset}}) {
+      if (req.has_param(name) &&
+          (!absl::SimpleAtoi(req.get_param_value(name), value) || *value < 0)) {
+        return ReplyError(res, absl::InvalidArgumentError(absl::StrCat(
+                                   name, ": not a non-negative number")));
+      }
+    }
+    if (task > INT32_MAX) {
+      return ReplyError(res, absl::InvalidArgumentError("task: out of range"));
     }
     absl::StatusOr<std::pair<std::string, std::string>> where =
-        controller_->TaskLocation(*id, task);
+        controller_->TaskLocation(*id, static_cast<int>(task));
     if (!where.ok()) return ReplyError(res, where.status());
     const std::string stream = req.has_param("stream")
                                    ? req.get_param_value("stream")
@@ -217,11 +226,11 @@ void HttpServer::Routes() {
       return ReplyError(
           res, absl::InvalidArgumentError("stream: must be stdout or stderr"));
     }
-    const std::string path = absl::StrCat(
-        "/v1/tasks/", where->second, "/logs?stream=", stream, "&offset=",
-        req.has_param("offset") ? req.get_param_value("offset")
-                                : std::string("0"),
-        req.get_param_value("follow") == "1" ? "&follow=1" : "");
+    const std::string path =
+        absl::StrCat("/v1/tasks/", where->second, "/logs?stream=", stream,
+                     "&offset=", offset, "&process=", process,
+                     req.get_param_value("follow") == "1" ? "&follow=1" : "");
+
     const std::string address = where->first;
     res.set_chunked_content_provider(
         "text/plain", [address, path](size_t, httplib::DataSink& sink) {
@@ -380,7 +389,7 @@ void HttpServer::DispatchLoop() {
       st = absl::InternalError(absl::StrCat("agent ", a.node, " answered ",
                                             r->status, ": ", r->body));
     }
-    if (!st.ok()) controller_->ActionFailed(a, st, absl::Now());
+    controller_->ActionDone(a, st, absl::Now());
   }
 }
 

@@ -75,6 +75,9 @@ nlohmann::json JobRecordToJson(const JobRecord& j) {
   out["start_time"] = j.start_time
                           ? nlohmann::json(FormatTimestamp(*j.start_time))
                           : nlohmann::json(nullptr);
+  out["running_time"] = j.running_time
+                            ? nlohmann::json(FormatTimestamp(*j.running_time))
+                            : nlohmann::json(nullptr);
   out["end_time"] = j.end_time ? nlohmann::json(FormatTimestamp(*j.end_time))
                                : nlohmann::json(nullptr);
   out["exit_code"] =
@@ -123,11 +126,15 @@ absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& in) {
         ParseTimestamp(in.at("submit_time").get<std::string>());
     if (!submit.ok()) return submit.status();
     j.submit_time = *submit;
-    for (const char* key : {"start_time", "end_time"}) {
+    for (auto [key, field] :
+         {std::pair<const char*, std::optional<absl::Time>*>{"start_time",
+                                                             &j.start_time},
+          {"running_time", &j.running_time},
+          {"end_time", &j.end_time}}) {
       if (!in.contains(key) || in[key].is_null()) continue;
       absl::StatusOr<absl::Time> t = ParseTimestamp(in[key].get<std::string>());
       if (!t.ok()) return t.status();
-      (std::string(key) == "start_time" ? j.start_time : j.end_time) = *t;
+      *field = *t;
     }
     if (in.contains("exit_code") && !in["exit_code"].is_null()) {
       j.exit_code = in["exit_code"].get<int>();

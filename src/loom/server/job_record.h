@@ -31,11 +31,15 @@ bool IsFinal(JobState state);
 // One task of a running (or finished) job: where it runs and how it ended.
 struct TaskRecord {
   int index = 0;
-  std::string node;         // node name
-  std::vector<int> gpus;    // GPU indices on the node
-  std::string task_id;      // "<job>.<index>.<restart>"
-  enum class State { kLaunching, kRunning, kExited, kLost } state =
-      State::kLaunching;
+  std::string node;       // node name
+  std::vector<int> gpus;  // GPU indices on the node
+  std::string task_id;    // "<job>.<index>.<restart>"
+  enum class State {
+    kLaunching,
+    kRunning,
+    kExited,
+    kLost
+  } state = State::kLaunching;
   std::optional<int> exit_code;
   std::optional<int> signal;
 };
@@ -53,7 +57,8 @@ struct JobRecord {
   JobState state = JobState::kPending;
   std::string reason;  // why it ended (final states) or is stopping
   absl::Time submit_time = absl::UnixEpoch();
-  std::optional<absl::Time> start_time;
+  std::optional<absl::Time> start_time;    // when the scheduler placed it
+  std::optional<absl::Time> running_time;  // when every task was running
   std::optional<absl::Time> end_time;
   std::optional<int> exit_code;
   int restart_count = 0;
