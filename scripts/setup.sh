@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything loom needs to build and test on Debian 12 (bookworm).
 # Safe to run again; safe while another process runs apt (waits for the lock).
+# Usage: scripts/setup.sh [--test]; --test adds what only the tests need
+# (Debian's python3-torch for the torch.distributed end-to-end test).
 set -euo pipefail
 
 SUDO=""
@@ -14,6 +16,9 @@ PACKAGES=(
   libsqlite3-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev time curl
 )
+if [ "${1:-}" = "--test" ]; then
+  PACKAGES+=(python3-torch)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

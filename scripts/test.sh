@@ -4,7 +4,7 @@
 # test in both builds. Exit status 0 means everything passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
+./scripts/setup.sh --test
 jobs=$(nproc 2>/dev/null || echo 2)
 
 echo "== release build"

@@ -7,47 +7,10 @@
 set -u
 LOOM="$(realpath "$1")"
 cd "$(dirname "$0")/.."
-W=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  rm -rf "$W"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$W"/*.log; do echo "== $f"; tail -20 "$f"; done; exit 1; }
-
-PORT=$((20000 + RANDOM % 20000))
-export LOOM_SERVER="http://127.0.0.1:$PORT"
-cat > "$W/cluster.yaml" <<YAML
-name: e2e
-pools:
-  - {name: h200, nodes: 2, gpu: {model: h200, count: 8}, cpus: 192, memory: 2Ti}
-network: {nodes_per_leaf: 2, leaves_per_spine: 2}
-YAML
-
-start_server() {
-  "$LOOM" server --listen "127.0.0.1:$PORT" --data-dir "$W/server" \
-    --cluster "$W/cluster.yaml" --heartbeat-timeout 5 >> "$W/server.log" 2>&1 &
-  SERVER=$!
-  PIDS+=($SERVER)
-  for _ in $(seq 100); do
-    curl -sf "$LOOM_SERVER/healthz" > /dev/null && return 0
-    sleep 0.1
-  done
-  fail "server did not start"
-}
+source tests/lib/cluster.sh
+write_cluster 2
 start_server
-for i in 0 1; do
-  "$LOOM" agent --server "$LOOM_SERVER" --listen "127.0.0.$((i + 2)):$((PORT + 1 + i))" \
-    --name "h200-$i" --data-dir "$W/agent$i" --emulate 8xH200 > "$W/agent$i.log" 2>&1 &
-  PIDS+=($!)
-done
-for _ in $(seq 100); do
-  [ "$("$LOOM" nodes -o json 2>/dev/null | grep -c '"up"')" = 2 ] && break
-  sleep 0.1
-done
-[ "$("$LOOM" nodes -o json | grep -c '"up"')" = 2 ] || fail "agents did not register"
+start_agents 2
 echo "ok: two agents registered"
 
 # A two-node gang with the distributed-training contract.

@@ -1,0 +1,59 @@
+# Shared by the end-to-end tests: a loom server on the SQLite store and agents
+# emulating 8-GPU nodes, each on its own loopback address (127.0.0.2, ...).
+# Source it after setting LOOM to the loom binary; it sets W (a scratch dir
+# removed on exit), PORT, LOOM_SERVER and SERVER (the server's pid), and
+# kills every process it started when the script exits.
+W=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$W"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*"
+  for f in "$W"/*.log; do [ -f "$f" ] && { echo "== $f"; tail -20 "$f"; }; done
+  exit 1
+}
+
+PORT=$((20000 + RANDOM % 20000))
+export LOOM_SERVER="http://127.0.0.1:$PORT"
+
+# write_cluster NODES: a cluster file of NODES 8-GPU H200 nodes.
+write_cluster() {
+  cat > "$W/cluster.yaml" <<YAML
+name: e2e
+pools:
+  - {name: h200, nodes: $1, gpu: {model: h200, count: 8}, cpus: 192, memory: 2Ti}
+network: {nodes_per_leaf: 2, leaves_per_spine: 2}
+YAML
+}
+
+# start_server [EXTRA FLAGS...]: starts it and waits until /healthz answers.
+start_server() {
+  "$LOOM" server --listen "127.0.0.1:$PORT" --data-dir "$W/server" \
+    --cluster "$W/cluster.yaml" --heartbeat-timeout 5 "$@" >> "$W/server.log" 2>&1 &
+  SERVER=$!
+  PIDS+=($SERVER)
+  for _ in $(seq 100); do
+    curl -sf "$LOOM_SERVER/healthz" > /dev/null && return 0
+    sleep 0.1
+  done
+  fail "server did not start"
+}
+
+# start_agents N: agents h200-0 .. h200-(N-1) on 127.0.0.2 ..., then waits
+# until all N nodes are up.
+start_agents() {
+  for i in $(seq 0 $(($1 - 1))); do
+    "$LOOM" agent --server "$LOOM_SERVER" --listen "127.0.0.$((i + 2)):$((PORT + 1 + i))" \
+      --name "h200-$i" --data-dir "$W/agent$i" --emulate 8xH200 > "$W/agent$i.log" 2>&1 &
+    PIDS+=($!)
+  done
+  for _ in $(seq 100); do
+    [ "$("$LOOM" nodes -o json 2>/dev/null | grep -c '"up"')" = "$1" ] && return 0
+    sleep 0.1
+  done
+  fail "agents did not register"
+}
