@@ -1,30 +1,45 @@
 #!/usr/bin/env bash
-# loom's main job for now: set up, build, and replay real GPU-cluster traces
-# against both built-in fleets with all four scheduling policies side by side.
-# Writes tables, JSON and HTML plots under out/.
+# loom's main job: sets up, builds, and starts a local cluster (`loom dev`: a
+# server on the embedded SQLite store plus agents emulating 3 x 8 H200 and
+# 1 x 8 A100 nodes on 127.0.0.2-5), submits the sample jobs of examples/dev
+# when the cluster has none yet, and prints how to watch them. Ctrl-C stops
+# the cluster; state stays under out/dev for the next run.
+# LOOM_DEV_PORT picks another server port (default 7070).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 ./scripts/build.sh release loom
+LOOM="$PWD/build/src/loom/cli/loom"
+PORT="${LOOM_DEV_PORT:-7070}"
+export LOOM_SERVER="http://127.0.0.1:$PORT"
 mkdir -p out
-LOOM=./build/src/loom/cli/loom
-TRACES=../shared/traces
 
-if [ -f "$TRACES/itp/cluster01.csv" ]; then
-  echo "== small fleet (224 GPUs), Microsoft ITP cluster01 trace, arrivals x0.14"
-  $LOOM sim --cluster small --trace "$TRACES/itp/cluster01.csv" \
-    --policy fifo,backfill,las,fair --arrival-scale 0.14 \
-    --json out/itp-small.json --plot out/itp-small.html | tee out/itp-small.txt
-fi
-if [ -f "$TRACES/philly/philly_sia.csv" ]; then
-  echo "== large fleet (16,000 GPUs), Microsoft Philly trace (82k jobs), arrivals x0.004"
-  $LOOM sim --cluster large --trace "$TRACES/philly/philly_sia.csv" \
-    --policy fifo,backfill,las,fair --arrival-scale 0.004 \
-    --json out/philly-large.json --plot out/philly-large.html | tee out/philly-large.txt
-else
-  echo "== ../shared/traces not found: replaying the bundled sample trace"
-  $LOOM sim --cluster small --trace testdata/traces/sample.csv \
-    --policy fifo,backfill,las,fair --json out/sample.json --plot out/sample.html
-fi
-echo
-echo "Open out/*.html in a browser for utilisation, queue length and JCT CDFs."
+# In the background: wait for the four nodes, submit the samples, show the tour.
+(
+  for _ in $(seq 300); do
+    [ "$("$LOOM" nodes -o json 2>/dev/null | grep -c '"up"')" = 4 ] && break
+    sleep 0.2
+  done
+  if ! "$LOOM" queue --all -o json 2>/dev/null | grep -q '"id"'; then
+    for f in hello gang wide held; do
+      "$LOOM" submit -f "examples/dev/$f.yaml"
+    done
+  fi
+  sleep 2
+  echo
+  "$LOOM" nodes
+  echo
+  "$LOOM" queue --all
+  cat <<TOUR
+
+Try, in another terminal (export LOOM_SERVER=$LOOM_SERVER; PATH=\$PATH:$(dirname "$LOOM")):
+  loom queue                       # squeue-like; pending jobs say why
+  loom show 3                      # wide-eval: waiting for whole H200 nodes
+  loom logs -f 2 --task 1          # gang-train, rank 1
+  loom release 4                   # the held A100 sweep
+  loom run -g 2 --wait -- sh -c 'echo GPUs \$CUDA_VISIBLE_DEVICES'
+  loom cordon h200-2; loom nodes   # take a node out of scheduling
+Ctrl-C here stops the cluster.
+TOUR
+) &
+exec "$LOOM" dev --port "$PORT" --data-dir out/dev

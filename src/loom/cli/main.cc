@@ -5,6 +5,7 @@
 
 #include "CLI/CLI.hpp"
 #include "loom/agent/agent_command.h"
+#include "loom/cli/dev_command.h"
 #include "loom/cli/job_commands.h"
 #include "loom/cli/sim_command.h"
 #include "loom/server/server_command.h"
@@ -19,6 +20,8 @@ int main(int argc, char** argv) {
   CLI::App* server = loom::AddServerCommand(app, &server_flags);
   loom::AgentFlags agent_flags;
   CLI::App* agent = loom::AddAgentCommand(app, &agent_flags);
+  loom::DevFlags dev_flags;
+  CLI::App* dev = loom::AddDevCommand(app, &dev_flags);
   loom::JobCommandFlags job_flags;
   loom::AddJobCommands(app, &job_flags);
   try {
@@ -30,6 +33,7 @@ int main(int argc, char** argv) {
   if (sim->parsed()) return loom::RunSim(sim_flags);
   if (server->parsed()) return loom::RunServer(server_flags);
   if (agent->parsed()) return loom::RunAgent(agent_flags);
+  if (dev->parsed()) return loom::RunDev(dev_flags);
 
   if (std::optional<int> rc = loom::RunJobCommands(job_flags)) return *rc;
   return 2;
