@@ -84,6 +84,9 @@ for j in jobs:
 stuck = [j["id"] for j in jobs if j["state"] != "succeeded"]
 if stuck:
     errors.append(f"jobs not succeeded: {stuck[:10]}")
+    for j in jobs:
+        if j["state"] != "succeeded" and len(errors) < 30:
+            errors.append(f"  job {j['id']}: {j['state']} ({j.get('reason', '')})")
 print(f"{len(jobs)} jobs stored: {len(acks)} acknowledged, "
       f"{len(jobs) - len(acks)} of {len(fails)} unacknowledged attempts")
 for e in errors[:20]:

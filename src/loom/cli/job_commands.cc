@@ -449,14 +449,26 @@ int Release(const Verb& v) {
       return kExitOk;
     }
   }
+  if (ids.size() == 1) {
+    absl::StatusOr<Json> job = client->ReleaseJob(ids[0]);
+    if (!job.ok()) return v.FailJob(ids[0], job.status());
+    v.out() << "released job " << ids[0] << "\n";
+    return kExitOk;
+  }
+  // Several: one request, one write on the server.
+  absl::StatusOr<Json> reply = client->ReleaseJobs(ids);
+  if (!reply.ok()) return v.Fail(kExitFailed, reply.status());
   int rc = kExitOk;
-  for (int64_t id : ids) {
-    absl::StatusOr<Json> job = client->ReleaseJob(id);
-    if (!job.ok()) {
-      rc = v.FailJob(id, job.status());
-      continue;
-    }
-    v.out() << "released job " << id << "\n";
+  for (const Json& id : Items(*reply, "released")) {
+    v.out() << "released job " << id.dump() << "\n";
+  }
+  for (const Json& e : Items(*reply, "errors")) {
+    const Json* msg =
+        e.contains("error") ? Field(e["error"], "message") : nullptr;
+    rc = v.FailJob(JobId(e),
+                   absl::UnknownError(msg != nullptr && msg->is_string()
+                                          ? msg->get<std::string>()
+                                          : e.dump()));
   }
   return rc;
 }

@@ -503,6 +503,24 @@ class VerbTest : public ::testing::Test {
             {{"id", std::stoi(req.matches[1])},
              {"state", req.matches[1] == "43" ? "stopping" : "cancelled"}});
     });
+    s.Post("/v1/jobs/release", [this](const httplib::Request& req,
+                                      httplib::Response& res) {
+      std::lock_guard<std::mutex> lock(mu_);
+      Json released = Json::array(), errors = Json::array();
+      const Json body = Json::parse(req.body);
+      for (const Json& id : body["ids"]) {
+        if (id == 7) {
+          errors.push_back({{"id", 7},
+                            {"error",
+                             {{"code", "failed_precondition"},
+                              {"message", "job 7 is running, not held"}}}});
+        } else {
+          released_.push_back(id.get<int>());
+          released.push_back(id);
+        }
+      }
+      Reply(res, 200, {{"released", released}, {"errors", errors}});
+    });
     s.Post(R"(/v1/jobs/(\d+)/release)",
            [this](const httplib::Request& req, httplib::Response& res) {
              std::lock_guard<std::mutex> lock(mu_);
@@ -733,6 +751,13 @@ TEST_F(VerbTest, ReleaseAllReleasesMyHeldJobs) {
   EXPECT_EQ(released_, (std::vector<int>{5, 6}));
   EXPECT_EQ(Run({"release"}).rc, 2);
   EXPECT_EQ(Run({"release", "5", "--all"}).rc, 2);
+  // Several IDs: one request; a job that cannot be released fails the verb.
+  released_.clear();
+  r = Run({"release", "8", "7", "9"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.out, "released job 8\nreleased job 9\n");
+  EXPECT_THAT(r.err, HasSubstr("job 7 is running, not held"));
+  EXPECT_EQ(released_, (std::vector<int>{8, 9}));
 }
 
 TEST_F(VerbTest, DrainSaysWhatHappens) {

@@ -448,6 +448,11 @@ absl::StatusOr<nlohmann::json> ApiClient::ReleaseJob(int64_t id) {
   return Call("POST", absl::StrCat("/v1/jobs/", id, "/release"), "");
 }
 
+absl::StatusOr<nlohmann::json> ApiClient::ReleaseJobs(
+    const std::vector<int64_t>& ids) {
+  return Call("POST", "/v1/jobs/release", nlohmann::json{{"ids", ids}}.dump());
+}
+
 absl::StatusOr<nlohmann::json> ApiClient::JobEvents(int64_t id) {
   return Call("GET", absl::StrCat("/v1/jobs/", id, "/events"), "");
 }

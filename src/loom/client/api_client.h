@@ -99,6 +99,9 @@ class ApiClient {
   absl::StatusOr<nlohmann::json> CancelJob(int64_t id);
   // POST /v1/jobs/{id}/release. FailedPrecondition when it is not held.
   absl::StatusOr<nlohmann::json> ReleaseJob(int64_t id);
+  // Several held jobs in one request (`POST /v1/jobs/release`): answers
+  // {"released": [ids], "errors": [{"id", "error"}]}.
+  absl::StatusOr<nlohmann::json> ReleaseJobs(const std::vector<int64_t>& ids);
   // GET /v1/jobs/{id}/events. Returns {"events": [...]}.
   absl::StatusOr<nlohmann::json> JobEvents(int64_t id);
   // GET /v1/jobs/{id}/logs: calls `on_chunk` with the output as it arrives

@@ -230,30 +230,57 @@ absl::StatusOr<nlohmann::json> Controller::Cancel(JobId id, absl::Time now) {
 }
 
 absl::StatusOr<nlohmann::json> Controller::Release(JobId id, absl::Time now) {
+  std::vector<absl::Status> errors;
+  ReleaseMany({id}, now, &errors);
+  if (!errors[0].ok()) return errors[0];
   absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrCat("no job ", id));
+  return JobJson(jobs_.at(id), now);
+}
+
+void Controller::ReleaseMany(const std::vector<JobId>& ids, absl::Time now,
+                             std::vector<absl::Status>* errors) {
+  absl::MutexLock lock(&mu_);
+  errors->assign(ids.size(), absl::OkStatus());
+  std::vector<const JobRecord*> changed;
+  std::vector<std::pair<size_t, JobRequest>> requests;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto it = jobs_.find(ids[i]);
+    if (it == jobs_.end()) {
+      (*errors)[i] = absl::NotFoundError(absl::StrCat("no job ", ids[i]));
+      continue;
+    }
+    JobRecord& job = it->second;
+    if (job.state != JobState::kHeld) {
+      (*errors)[i] = absl::FailedPreconditionError(
+          absl::StrCat("job ", ids[i], " is ",
+                       std::string(JobStateName(job.state)), ", not held"));
+      continue;
+    }
+    absl::StatusOr<JobRequest> req =
+        ToJobRequest(job.spec, cluster_, job.id, job.submit_time);
+    if (!req.ok()) {
+      (*errors)[i] = req.status();
+      continue;
+    }
+    job.state = JobState::kPending;
+    job.AddEvent(now, "released");
+    changed.push_back(&job);
+    requests.emplace_back(i, *std::move(req));
   }
-  JobRecord& job = it->second;
-  if (job.state != JobState::kHeld) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", id, " is ", std::string(JobStateName(job.state)),
-                     ", not held"));
+  // One write for all of them; on failure none is released.
+  if (absl::Status st = Persist(changed); !st.ok()) {
+    for (auto& [i, req] : requests) {
+      JobRecord& job = jobs_.at(req.id);
+      job.state = JobState::kHeld;
+      job.events.pop_back();
+      (*errors)[i] = st;
+    }
+    return;
   }
-  absl::StatusOr<JobRequest> req =
-      ToJobRequest(job.spec, cluster_, id, job.submit_time);
-  if (!req.ok()) return req.status();
-  job.state = JobState::kPending;
-  job.AddEvent(now, "released");
-  if (absl::Status st = Persist({&job}); !st.ok()) {
-    job.state = JobState::kHeld;
-    job.events.pop_back();
-    return st;
+  for (auto& [i, req] : requests) {
+    absl::StatusOr<SubmitOutcome> out = scheduler_->Submit(req, now);
+    if (!out.ok()) (*errors)[i] = out.status();
   }
-  absl::StatusOr<SubmitOutcome> out = scheduler_->Submit(*req, now);
-  if (!out.ok()) return out.status();
-  return JobJson(job, now);
 }
 
 absl::StatusOr<nlohmann::json> Controller::GetJob(JobId id,
@@ -329,13 +356,7 @@ void Controller::StartJob(JobRecord& job, absl::Time now) {
   }
   master.master_ports.insert(port);
   job.master_port = port;
-  const int procs = job.spec.processes_per_task;
 
-  const std::string ckpt =
-      job.spec.checkpoint.dir.empty()
-          ? absl::StrCat(options_.checkpoint_root, "/", job.id)
-          : job.spec.checkpoint.dir;
-  const std::string master_addr = HostOf(master.address);
   for (size_t i = 0; i < p.tasks.size(); ++i) {
     TaskRecord t;
     t.index = static_cast<int>(i);
@@ -345,42 +366,54 @@ void Controller::StartJob(JobRecord& job, absl::Time now) {
     }
     t.task_id = TaskId(job.id, t.index, job.restart_count);
     t.state = TaskRecord::State::kLaunching;
-    nlohmann::json env = job.spec.env;
-    env["CUDA_VISIBLE_DEVICES"] = absl::StrJoin(t.gpus, ",");
-    env["MASTER_ADDR"] = master_addr;
-    env["MASTER_PORT"] = std::to_string(port);
-    env["WORLD_SIZE"] = std::to_string(p.tasks.size() * procs);
-    env["NODE_RANK"] = std::to_string(i);
-    env["LOCAL_WORLD_SIZE"] = std::to_string(procs);
-    env["LOOM_JOB_ID"] = std::to_string(job.id);
-    env["LOOM_TASK_INDEX"] = std::to_string(i);
-    env["LOOM_RESTART_COUNT"] = std::to_string(job.restart_count);
-    env["LOOM_CHECKPOINT_DIR"] = ckpt;
-    AgentAction a;
-    a.kind = AgentAction::Kind::kLaunch;
-    a.node = t.node;
-    a.address = nodes_[p.tasks[i].node].address;
-    a.task_id = t.task_id;
-    a.job = job.id;
-    a.body = {{"task_id", t.task_id},
-              {"node", t.node},
-              {"job_id", job.id},
-
-              {"task_index", t.index},
-              {"argv", job.spec.command},
-              {"env", env},
-              {"working_dir", job.spec.working_dir},
-              {"gpus", t.gpus},
-              {"processes", procs},
-              {"rank_base", t.index * procs}};
-    actions_.push_back(std::move(a));
     job.tasks.push_back(std::move(t));
   }
+  for (const TaskRecord& t : job.tasks)
+    actions_.push_back(LaunchAction(job, t));
   job.AddEvent(now, absl::StrCat("started on ", p.nodes, " node(s)",
                                  job.switch_name.empty()
                                      ? ""
                                      : absl::StrCat(" under ", job.switch_name),
                                  " (", job.tasks.size(), " task(s))"));
+}
+
+AgentAction Controller::LaunchAction(const JobRecord& job,
+                                     const TaskRecord& t) const {
+  const int procs = job.spec.processes_per_task;
+  const std::string ckpt =
+      job.spec.checkpoint.dir.empty()
+          ? absl::StrCat(options_.checkpoint_root, "/", job.id)
+          : job.spec.checkpoint.dir;
+  const int master = NodeIndex(job.tasks[0].node);
+  nlohmann::json env = job.spec.env;
+  env["CUDA_VISIBLE_DEVICES"] = absl::StrJoin(t.gpus, ",");
+  env["MASTER_ADDR"] = master >= 0 ? HostOf(nodes_[master].address) : "";
+  env["MASTER_PORT"] = std::to_string(job.master_port);
+  env["WORLD_SIZE"] = std::to_string(job.tasks.size() * procs);
+  env["NODE_RANK"] = std::to_string(t.index);
+  env["LOCAL_WORLD_SIZE"] = std::to_string(procs);
+  env["LOOM_JOB_ID"] = std::to_string(job.id);
+  env["LOOM_TASK_INDEX"] = std::to_string(t.index);
+  env["LOOM_RESTART_COUNT"] = std::to_string(job.restart_count);
+  env["LOOM_CHECKPOINT_DIR"] = ckpt;
+  AgentAction a;
+  a.kind = AgentAction::Kind::kLaunch;
+  a.node = t.node;
+  const int n = NodeIndex(t.node);
+  a.address = n >= 0 ? nodes_[n].address : "";
+  a.task_id = t.task_id;
+  a.job = job.id;
+  a.body = {{"task_id", t.task_id},
+            {"node", t.node},
+            {"job_id", job.id},
+            {"task_index", t.index},
+            {"argv", job.spec.command},
+            {"env", env},
+            {"working_dir", job.spec.working_dir},
+            {"gpus", t.gpus},
+            {"processes", procs},
+            {"rank_base", t.index * procs}};
+  return a;
 }
 
 void Controller::StopTasks(JobRecord& job, int signal, absl::Duration grace) {
@@ -502,12 +535,18 @@ nlohmann::json Controller::TaskReports(const std::string& node_name,
     dirty->push_back(job);
   }
   if (registering) {
-    // Tasks this node should run that its agent does not know: lost.
+    // Tasks this node should run that its agent does not know: lost. A task
+    // still `launching` may never have reached the agent (a server killed
+    // between writing the start and sending the launch): send the launch
+    // again; the agent answers 409 for a task id it already has.
     for (auto& [id, job] : jobs_) {
       for (TaskRecord& task : job.tasks) {
         if (task.node != node_name || !TaskLive(task) ||
-            task.state == TaskRecord::State::kLaunching ||
             reported.contains(task.task_id)) {
+          continue;
+        }
+        if (task.state == TaskRecord::State::kLaunching) {
+          actions_.push_back(LaunchAction(job, task));
           continue;
         }
         task.state = TaskRecord::State::kLost;

@@ -75,6 +75,10 @@ class Controller {
                                         absl::Time now);
   absl::StatusOr<nlohmann::json> Cancel(JobId id, absl::Time now);
   absl::StatusOr<nlohmann::json> Release(JobId id, absl::Time now);
+  // Releases several held jobs with one write; `errors` gets one status per
+  // id (OK: released).
+  void ReleaseMany(const std::vector<JobId>& ids, absl::Time now,
+                   std::vector<absl::Status>* errors);
   absl::StatusOr<nlohmann::json> GetJob(JobId id, absl::Time now) const;
   nlohmann::json ListJobs(const JobFilter& filter, absl::Time now) const;
   // Where a task of a job runs, for logs: (agent address, task id).
@@ -130,6 +134,9 @@ class Controller {
   absl::Status PersistNode(int node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateSchedulable(int node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartJob(JobRecord& job, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The launch request of task `t` of `job`, rebuilt from the job record.
+  AgentAction LaunchAction(const JobRecord& job, const TaskRecord& t) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Asks every live task of `job` to stop.
   void StopTasks(JobRecord& job, int signal, absl::Duration grace)

@@ -183,6 +183,21 @@ TEST_F(ControllerTest, HoldAndRelease) {
   EXPECT_EQ(c_->Release(1, T(2)).status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(c_->Release(9, T(2)).status().code(), absl::StatusCode::kNotFound);
+
+  // Several at once, one write: each id gets its own outcome.
+  ASSERT_TRUE(c_->Submit(s, "a", T(3)).ok());
+  ASSERT_TRUE(c_->Submit(s, "a", T(3)).ok());
+  std::vector<absl::Status> errors;
+  c_->ReleaseMany({2, 1, 3, 9}, T(4), &errors);
+  ASSERT_EQ(errors.size(), 4u);
+  EXPECT_TRUE(errors[0].ok());
+  EXPECT_EQ(errors[1].code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(errors[2].ok());
+  EXPECT_EQ(errors[3].code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(State(2), "pending");
+  EXPECT_EQ(State(3), "pending");
+  EXPECT_NE(store_.Get(JobKey(3))->value.find("\"pending\""),
+            std::string::npos);
 }
 
 TEST_F(ControllerTest, RestartKeepsJobsAndRunningTasks) {
@@ -203,6 +218,31 @@ TEST_F(ControllerTest, RestartKeepsJobsAndRunningTasks) {
   EXPECT_EQ(State(2), "pending");
   ASSERT_TRUE(c_->Submit(Gang(1), "a", T(11)).ok());
   EXPECT_EQ((*c_->GetJob(3, T(11)))["id"], 3);
+}
+
+TEST_F(ControllerTest, LaunchLostWithTheServerIsSentAgain) {
+  Register(0, nlohmann::json::array(), 1);
+  ASSERT_TRUE(c_->Submit(Gang(8), "a", T(2)).ok());
+  c_->Tick(T(2));
+  auto launch = c_->TakeActions();
+  ASSERT_EQ(launch.size(), 1u);
+  // The server dies after writing the start, before sending the launch.
+  Make();
+  EXPECT_EQ(State(1), "running");
+  Register(0, nlohmann::json::array(), 10);
+  auto again = c_->TakeActions();
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].kind, AgentAction::Kind::kLaunch);
+  EXPECT_EQ(again[0].task_id, launch[0].task_id);
+  EXPECT_EQ(again[0].body, launch[0].body);
+  // The agent confirms it: the job is running, then succeeds.
+  c_->ActionDone(again[0], absl::OkStatus(), T(10));
+  EXPECT_FALSE((*c_->GetJob(1, T(10)))["running_time"].is_null());
+  Beat(
+      0,
+      {{{"task_id", launch[0].task_id}, {"state", "exited"}, {"exit_code", 0}}},
+      11);
+  EXPECT_EQ(State(1), "succeeded");
 }
 
 TEST_F(ControllerTest, AgentThatLostItsTasksFailsTheJob) {

@@ -31,7 +31,8 @@ void Reply(httplib::Response& res, int status, const nlohmann::json& body) {
   res.set_content(body.dump(), "application/json");
 }
 
-void ReplyError(httplib::Response& res, const absl::Status& st) {
+// The `{"code", "message", "field"?}` object of an error and its HTTP status.
+nlohmann::json ErrorJson(const absl::Status& st, int* http_status) {
   int status = 500;
   std::string code = "internal";
   std::string message(st.message());
@@ -70,6 +71,13 @@ void ReplyError(httplib::Response& res, const absl::Status& st) {
     std::string field = FieldOf(st.message());
     if (!field.empty()) err["field"] = field;
   }
+  *http_status = status;
+  return err;
+}
+
+void ReplyError(httplib::Response& res, const absl::Status& st) {
+  int status = 500;
+  nlohmann::json err = ErrorJson(st, &status);
   Reply(res, status, {{"error", err}});
 }
 
@@ -191,6 +199,44 @@ void HttpServer::Routes() {
            ReplyResult(res, controller_->Cancel(*id, absl::Now()));
            Wake();
          });
+  s.Post("/v1/jobs/release", [this](const httplib::Request& req,
+                                    httplib::Response& res) {
+    // {"ids": [1, 2, ...]}: one write for all (`loom release --all`).
+    constexpr size_t kMaxIds = 100000;
+    nlohmann::json body = nlohmann::json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object() || !body.contains("ids") ||
+        !body["ids"].is_array()) {
+      return ReplyError(res, absl::InvalidArgumentError(
+                                 "ids: the body must be {\"ids\": [job IDs]}"));
+    }
+    if (body["ids"].size() > kMaxIds) {
+      return ReplyError(res, absl::InvalidArgumentError(absl::StrCat(
+                                 "ids: at most ", kMaxIds, " per request")));
+    }
+    std::vector<JobId> ids;
+    for (const nlohmann::json& v : body["ids"]) {
+      if (!v.is_number_integer()) {
+        return ReplyError(res, absl::InvalidArgumentError(absl::StrCat(
+                                   "ids: ", v.dump(), " is not a job ID")));
+      }
+      ids.push_back(v.get<JobId>());
+    }
+    std::vector<absl::Status> errors;
+    controller_->ReleaseMany(ids, absl::Now(), &errors);
+    nlohmann::json released = nlohmann::json::array();
+    nlohmann::json failed = nlohmann::json::array();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (errors[i].ok()) {
+        released.push_back(ids[i]);
+      } else {
+        int status = 0;
+        failed.push_back(
+            {{"id", ids[i]}, {"error", ErrorJson(errors[i], &status)}});
+      }
+    }
+    Reply(res, 200, {{"released", released}, {"errors", failed}});
+    Wake();
+  });
   s.Post(R"(/v1/jobs/(\d+)/release)",
          [this](const httplib::Request& req, httplib::Response& res) {
            absl::StatusOr<JobId> id = JobIdOf(req);
