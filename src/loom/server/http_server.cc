@@ -207,7 +207,8 @@ void HttpServer::Routes() {
     if (body.is_discarded() || !body.is_object() || !body.contains("ids") ||
         !body["ids"].is_array()) {
       return ReplyError(res, absl::InvalidArgumentError(
-                                 "ids: the body must be {\"ids\": [job IDs]}"));
+                                 "ids: the body must be an object with a list "
+                                 "of job IDs under `ids`"));
     }
     if (body["ids"].size() > kMaxIds) {
       return ReplyError(res, absl::InvalidArgumentError(absl::StrCat(

@@ -89,6 +89,16 @@ TEST_F(HttpServerTest, BadInputGetsClearErrors) {
   EXPECT_EQ(e["error"]["code"], "invalid_argument");
   e = Post("/v1/jobs/7/cancel", "", 404);
   EXPECT_EQ(e["error"]["code"], "not_found");
+  for (const char* body :
+       {"", "[1]", R"({"ids": 3})", R"({"ids": ["x"]})", R"({"ids": [1.5]})"}) {
+    e = Post("/v1/jobs/release", body, 400);
+    EXPECT_EQ(e["error"]["field"], "ids") << body;
+  }
+  e = Post("/v1/jobs/release", R"({"ids": [7]})", 200);
+  EXPECT_EQ(e["errors"][0]["error"]["code"], "not_found");
+  auto logs = client_->Get("/v1/jobs/1/logs?offset=-1");
+  ASSERT_TRUE(logs);
+  EXPECT_EQ(logs->status, 400);
   auto r = client_->Get("/v1/nowhere");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 404);
