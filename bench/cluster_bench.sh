@@ -188,6 +188,25 @@ submit_all() {
   for p in "${cpids[@]}"; do wait "$p"; done
 }
 
+# submit_files: 4 parallel CLI clients, one `loom submit -f` each with its
+# 600 spec files (one process and connection per client).
+submit_files() {
+  local cpids=()
+  for c in 0 1 2 3; do
+    mkdir -p "$W/specs.$c"
+    while read -r g name; do
+      printf 'name: %s\nresources: {gpus: %s}\ncommand: [train]\nenv: {LOOM_FAKE_SECONDS: "3600"}\n' \
+        "$name" "$g" > "$W/specs.$c/$name.yaml"
+    done < "$W/workload.$c"
+  done
+  for c in 0 1 2 3; do
+    (cut -d' ' -f2 "$W/workload.$c" | sed "s|.*|$W/specs.$c/&.yaml|" | xargs "$LOOM" submit -f > /dev/null ||
+       echo "client $c: some submissions failed" >&2) &
+    cpids+=($!)
+  done
+  for p in "${cpids[@]}"; do wait "$p"; done
+}
+
 bench_slurm() {
   echo "== Slurm comparison: 2,400 jobs (14,480 GPUs) on 2,000 emulated 8-GPU nodes"
   make_workload
@@ -199,6 +218,13 @@ bench_slurm() {
   local t_online=$(date +%s.%N)
   jobs_json "$W/online.json"
 
+  start_cluster stream 2000
+  local s0=$(date +%s.%N)
+  submit_files
+  local s_sub=$(date +%s.%N)
+  wait_running 2400
+  jobs_json "$W/stream.json"
+
   start_cluster burst 2000
   local h0=$(date +%s.%N)
   submit_all --hold
@@ -208,14 +234,16 @@ bench_slurm() {
   wait_running 2400
   local r1=$(date +%s.%N)
   jobs_json "$W/burst.json"
-  "$PY" - "$W/online.json" "$W/burst.json" "$t0" "$t_submitted" "$t_online" "$h0" "$h1" "$r0" "$r1" "$OUT/slurm.json" <<'PYEOF'
+  "$PY" - "$W/online.json" "$W/burst.json" "$t0" "$t_submitted" "$t_online" "$h0" "$h1" "$r0" "$r1" "$OUT/slurm.json" "$W/stream.json" "$s0" "$s_sub" <<'PYEOF'
 import datetime, json, sys
 def ts(s):
     return datetime.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
 a = [float(x) for x in sys.argv[3:10]]
 t0, t_sub, t_on, h0, h1, r0, r1 = a
 res = {}
-for name, path, start in (("online", sys.argv[1], t0), ("burst", sys.argv[2], r0)):
+s0, s_sub = float(sys.argv[12]), float(sys.argv[13])
+for name, path, start in (("online", sys.argv[1], t0), ("burst", sys.argv[2], r0),
+                          ("online_one_process_per_client", sys.argv[11], s0)):
     jobs = json.load(open(path))["jobs"]
     assert len(jobs) == 2400, len(jobs)
     last = max(ts(j["running_time"]) for j in jobs)
@@ -223,14 +251,19 @@ for name, path, start in (("online", sys.argv[1], t0), ("burst", sys.argv[2], r0
     res[name] = {"jobs": len(jobs), "gpus": gpus, "seconds_to_all_running": last - start}
 res["online"]["seconds_submitting"] = t_sub - t0
 res["burst"]["seconds_submitting_held"] = h1 - h0
+res["online_one_process_per_client"]["seconds_submitting"] = s_sub - s0
+res["online_one_process_per_client"]["slurm_seconds"] = 68
 res["online"]["slurm_seconds"] = 68
 res["burst"]["slurm_seconds"] = 140
-for k in ("online", "burst"):
+for k in ("online", "burst", "online_one_process_per_client"):
     res[k]["speedup_vs_slurm"] = res[k]["slurm_seconds"] / res[k]["seconds_to_all_running"]
 json.dump(res, open(sys.argv[10], "w"), indent=1)
 o, b = res["online"], res["burst"]
 print(f"  online (4 CLI clients, {o['gpus']} GPUs): all running {o['seconds_to_all_running']:.2f} s after the "
       f"first submit (submitting took {o['seconds_submitting']:.2f} s); Slurm 68 s: {o['speedup_vs_slurm']:.1f}x")
+s = res["online_one_process_per_client"]
+print(f"  online, each client one `loom submit -f` of its 600 files: all running {s['seconds_to_all_running']:.2f} s "
+      f"after the first submit (submitting took {s['seconds_submitting']:.2f} s); Slurm 68 s: {s['speedup_vs_slurm']:.1f}x")
 print(f"  burst (held, then `loom release --all`): all running {b['seconds_to_all_running']:.2f} s after the "
       f"release (submitting held took {b['seconds_submitting_held']:.2f} s); Slurm 140 s: {b['speedup_vs_slurm']:.1f}x")
 PYEOF

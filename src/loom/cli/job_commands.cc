@@ -317,19 +317,44 @@ absl::StatusOr<std::string> ReadInput(const std::string& path) {
 }
 
 int Submit(const Verb& v) {
-  const std::string source = v.flags.file == "-" ? "<stdin>" : v.flags.file;
-  absl::StatusOr<std::string> text = ReadInput(v.flags.file);
-  if (!text.ok()) return v.Fail(kExitUsage, text.status());
-  absl::StatusOr<JobSpec> spec = ParseJobSpec(*text, source);
-  if (!spec.ok()) return v.Fail(kExitUsage, spec.status());
-  if (v.flags.hold) spec->hold = true;
-  const Json body = Json::parse(JobSpecToJson(*spec), nullptr, false);
+  // Every file is read and checked before anything is sent: a bad spec
+  // submits nothing.
+  std::vector<Json> bodies;
+  for (const std::string& file : v.flags.files) {
+    const std::string source = file == "-" ? "<stdin>" : file;
+    absl::StatusOr<std::string> text = ReadInput(file);
+    if (!text.ok()) return v.Fail(kExitUsage, text.status());
+    absl::StatusOr<JobSpec> spec = ParseJobSpec(*text, source);
+    if (!spec.ok()) return v.Fail(kExitUsage, spec.status());
+    if (v.flags.hold) spec->hold = true;
+    bodies.push_back(Json::parse(JobSpecToJson(*spec), nullptr, false));
+  }
   std::unique_ptr<ApiClient> client = MakeClient(v);
   if (client == nullptr) return kExitUsage;
-  absl::StatusOr<Json> job = client->SubmitJob(body);
-  if (!job.ok()) return v.Fail(kExitFailed, job.status());
-  if (!v.PrintStructured(*job)) PrintSubmitted(v, *job);
-  return kExitOk;
+  // In order, over one connection; a refused job does not stop the others.
+  int rc = kExitOk;
+  Json jobs = Json::array();
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    absl::StatusOr<Json> job = client->SubmitJob(bodies[i]);
+    if (!job.ok()) {
+      rc = v.Fail(kExitFailed, bodies.size() == 1
+                                   ? S(job.status().message())
+                                   : absl::StrCat(v.flags.files[i], ": ",
+                                                  S(job.status().message())));
+      continue;
+    }
+    if (bodies.size() == 1) {
+      if (!v.PrintStructured(*job)) PrintSubmitted(v, *job);
+    } else if (v.flags.output.empty()) {
+      PrintSubmitted(v, *job);
+    } else {
+      jobs.push_back(*std::move(job));
+    }
+  }
+  if (bodies.size() > 1 && !v.flags.output.empty()) {
+    v.PrintStructured(Json{{"jobs", std::move(jobs)}});
+  }
+  return rc;
 }
 
 // Waits in slices so that Ctrl-C is noticed quickly; false when interrupted.
@@ -1105,9 +1130,10 @@ std::string JsonToYaml(const nlohmann::json& j) {
 void AddJobCommands(CLI::App& app, JobCommandFlags* f) {
   CLI::App* submit = AddVerb(app, f, "submit", "Submit a job from a spec file");
   submit
-      ->add_option("-f,--file", f->file,
-                   "Job spec, YAML or JSON (docs/job-spec.md); - reads "
-                   "standard input")
+      ->add_option("-f,--file", f->files,
+                   "Job spec(s), YAML or JSON (docs/job-spec.md); - reads "
+                   "standard input. Several files (-f a.yaml b.yaml, or -f "
+                   "repeated) are checked first, then submitted in order")
       ->required();
   submit->add_flag("--hold", f->hold,
                    "Queue the job held: it starts only after `loom release`");

@@ -47,7 +47,7 @@ struct JobCommandFlags {
   std::string server;  // --server URL[,URL]
   std::string output;  // -o: "", json, yaml, wide
   // submit
-  std::string file;
+  std::vector<std::string> files;  // -f, in order
   bool hold = false;
   // run
   RunFlags run;

@@ -649,6 +649,24 @@ TEST_F(VerbTest, SubmitParsesLocallyThenSends) {
   EXPECT_EQ(submit_user_, "carol");
 }
 
+TEST_F(VerbTest, SubmitSeveralFilesChecksAllFirst) {
+  const std::string a = TempFile("a.yaml", "name: a\ncommand: [x]\n");
+  const std::string b = TempFile("b.yaml", "name: b\ncommand: [y]\n");
+  const std::string bad = TempFile("c.yaml", "name: c\ncommand: 3\ntasks: 0\n");
+  CliResult r = Run({"submit", "-f", a, b});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "submitted job 42\nsubmitted job 42\n");
+  EXPECT_EQ(submitted_["name"], "b");  // the last one sent
+  submitted_ = Json();
+  r = Run({"submit", "-f", a, "-f", bad, "-f", b});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_THAT(r.err, HasSubstr(bad + ":3:"));
+  EXPECT_TRUE(submitted_.is_null());  // nothing was sent
+  r = Run({"submit", "-f", a, b, "-o", "json"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(Json::parse(r.out)["jobs"].size(), 2u);
+}
+
 TEST_F(VerbTest, SubmitBadFileIsExit2WithLocation) {
   const std::string path = TempFile("bad.yaml",
                                     "name: train\nresources:\n  gpus: many\n"
