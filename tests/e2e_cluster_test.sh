@@ -30,6 +30,24 @@ echo "ok: gang ran with the training contract"
 [ $? = 7 ] || fail "exit code of a failing job"
 echo "ok: exit code 7 returned"
 
+# The restart policy: fails on its first run, succeeds on the second.
+cat > "$W/retry.yaml" <<'YAML'
+name: retry
+resources: {gpus: 2}
+command: ["/bin/sh", "-c", "echo run $LOOM_RESTART_COUNT; [ \"$LOOM_RESTART_COUNT\" = 1 ]"]
+restart: {max: 2, backoff: 0s}
+YAML
+RETRY=$("$LOOM" submit -f "$W/retry.yaml" | grep -o '[0-9]*$') || fail "submit retry"
+for _ in $(seq 100); do
+  "$LOOM" show "$RETRY" -o json | grep -q '"state": *"succeeded"' && break
+  sleep 0.1
+done
+"$LOOM" show "$RETRY" -o json > "$W/retry.json"
+grep -q '"state": *"succeeded"' "$W/retry.json" && grep -q '"restart_count": *1' "$W/retry.json" ||
+  fail "restart policy: $(cat "$W/retry.json")"
+"$LOOM" logs "$RETRY" | grep -q "run 1" || fail "logs of the second run"
+echo "ok: a failed run was restarted with LOOM_RESTART_COUNT=1"
+
 # Bad input: a 400 with the field, exit status 1; nothing created.
 before=$("$LOOM" queue --all -o json | grep -c '"id"')
 out=$("$LOOM" run -g 64 -- true 2>&1); rc=$?

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "fmt/format.h"
+#include "loom/common/units.h"
 #include "loom/sched/placement.h"
 
 namespace loom {
@@ -110,7 +111,9 @@ absl::Status Controller::Load(absl::Time now) {
       job.end_time = now;
       continue;
     }
-    if (job.state == JobState::kPending) {
+    if (job.state == JobState::kPending && job.not_before) {
+      backoff_.insert(job.id);  // queued again by Tick when it is due
+    } else if (job.state == JobState::kPending) {
       (void)scheduler_->Submit(*req, now);
     } else if (job.state == JobState::kRunning ||
                job.state == JobState::kStopping) {
@@ -143,7 +146,9 @@ absl::Status Controller::Persist(const std::vector<const JobRecord*>& jobs) {
   if (jobs.empty()) return absl::OkStatus();
   std::vector<Mutation> m;
   m.reserve(jobs.size());
+  absl::flat_hash_set<JobId> seen;  // a job may be listed more than once
   for (const JobRecord* j : jobs) {
+    if (!seen.insert(j->id).second) continue;
     m.push_back(Mutation::Put(JobKey(j->id), JobRecordToJson(*j).dump()));
   }
   absl::StatusOr<int64_t> rev = store_->Commit({}, m);
@@ -210,6 +215,8 @@ absl::StatusOr<nlohmann::json> Controller::Cancel(JobId id, absl::Time now) {
   JobRecord before = job;
   if (job.state == JobState::kHeld || job.state == JobState::kPending) {
     if (job.state == JobState::kPending) (void)scheduler_->Cancel(id, now);
+    backoff_.erase(id);
+    job.not_before.reset();
     job.state = JobState::kCancelled;
     job.reason = "cancelled while pending";
     job.end_time = now;
@@ -467,6 +474,40 @@ void Controller::FinishJob(JobRecord& job, absl::Time now) {
     }
   }
   job.exit_code = code.value_or(ok ? 0 : 1);
+  if (!job.tasks.empty()) {
+    const int master = NodeIndex(job.tasks[0].node);
+    if (master >= 0) nodes_[master].master_ports.erase(job.master_port);
+  }
+  (void)scheduler_->Finish(job.id, now);
+  const bool preempted = job.preempted && !job.cancel_requested;
+  if (preempted || (!ok && !job.cancel_requested &&
+                    job.restarts_used < job.spec.restart.max)) {
+    // The restart policy: the whole gang goes back to the queue after the
+    // backoff, with LOOM_RESTART_COUNT one higher and new task ids. A
+    // preempted job goes back at once and does not use up its restarts.
+    const std::string why = job.reason.empty()
+                                ? absl::StrCat("exit code ", *job.exit_code)
+                                : job.reason;
+    const absl::Duration wait =
+        preempted ? absl::ZeroDuration() : job.spec.restart.backoff;
+    if (!preempted) ++job.restarts_used;
+    ++job.restart_count;
+    job.preempted = false;
+    job.state = JobState::kPending;
+    job.not_before = now + wait;
+    job.reason = preempted
+                     ? absl::StrCat("requeued: ", why)
+                     : absl::StrCat("restart ", job.restarts_used, " of ",
+                                    job.spec.restart.max, " after: ", why);
+    job.AddEvent(now, absl::StrCat(job.reason, "; queued again in ",
+                                   FormatDurationShort(wait)));
+    job.tasks.clear();
+    job.exit_code.reset();
+    job.start_time.reset();
+    job.running_time.reset();
+    backoff_.insert(job.id);
+    return;
+  }
   if (job.cancel_requested) {
     job.state = JobState::kCancelled;
   } else if (ok) {
@@ -478,11 +519,6 @@ void Controller::FinishJob(JobRecord& job, absl::Time now) {
   job.end_time = now;
   job.AddEvent(now, absl::StrCat(std::string(JobStateName(job.state)),
                                  " (exit code ", *job.exit_code, ")"));
-  if (!job.tasks.empty()) {
-    const int master = NodeIndex(job.tasks[0].node);
-    if (master >= 0) nodes_[master].master_ports.erase(job.master_port);
-  }
-  (void)scheduler_->Finish(job.id, now);
 }
 
 nlohmann::json Controller::TaskReports(const std::string& node_name,
@@ -677,6 +713,33 @@ void Controller::Tick(absl::Time now) {
       dirty.push_back(&it->second);
   }
   unsaved_.clear();
+  // Restarts whose backoff is over go back to the queue.
+  for (auto it = backoff_.begin(); it != backoff_.end();) {
+    JobRecord& job = jobs_.at(*it);
+    if (job.state != JobState::kPending || !job.not_before ||
+        *job.not_before > now) {
+      ++it;
+      continue;
+    }
+    absl::StatusOr<JobRequest> req =
+        ToJobRequest(job.spec, cluster_, job.id, job.submit_time);
+    absl::StatusOr<SubmitOutcome> out =
+        req.ok() ? scheduler_->Submit(*req, now)
+                 : absl::StatusOr<SubmitOutcome>(req.status());
+    if (out.ok() && out->kind == SubmitOutcome::Kind::kInfeasible) {
+      out = absl::FailedPreconditionError(out->reason);
+    }
+    if (!out.ok()) {
+      job.state = JobState::kFailed;
+      job.reason =
+          absl::StrCat("cannot be queued again: ", out.status().message());
+      job.end_time = now;
+      job.AddEvent(now, job.reason);
+    }
+    job.not_before.reset();
+    dirty.push_back(&job);
+    backoff_.erase(it++);
+  }
   // Liveness.
   for (size_t n = 0; n < nodes_.size(); ++n) {
     Node& node = nodes_[n];
@@ -708,6 +771,7 @@ void Controller::Tick(absl::Time now) {
     JobRecord& job = jobs_.at(p.victim);
     job.state = JobState::kStopping;
     job.reason = absl::StrCat("preempted for job ", p.for_job);
+    job.preempted = true;
     job.AddEvent(now, job.reason);
     StopTasks(job, job.spec.checkpoint.signal, job.spec.checkpoint.grace);
     dirty.push_back(&job);
@@ -747,7 +811,10 @@ nlohmann::json Controller::JobJson(const JobRecord& job, absl::Time now) const {
   j["preemptible"] = job.spec.preemptible;
   j["state"] = std::string(JobStateName(job.state));
   std::string reason = job.reason;
-  if (job.state == JobState::kPending) {
+  if (job.state == JobState::kPending && job.not_before) {
+    reason = absl::StrCat(job.reason, "; queued again at ",
+                          FormatTimestamp(*job.not_before));
+  } else if (job.state == JobState::kPending) {
     reason = scheduler_->ExplainPending(job.id, now);
   } else if (job.state == JobState::kHeld) {
     reason = "held: waiting for `loom release`";

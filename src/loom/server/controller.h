@@ -173,6 +173,8 @@ class Controller {
   std::vector<AgentAction> actions_ ABSL_GUARDED_BY(mu_);
   // Jobs changed in memory but not yet written (see `ActionDone`).
   absl::flat_hash_set<JobId> unsaved_ ABSL_GUARDED_BY(mu_);
+  // Pending jobs waiting out their restart backoff (`JobRecord::not_before`).
+  absl::flat_hash_set<JobId> backoff_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace loom

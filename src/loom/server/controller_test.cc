@@ -152,6 +152,56 @@ TEST_F(ControllerTest, OneFailedTaskStopsTheGang) {
   EXPECT_EQ(job["exit_code"], 3);
 }
 
+TEST_F(ControllerTest, RestartPolicyRequeuesTheWholeGang) {
+  Register(0, nlohmann::json::array(), 1);
+  Register(1, nlohmann::json::array(), 1);
+  JobSpec spec = Gang(16);
+  spec.restart.max = 1;
+  spec.restart.backoff = absl::Seconds(5);
+  ASSERT_TRUE(c_->Submit(spec, "alice", T(2)).ok());
+  c_->Tick(T(2));
+  auto first = c_->TakeActions();
+  ASSERT_EQ(first.size(), 2u);
+  // Task 0 fails; task 1 is stopped; then the gang waits out the backoff.
+  Beat(0,
+       {{{"task_id", first[0].task_id}, {"state", "exited"}, {"exit_code", 3}}},
+       3);
+  c_->TakeActions();
+  Beat(1,
+       {{{"task_id", first[1].task_id}, {"state", "exited"}, {"signal", 15}}},
+       4);
+  auto job = *c_->GetJob(1, T(4));
+  EXPECT_EQ(job["state"], "pending");
+  EXPECT_NE(job["reason"].get<std::string>().find(
+                "restart 1 of 1 after: task 0 exited with code 3"),
+            std::string::npos)
+      << job["reason"];
+  c_->Tick(T(8));  // backoff not over: nothing starts
+  EXPECT_TRUE(c_->TakeActions().empty());
+  EXPECT_EQ(State(1, 8), "pending");
+  // A new controller keeps the backoff and the count.
+  Make();
+  Register(0, nlohmann::json::array(), 8);
+  Register(1, nlohmann::json::array(), 8);
+  c_->Tick(T(9.5));
+  auto second = c_->TakeActions();
+  ASSERT_EQ(second.size(), 2u);
+  EXPECT_EQ(second[0].body["env"]["LOOM_RESTART_COUNT"], "1");
+  EXPECT_NE(second[0].task_id, first[0].task_id);
+  EXPECT_EQ(second[0].body["env"]["LOOM_CHECKPOINT_DIR"],
+            first[0].body["env"]["LOOM_CHECKPOINT_DIR"]);
+  for (const AgentAction& a : second)
+    c_->ActionDone(a, absl::OkStatus(), T(9.6));
+  EXPECT_EQ(State(1, 9.6), "running");
+  // The second failure (a lost node) uses up the policy: failed.
+  Register(0, nlohmann::json::array(), 10);  // agent 0 lost its task
+  c_->TakeActions();
+  Beat(1,
+       {{{"task_id", second[1].task_id}, {"state", "exited"}, {"signal", 15}}},
+       11);
+  EXPECT_EQ(State(1, 11), "failed");
+}
+
 TEST_F(ControllerTest, CancelRunningAndPending) {
   Register(0, nlohmann::json::array(), 1);
   ASSERT_TRUE(c_->Submit(Gang(8), "a", T(2)).ok());

@@ -80,9 +80,12 @@ nlohmann::json JobRecordToJson(const JobRecord& j) {
                             : nlohmann::json(nullptr);
   out["end_time"] = j.end_time ? nlohmann::json(FormatTimestamp(*j.end_time))
                                : nlohmann::json(nullptr);
+  if (j.not_before) out["not_before"] = FormatTimestamp(*j.not_before);
   out["exit_code"] =
       j.exit_code ? nlohmann::json(*j.exit_code) : nlohmann::json(nullptr);
   out["restart_count"] = j.restart_count;
+  if (j.preempted) out["preempted"] = true;
+  out["restarts_used"] = j.restarts_used;
   out["cancel_requested"] = j.cancel_requested;
   out["switch_level"] = j.switch_level;
   out["switch"] = j.switch_name;
@@ -130,6 +133,7 @@ absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& in) {
          {std::pair<const char*, std::optional<absl::Time>*>{"start_time",
                                                              &j.start_time},
           {"running_time", &j.running_time},
+          {"not_before", &j.not_before},
           {"end_time", &j.end_time}}) {
       if (!in.contains(key) || in[key].is_null()) continue;
       absl::StatusOr<absl::Time> t = ParseTimestamp(in[key].get<std::string>());
@@ -140,6 +144,8 @@ absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& in) {
       j.exit_code = in["exit_code"].get<int>();
     }
     j.restart_count = in.value("restart_count", 0);
+    j.preempted = in.value("preempted", false);
+    j.restarts_used = in.value("restarts_used", 0);
     j.cancel_requested = in.value("cancel_requested", false);
     j.switch_level = in.value("switch_level", 0);
     j.switch_name = in.value("switch", "");

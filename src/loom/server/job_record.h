@@ -59,10 +59,17 @@ struct JobRecord {
   absl::Time submit_time = absl::UnixEpoch();
   std::optional<absl::Time> start_time;    // when the scheduler placed it
   std::optional<absl::Time> running_time;  // when every task was running
+  // A pending job waiting out its restart backoff: queued again at this time.
+  std::optional<absl::Time> not_before;
   std::optional<absl::Time> end_time;
   std::optional<int> exit_code;
   int restart_count = 0;
   bool cancel_requested = false;
+  // Stopping because the scheduler preempted it: queued again once stopped.
+  bool preempted = false;
+  // Restarts after failures so far (at most `spec.restart.max`); preemptions
+  // do not count. `restart_count` counts every new run (LOOM_RESTART_COUNT).
+  int restarts_used = 0;
   // Placement while running and after: the switch level the gang spans.
   int switch_level = 0;
   std::string switch_name;
