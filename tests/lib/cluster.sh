@@ -31,9 +31,11 @@ YAML
 }
 
 # start_server [EXTRA FLAGS...]: starts it and waits until /healthz answers.
+# HEARTBEAT_TIMEOUT (seconds, default 5) is passed as --heartbeat-timeout.
 start_server() {
   "$LOOM" server --listen "127.0.0.1:$PORT" --data-dir "$W/server" \
-    --cluster "$W/cluster.yaml" --heartbeat-timeout 5 "$@" >> "$W/server.log" 2>&1 &
+    --cluster "$W/cluster.yaml" --heartbeat-timeout "${HEARTBEAT_TIMEOUT:-5}" "$@" \
+    >> "$W/server.log" 2>&1 &
   SERVER=$!
   PIDS+=($SERVER)
   for _ in $(seq 100); do
@@ -44,12 +46,14 @@ start_server() {
 }
 
 # start_agents N: agents h200-0 .. h200-(N-1) on 127.0.0.2 ..., then waits
-# until all N nodes are up.
+# until all N nodes are up. AGENT_PIDS[i] is agent i's pid.
+AGENT_PIDS=()
 start_agents() {
   for i in $(seq 0 $(($1 - 1))); do
     "$LOOM" agent --server "$LOOM_SERVER" --listen "127.0.0.$((i + 2)):$((PORT + 1 + i))" \
       --name "h200-$i" --data-dir "$W/agent$i" --emulate 8xH200 > "$W/agent$i.log" 2>&1 &
     PIDS+=($!)
+    AGENT_PIDS[$i]=$!
   done
   for _ in $(seq 100); do
     [ "$("$LOOM" nodes -o json 2>/dev/null | grep -c '"up"')" = "$1" ] && return 0
