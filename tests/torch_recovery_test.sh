@@ -25,7 +25,7 @@ echo "ok: three agents registered"
 cat > "$W/job.yaml" <<YAML
 name: ddp-ckpt
 resources: {gpus: 2, nodes: 2}
-command: ["$PY", "$PWD/tests/torch/ckpt_train.py", "--steps", "60", "--every", "5"]
+command: ["$PY", "$PWD/tests/torch/ckpt_train.py", "--steps", "60", "--every", "5", "--loom", "$LOOM"]
 env: {GLOO_SOCKET_IFNAME: lo}
 restart: {max: 2, backoff: 1s}
 time_limit: 10m
@@ -37,6 +37,7 @@ for _ in $(seq 600); do
 done
 "$LOOM" logs "$ID" --task 0 | grep -q "^checkpoint 10$" || fail "no checkpoint 10: $("$LOOM" show "$ID")"
 "$LOOM" show "$ID" -o json > "$W/before.json"
+grep -q '"step": *1[05]' "$W/before.json" || fail "loom show has no reported checkpoint: $(cat "$W/before.json")"
 VICTIM=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['placement']['tasks'][1]['node'])" "$W/before.json")
 V=${VICTIM#h200-}
 # The node dies: its agent and every task process it supervised.
@@ -90,6 +91,9 @@ if victim in nodes:
     errors.append(f"run 1 placed on the dead node {victim}: {nodes}")
 if final["state"] != "succeeded" or "done steps=60" not in final_out:
     errors.append(f"did not finish: {final['state']} {final.get('reason')}")
+ck = after.get("checkpoint") or {}
+if ck.get("step") != resumed or ck.get("run") != 0:
+    errors.append(f"loom's last checkpoint {ck} is not the one run 1 resumed from ({resumed})")
 if final["restart_count"] != 1:
     errors.append(f"restart_count {final['restart_count']}, expected 1")
 ev = after["events"]

@@ -2,8 +2,9 @@
 
 Trains a tiny DDP model for --steps steps, --step-seconds each. Every
 --every steps rank 0 saves {step, model, optimizer} to
-$LOOM_CHECKPOINT_DIR/ckpt.pt (written to a temporary file, then renamed), and
-on start every rank resumes from that file when it exists. Prints one line per
+$LOOM_CHECKPOINT_DIR/ckpt.pt (written to a temporary file, then renamed) and,
+with --loom, tells loom (`loom checkpoint --step N`); on start every rank
+resumes from that file when it exists. Prints one line per
 event, flushed, for the fault-tolerance test to follow:
   start run=R rank=K world=W resumed_from=S
   step N
@@ -12,6 +13,7 @@ event, flushed, for the fault-tolerance test to follow:
 """
 import argparse
 import os
+import subprocess
 import sys
 import time
 
@@ -24,6 +26,8 @@ def main():
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--every", type=int, default=5)
     ap.add_argument("--step-seconds", type=float, default=0.25)
+    ap.add_argument("--loom", help="the loom binary: report each checkpoint "
+                    "with `loom checkpoint --step N` (LOOM_JOB_ID, LOOM_SERVER)")
     args = ap.parse_args()
 
     dist.init_process_group("gloo", init_method="env://")
@@ -55,6 +59,9 @@ def main():
                 torch.save({"step": step, "model": model.module.state_dict(),
                             "opt": opt.state_dict()}, path + ".tmp")
                 os.replace(path + ".tmp", path)
+                if args.loom:
+                    subprocess.run([args.loom, "checkpoint", "--step", str(step)],
+                                   check=True, stdout=subprocess.DEVNULL)
                 print(f"checkpoint {step}", flush=True)
             dist.barrier()
     dist.destroy_process_group()

@@ -1364,6 +1364,8 @@ TaskSpec Agent::Impl::BuildSpec(const Node& node, const LaunchRequest& r,
   }
   spec.env.try_emplace("CUDA_VISIBLE_DEVICES", absl::StrJoin(r.gpus, ","));
   spec.env.try_emplace("LOOM_NODE", node.name);
+  // So that `loom checkpoint` (or any loom CLI call) works inside a task.
+  spec.env.try_emplace("LOOM_SERVER", absl::StrJoin(options_.server_urls, ","));
   spec.working_dir = r.working_dir;
   spec.stdout_path = proc.stdout_path;
   spec.stderr_path = proc.stderr_path;

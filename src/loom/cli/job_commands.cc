@@ -591,6 +591,27 @@ int Cancel(const Verb& v) {
   return rc;
 }
 
+int Checkpoint(const Verb& v) {
+  int64_t id = v.flags.jobs.empty() ? 0 : v.flags.jobs[0];
+  if (id == 0) {
+    // Inside a task: the job is the task's own.
+    std::optional<std::string> env = v.ctx.getenv("LOOM_JOB_ID");
+    if (!env || !absl::SimpleAtoi(*env, &id) || id <= 0) {
+      return v.Fail(kExitUsage,
+                    "give the job ID (inside a task, LOOM_JOB_ID is used)");
+    }
+  }
+  std::unique_ptr<ApiClient> client = MakeClient(v);
+  if (client == nullptr) return kExitUsage;
+  absl::StatusOr<Json> job = client->ReportCheckpoint(id, v.flags.step);
+  if (!job.ok()) return v.FailJob(id, job.status());
+  v.out() << "job " << id << ": checkpoint recorded"
+          << (v.flags.step >= 0 ? absl::StrCat(" (step ", v.flags.step, ")")
+                                : std::string())
+          << "\n";
+  return kExitOk;
+}
+
 int Nodes(const Verb& v) {
   std::unique_ptr<ApiClient> client = MakeClient(v);
   if (client == nullptr) return kExitUsage;
@@ -1082,6 +1103,17 @@ std::string FormatJobDetails(const nlohmann::json& job, absl::Time now) {
     add("Exit code", code);
   }
   add("Restarts", Cell(job, "restart_count"));
+  if (const Json* c = Field(job, "checkpoint");
+      c != nullptr && c->is_object()) {
+    std::string line = TimeAndAgo(*c, "time", now);
+    if (std::optional<int64_t> step = Int(*c, "step")) {
+      absl::StrAppend(&line, ", step ", *step);
+    }
+    if (std::optional<int64_t> run = Int(*c, "run")) {
+      absl::StrAppend(&line, ", run ", *run);
+    }
+    add("Checkpoint", line);
+  }
 
   size_t width = 0;
   for (const auto& [label, value] : lines)
@@ -1215,6 +1247,15 @@ void AddJobCommands(CLI::App& app, JobCommandFlags* f) {
   CLI::App* cancel = AddVerb(app, f, "cancel", "Cancel jobs");
   cancel->add_option("job", f->jobs, "Job IDs")->required();
 
+  CLI::App* checkpoint =
+      AddVerb(app, f, "checkpoint",
+              "Record that a job saved a checkpoint (run it from the job, "
+              "after saving: it uses LOOM_JOB_ID and LOOM_SERVER)");
+  checkpoint->add_option("job", f->jobs, "Job ID (default: $LOOM_JOB_ID)")
+      ->expected(0, 1);
+  checkpoint->add_option("--step", f->step, "The training step saved")
+      ->check(CLI::NonNegativeNumber);
+
   CLI::App* nodes = AddVerb(app, f, "nodes", "List nodes");
   AddOutputFlag(nodes, f, {"json", "yaml", "wide"});
 
@@ -1247,6 +1288,7 @@ int RunJobCommand(std::string_view verb, const JobCommandFlags& flags,
   if (verb == "show") return Show(v);
   if (verb == "logs") return Logs(v);
   if (verb == "cancel") return Cancel(v);
+  if (verb == "checkpoint") return Checkpoint(v);
   if (verb == "nodes") return Nodes(v);
   if (verb == "cordon" || verb == "uncordon" || verb == "drain") {
     return NodeAction(v);

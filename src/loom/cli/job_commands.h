@@ -62,6 +62,8 @@ struct JobCommandFlags {
   bool follow = false;
   int task = 0;
   int process = 0;
+  // checkpoint
+  int64_t step = -1;  // -1: not given
   bool stderr_stream = false;
   // cordon, uncordon, drain
   std::string node;

@@ -521,6 +521,13 @@ class VerbTest : public ::testing::Test {
       }
       Reply(res, 200, {{"released", released}, {"errors", errors}});
     });
+    s.Post(R"(/v1/jobs/(\d+)/checkpoint)",
+           [this](const httplib::Request& req, httplib::Response& res) {
+             std::lock_guard<std::mutex> lock(mu_);
+             checkpoint_ = {{"id", std::stoi(req.matches[1])},
+                            {"body", Json::parse(req.body)}};
+             Reply(res, 200, {{"id", std::stoi(req.matches[1])}});
+           });
     s.Post(R"(/v1/jobs/(\d+)/release)",
            [this](const httplib::Request& req, httplib::Response& res) {
              std::lock_guard<std::mutex> lock(mu_);
@@ -608,6 +615,7 @@ class VerbTest : public ::testing::Test {
   std::string submit_user_;
   std::string list_query_;
   std::vector<int> released_;
+  Json checkpoint_;
   std::vector<Json> states_ = {{{"id", 42}, {"state", "running"}}};
   size_t polls_ = 0;
 };
@@ -778,6 +786,22 @@ TEST_F(VerbTest, ReleaseAllReleasesMyHeldJobs) {
   EXPECT_EQ(released_, (std::vector<int>{8, 9}));
 }
 
+TEST_F(VerbTest, CheckpointUsesTheTasksJob) {
+  CliResult r = Run({"checkpoint"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_THAT(r.err, HasSubstr("LOOM_JOB_ID"));
+  env_["LOOM_JOB_ID"] = "17";
+  r = Run({"checkpoint", "--step", "40"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "job 17: checkpoint recorded (step 40)\n");
+  EXPECT_EQ(checkpoint_["id"], 17);
+  EXPECT_EQ(checkpoint_["body"]["step"], 40);
+  r = Run({"checkpoint", "5"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(checkpoint_["id"], 5);
+  EXPECT_FALSE(checkpoint_["body"].contains("step"));
+}
+
 TEST_F(VerbTest, DrainSaysWhatHappens) {
   CliResult r = Run({"drain", "h200-0"});
   EXPECT_EQ(r.rc, 0) << r.err;
@@ -809,7 +833,7 @@ TEST_F(VerbTest, ServerDiscoveryAndNetworkFailures) {
 TEST_F(VerbTest, EveryVerbHasHelp) {
   for (const char* verb :
        {"submit", "run", "release", "queue", "show", "logs", "cancel", "nodes",
-        "cordon", "uncordon", "drain", "projects"}) {
+        "cordon", "uncordon", "drain", "projects", "checkpoint"}) {
     CliResult r = Run({verb, "--help"});
     EXPECT_EQ(r.rc, 0) << verb;
     EXPECT_THAT(r.out, HasSubstr("--server")) << verb;

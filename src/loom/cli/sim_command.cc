@@ -15,7 +15,6 @@
 #include "loom/common/fmt_absl.h"
 #include "loom/common/units.h"
 #include "loom/core/cluster_spec.h"
-
 #include "loom/report/plot.h"
 #include "loom/sim/report.h"
 #include "loom/sim/simulator.h"

@@ -453,6 +453,12 @@ absl::StatusOr<nlohmann::json> ApiClient::ReleaseJobs(
   return Call("POST", "/v1/jobs/release", nlohmann::json{{"ids", ids}}.dump());
 }
 
+absl::StatusOr<nlohmann::json> ApiClient::ReportCheckpoint(int64_t id,
+                                                           int64_t step) {
+  return Call("POST", absl::StrCat("/v1/jobs/", id, "/checkpoint"),
+              step >= 0 ? nlohmann::json{{"step", step}}.dump() : "{}");
+}
+
 absl::StatusOr<nlohmann::json> ApiClient::JobEvents(int64_t id) {
   return Call("GET", absl::StrCat("/v1/jobs/", id, "/events"), "");
 }

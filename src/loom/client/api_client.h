@@ -99,6 +99,8 @@ class ApiClient {
   absl::StatusOr<nlohmann::json> CancelJob(int64_t id);
   // POST /v1/jobs/{id}/release. FailedPrecondition when it is not held.
   absl::StatusOr<nlohmann::json> ReleaseJob(int64_t id);
+  // Reports a saved checkpoint of job `id` (step < 0: none given).
+  absl::StatusOr<nlohmann::json> ReportCheckpoint(int64_t id, int64_t step);
   // Several held jobs in one request (`POST /v1/jobs/release`): answers
   // {"released": [ids], "errors": [{"id", "error"}]}.
   absl::StatusOr<nlohmann::json> ReleaseJobs(const std::vector<int64_t>& ids);

@@ -290,6 +290,32 @@ void Controller::ReleaseMany(const std::vector<JobId>& ids, absl::Time now,
   }
 }
 
+absl::StatusOr<nlohmann::json> Controller::Checkpoint(
+    JobId id, std::optional<int64_t> step, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no job ", id));
+  }
+  JobRecord& job = it->second;
+  if (job.state != JobState::kRunning && job.state != JobState::kStopping) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " is ", std::string(JobStateName(job.state)),
+                     "; only a running or stopping job saves checkpoints"));
+  }
+  JobRecord before = job;
+  job.checkpoint_time = now;
+  job.checkpoint_step = step;
+  job.checkpoint_run = job.restart_count;
+  job.AddEvent(now, step ? absl::StrCat("checkpoint saved (step ", *step, ")")
+                         : std::string("checkpoint saved"));
+  if (absl::Status st = Persist({&job}); !st.ok()) {
+    job = std::move(before);
+    return st;
+  }
+  return JobJson(job, now);
+}
+
 absl::StatusOr<nlohmann::json> Controller::GetJob(JobId id,
                                                   absl::Time now) const {
   absl::MutexLock lock(&mu_);
@@ -844,6 +870,13 @@ nlohmann::json Controller::JobJson(const JobRecord& job, absl::Time now) const {
   j["exit_code"] =
       job.exit_code ? nlohmann::json(*job.exit_code) : nlohmann::json(nullptr);
   j["restart_count"] = job.restart_count;
+  if (job.checkpoint_time) {
+    j["checkpoint"] = {{"time", FormatTimestamp(*job.checkpoint_time)},
+                       {"run", job.checkpoint_run}};
+    if (job.checkpoint_step) j["checkpoint"]["step"] = *job.checkpoint_step;
+  } else {
+    j["checkpoint"] = nullptr;
+  }
   if (!job.tasks.empty()) {
     nlohmann::json tasks = nlohmann::json::array();
     absl::flat_hash_set<std::string> nodes;

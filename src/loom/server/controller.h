@@ -75,6 +75,11 @@ class Controller {
                                         absl::Time now);
   absl::StatusOr<nlohmann::json> Cancel(JobId id, absl::Time now);
   absl::StatusOr<nlohmann::json> Release(JobId id, absl::Time now);
+  // The job says it saved a checkpoint (`step` when it told one). Only a
+  // running or stopping job can; FailedPrecondition otherwise.
+  absl::StatusOr<nlohmann::json> Checkpoint(JobId id,
+                                            std::optional<int64_t> step,
+                                            absl::Time now);
   // Releases several held jobs with one write; `errors` gets one status per
   // id (OK: released).
   void ReleaseMany(const std::vector<JobId>& ids, absl::Time now,

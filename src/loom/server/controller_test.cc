@@ -202,6 +202,22 @@ TEST_F(ControllerTest, RestartPolicyRequeuesTheWholeGang) {
   EXPECT_EQ(State(1, 11), "failed");
 }
 
+TEST_F(ControllerTest, CheckpointsAreRecorded) {
+  Register(0, nlohmann::json::array(), 1);
+  ASSERT_TRUE(c_->Submit(Gang(8), "a", T(2)).ok());
+  EXPECT_EQ(c_->Checkpoint(1, 5, T(2)).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // not running yet
+  c_->Tick(T(2));
+  auto j = c_->Checkpoint(1, 120, T(3));
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_EQ((*j)["checkpoint"]["step"], 120);
+  EXPECT_EQ((*j)["checkpoint"]["run"], 0);
+  EXPECT_EQ(c_->Checkpoint(9, 1, T(3)).status().code(),
+            absl::StatusCode::kNotFound);
+  Make();  // durable
+  EXPECT_EQ((*c_->GetJob(1, T(4)))["checkpoint"]["step"], 120);
+}
+
 TEST_F(ControllerTest, CancelRunningAndPending) {
   Register(0, nlohmann::json::array(), 1);
   ASSERT_TRUE(c_->Submit(Gang(8), "a", T(2)).ok());

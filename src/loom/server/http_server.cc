@@ -199,6 +199,29 @@ void HttpServer::Routes() {
            ReplyResult(res, controller_->Cancel(*id, absl::Now()));
            Wake();
          });
+  s.Post(R"(/v1/jobs/(\d+)/checkpoint)", [this](const httplib::Request& req,
+                                                httplib::Response& res) {
+    absl::StatusOr<JobId> id = JobIdOf(req);
+    if (!id.ok()) return ReplyError(res, id.status());
+    std::optional<int64_t> step;
+    if (!req.body.empty()) {
+      nlohmann::json body = nlohmann::json::parse(req.body, nullptr, false);
+      if (body.is_discarded() || !body.is_object()) {
+        return ReplyError(
+            res, absl::InvalidArgumentError("body: must be a JSON object, e.g. "
+                                            "{\"step\": 120}, or empty"));
+      }
+      if (body.contains("step")) {
+        if (!body["step"].is_number_integer() ||
+            body["step"].get<int64_t>() < 0) {
+          return ReplyError(res, absl::InvalidArgumentError(
+                                     "step: must be a non-negative integer"));
+        }
+        step = body["step"].get<int64_t>();
+      }
+    }
+    ReplyResult(res, controller_->Checkpoint(*id, step, absl::Now()));
+  });
   s.Post("/v1/jobs/release", [this](const httplib::Request& req,
                                     httplib::Response& res) {
     // {"ids": [1, 2, ...]}: one write for all (`loom release --all`).

@@ -86,6 +86,11 @@ nlohmann::json JobRecordToJson(const JobRecord& j) {
   out["restart_count"] = j.restart_count;
   if (j.preempted) out["preempted"] = true;
   out["restarts_used"] = j.restarts_used;
+  if (j.checkpoint_time) {
+    out["checkpoint"] = {{"time", FormatTimestamp(*j.checkpoint_time)},
+                         {"run", j.checkpoint_run}};
+    if (j.checkpoint_step) out["checkpoint"]["step"] = *j.checkpoint_step;
+  }
   out["cancel_requested"] = j.cancel_requested;
   out["switch_level"] = j.switch_level;
   out["switch"] = j.switch_name;
@@ -146,6 +151,15 @@ absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& in) {
     j.restart_count = in.value("restart_count", 0);
     j.preempted = in.value("preempted", false);
     j.restarts_used = in.value("restarts_used", 0);
+    if (in.contains("checkpoint") && in["checkpoint"].is_object()) {
+      const nlohmann::json& c = in["checkpoint"];
+      absl::StatusOr<absl::Time> t =
+          ParseTimestamp(c.at("time").get<std::string>());
+      if (!t.ok()) return t.status();
+      j.checkpoint_time = *t;
+      j.checkpoint_run = c.value("run", 0);
+      if (c.contains("step")) j.checkpoint_step = c["step"].get<int64_t>();
+    }
     j.cancel_requested = in.value("cancel_requested", false);
     j.switch_level = in.value("switch_level", 0);
     j.switch_name = in.value("switch", "");

@@ -70,6 +70,10 @@ struct JobRecord {
   // Restarts after failures so far (at most `spec.restart.max`); preemptions
   // do not count. `restart_count` counts every new run (LOOM_RESTART_COUNT).
   int restarts_used = 0;
+  // The last checkpoint the job reported (`POST /v1/jobs/{id}/checkpoint`).
+  std::optional<absl::Time> checkpoint_time;
+  std::optional<int64_t> checkpoint_step;
+  int checkpoint_run = 0;  // the restart_count of the run that saved it
   // Placement while running and after: the switch level the gang spans.
   int switch_level = 0;
   std::string switch_name;
