@@ -75,11 +75,18 @@ stop_cluster() {
 jobs_json() { curl -sf "$LOOM_SERVER/v1/jobs" > "$1" || fail "GET /v1/jobs"; }
 
 # wait_running N: until N jobs have every task running (`running_time` set).
+# Polls lightly (one pending job at a time, then the full list every 0.5 s)
+# so as not to load the server it measures; the figures come from the
+# server's timestamps, not from when the poll noticed.
 wait_running() {
   for _ in $(seq 3000); do
+    curl -sf "$LOOM_SERVER/v1/jobs?state=pending,held&limit=1" | grep -q '"id"' || break
+    sleep 0.2
+  done
+  for _ in $(seq 600); do
     n=$(curl -sf "$LOOM_SERVER/v1/jobs?state=running" | grep -o '"running_time":"' | wc -l)
     [ "$n" -ge "$1" ] && return 0
-    sleep 0.1
+    sleep 0.5
   done
   fail "only $n of $1 jobs running after 300 s"
 }

@@ -174,15 +174,20 @@ void Controller::UpdateSchedulable(int node) {
 absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
                                                   const std::string& user,
                                                   absl::Time now) {
-  absl::MutexLock lock(&mu_);
   if (spec.user.empty()) spec.user = user.empty() ? "default" : user;
-  const JobId id = next_id_;
-  absl::StatusOr<JobRequest> req = ToJobRequest(spec, cluster_, id, now);
+  // Checks need no lock (the cluster is constant).
+  absl::StatusOr<JobRequest> req = ToJobRequest(spec, cluster_, 0, now);
   if (!req.ok()) return req.status();
   std::string why;
   if (!CouldEverRun(cluster_, req->shape, &why)) {
     return absl::FailedPreconditionError(absl::StrCat("infeasible: ", why));
   }
+  JobId id;
+  {
+    absl::MutexLock lock(&mu_);
+    id = next_id_++;  // an id whose write fails is skipped, never reused
+  }
+  req->id = id;
   JobRecord job;
   job.id = id;
   job.spec = std::move(spec);
@@ -190,12 +195,14 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
   job.submit_time = now;
   job.AddEvent(now, job.spec.hold ? "submitted held" : "submitted");
   // The job is on disk before anyone hears of its id; the id is unique
-  // because the key must not exist yet.
+  // because the key must not exist yet. Written without holding `mu_`, so
+  // that concurrent submissions share one sync (the store's group commit)
+  // and heartbeats do not wait for the disk.
   absl::StatusOr<int64_t> rev =
       store_->Commit({{JobKey(id), Condition::kMustNotExist}},
                      {Mutation::Put(JobKey(id), JobRecordToJson(job).dump())});
   if (!rev.ok()) return rev.status();
-  next_id_ = id + 1;
+  absl::MutexLock lock(&mu_);
   if (job.state == JobState::kPending) {
     absl::StatusOr<SubmitOutcome> out = scheduler_->Submit(*req, now);
     if (!out.ok()) return out.status();

@@ -404,13 +404,23 @@ void HttpServer::Wake() {
 
 void HttpServer::SchedulerLoop() {
   const auto tick = absl::ToChronoMilliseconds(options_.tick);
+  absl::Time last_pass = absl::InfinitePast();
   while (!stopping_) {
     {
       std::unique_lock<std::mutex> lock(mu_);
       wake_.wait_for(lock, tick, [this] { return woken_; });
+    }
+    const absl::Duration since = absl::Now() - last_pass;
+    if (since < options_.min_pass_interval) {
+      std::this_thread::sleep_for(
+          absl::ToChronoMicroseconds(options_.min_pass_interval - since));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
       woken_ = false;
     }
     if (stopping_) break;
+    last_pass = absl::Now();
     controller_->Tick(absl::Now());
     std::vector<AgentAction> actions = controller_->TakeActions();
     if (actions.empty()) continue;

@@ -23,6 +23,10 @@ struct HttpServerOptions {
   int port = 7000;  // 0: pick a free one
   // How often the scheduler runs when nothing wakes it earlier.
   absl::Duration tick = absl::Milliseconds(100);
+  // Least time between two passes: events arriving faster (a stream of
+  // submissions) are handled together by the next pass, which writes all
+  // its starts in one transaction.
+  absl::Duration min_pass_interval = absl::Milliseconds(10);
   int dispatch_threads = 4;
 };
 

@@ -431,20 +431,63 @@ absl::StatusOr<int64_t> SqliteStateStore::Commit(
   if (absl::Status s = ValidateCommit(conditions, mutations); !s.ok()) {
     return s;
   }
+  // Group commit, as LevelDB's writers do: commits that arrive while
+  // another is being written queue up; the one at the front writes the
+  // whole queue in one transaction (one sync), each commit under a
+  // savepoint of its own so that a failed condition undoes only that
+  // commit, and hands every waiter its result.
+  Writer w{&conditions, &mutations};
+  absl::MutexLock queue_lock(&queue_mu_);
+  writers_.push_back(&w);
+  while (!w.done && &w != writers_.front()) w.cv.Wait(&queue_mu_);
+  if (w.done) return w.result;
+  const size_t n = std::min(writers_.size(), kMaxGroup);
+  std::vector<Writer*> group(writers_.begin(), writers_.begin() + n);
+  queue_mu_.Unlock();
+  WriteGroup(group);
+  queue_mu_.Lock();
+  for (size_t i = 0; i < n; ++i) {
+    Writer* done = writers_.front();
+    writers_.pop_front();
+    if (done != &w) {
+      done->done = true;
+      done->cv.Signal();
+    }
+  }
+  if (!writers_.empty()) writers_.front()->cv.Signal();
+  return w.result;
+}
+
+void SqliteStateStore::WriteGroup(const std::vector<Writer*>& group) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = Run(kBeginWrite); !s.ok()) return s;
-  bool changed = false;
-  absl::StatusOr<int64_t> revision =
-      ApplyCommit(conditions, mutations, &changed);
-  if (!revision.ok() || !changed) {
+  if (absl::Status s = Run(kBeginWrite); !s.ok()) {
+    for (Writer* w : group) w->result = s;
+    return;
+  }
+  bool any_changed = false;
+  for (Writer* w : group) {
+    const bool alone = group.size() == 1;
+    if (!alone) sqlite3_exec(db_, "SAVEPOINT w", nullptr, nullptr, nullptr);
+    bool changed = false;
+    w->result = ApplyCommit(*w->conditions, *w->mutations, &changed);
+    if (!alone) {
+      if (!w->result.ok()) {
+        sqlite3_exec(db_, "ROLLBACK TO w", nullptr, nullptr, nullptr);
+      }
+      sqlite3_exec(db_, "RELEASE w", nullptr, nullptr, nullptr);
+    }
+    any_changed = any_changed || (w->result.ok() && changed);
+  }
+  if (!any_changed) {
     RollbackIfActive();
-    return revision;
+    return;
   }
   if (absl::Status s = Run(kCommitTxn); !s.ok()) {
     RollbackIfActive();
-    return s;
+    for (Writer* w : group) {
+      if (w->result.ok()) w->result = s;
+    }
   }
-  return revision;
 }
 
 absl::StatusOr<int64_t> SqliteStateStore::ApplyCommit(

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -137,6 +138,21 @@ class SqliteStateStore final : public StateStore {
   // Constant after construction.
   const std::string path_;
   const SqliteStateStoreOptions options_;
+
+  // A commit waiting in the group-commit queue (see `Commit`).
+  struct Writer {
+    const std::vector<Condition>* conditions;
+    const std::vector<Mutation>* mutations;
+    absl::StatusOr<int64_t> result = absl::UnknownError("not written");
+    bool done = false;
+    absl::CondVar cv;
+  };
+  static constexpr size_t kMaxGroup = 256;
+  // Writes `group` in one transaction, setting each writer's result.
+  void WriteGroup(const std::vector<Writer*>& group) ABSL_LOCKS_EXCLUDED(mu_);
+
+  absl::Mutex queue_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::deque<Writer*> writers_ ABSL_GUARDED_BY(queue_mu_);
 
   absl::Mutex mu_;
   sqlite3* const db_ ABSL_PT_GUARDED_BY(mu_);

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -511,6 +512,51 @@ TYPED_TEST(StateStoreTest, InvalidArgumentsChangeNothing) {
   EXPECT_EQ(kv.value.size(), static_cast<size_t>(StateStore::kMaxValueBytes));
   ASSERT_OK_AND_ASSIGN(kv, this->store_->Get(max_key));
   EXPECT_EQ(kv.value, "x");
+}
+
+// Many writers at once (the SQLite store writes them as groups): each
+// commit succeeds or fails on its own conditions only, and every successful
+// one gets a revision of its own.
+TYPED_TEST(StateStoreTest, ConcurrentCommitsKeepTheirOwnOutcome) {
+  constexpr int kThreads = 8;
+  constexpr int kRounds = 20;
+  StateStore* store = this->store_.get();
+  std::vector<std::vector<int64_t>> revisions(kThreads);
+  std::vector<int> won(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        // Everyone races for "race/r"; only one may create it.
+        absl::StatusOr<int64_t> a = store->Commit(
+            {{absl::StrCat("race/", r), Condition::kMustNotExist}},
+            {Mutation::Put(absl::StrCat("race/", r), absl::StrCat(t))});
+        if (a.ok()) {
+          ++won[t];
+          revisions[t].push_back(*a);
+        } else {
+          EXPECT_EQ(a.status().code(), absl::StatusCode::kFailedPrecondition);
+        }
+        // A key of its own always goes in.
+        absl::StatusOr<int64_t> b = store->Commit(
+            {}, {Mutation::Put(absl::StrCat("own/", t, "/", r), "x")});
+        ASSERT_TRUE(b.ok()) << b.status();
+        revisions[t].push_back(*b);
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  int total_won = 0;
+  std::set<int64_t> all;
+  for (int t = 0; t < kThreads; ++t) {
+    total_won += won[t];
+    for (int64_t rev : revisions[t]) EXPECT_TRUE(all.insert(rev).second) << rev;
+  }
+  EXPECT_EQ(total_won, kRounds);
+  EXPECT_EQ(all.size(), static_cast<size_t>(kRounds + kThreads * kRounds));
+  absl::StatusOr<std::vector<KeyValue>> own = store->List("own/");
+  ASSERT_TRUE(own.ok());
+  EXPECT_EQ(own->size(), static_cast<size_t>(kThreads * kRounds));
 }
 
 TYPED_TEST(StateStoreTest, ConcurrentCasIncrementsLoseNothing) {
