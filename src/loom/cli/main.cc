@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "CLI/CLI.hpp"
+#include "absl/synchronization/mutex.h"
 #include "loom/agent/agent_command.h"
 #include "loom/cli/dev_command.h"
 #include "loom/cli/job_commands.h"
@@ -11,6 +12,13 @@
 #include "loom/server/server_command.h"
 
 int main(int argc, char** argv) {
+#ifdef NDEBUG
+  // Debian's abseil checks every Mutex acquisition for lock-order cycles
+  // (its debug default); in the optimised binary that bookkeeping was a
+  // visible share of the agent's and server's CPU. Tests and the sanitizer
+  // build keep the checks.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+#endif
   CLI::App app{"loom: a GPU cluster scheduler and orchestrator", "loom"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "loom 0.1.0");
