@@ -7,6 +7,12 @@ using Step = GroupedQueue::Step;
 Step BackfillPass::Visit(const GroupedQueue::Entry& entry,
                          GroupedQueue::Group& group) {
   if (ctx_.state().TotalFreeGpus() == 0) {
+    // Nothing can start, but a job ahead of any reservation may still
+    // preempt.
+    if (!reserved_ && preempt_ && preemptions_ < kMaxPreemptions) {
+      ++preemptions_;
+      if (preempt_(entry.id)) return Step::kNext;
+    }
     // Say whether the GPUs are busy or there are no usable nodes at all.
     PendingReason full;
     full.code = PendingReason::Code::kNoSchedulableNodes;
@@ -23,6 +29,10 @@ Step BackfillPass::Visit(const GroupedQueue::Entry& entry,
   if (!reserved_) {
     // No reservation yet: this job is the head.
     if (ctx_.TryStart(entry.id, nullptr, &why)) return Step::kStarted;
+    if (preempt_ && preemptions_ < kMaxPreemptions) {
+      ++preemptions_;
+      if (preempt_(entry.id)) return Step::kNext;
+    }
     reservation_ = ctx_.Reserve(entry.id);
     reserved_ = true;
     // Jobs of the same shape behind the head cannot fit either.

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "loom/sched/grouped_queue.h"
@@ -17,6 +18,14 @@ namespace loom {
 class BackfillPass {
  public:
   explicit BackfillPass(SchedulingContext& ctx) : ctx_(ctx) {}
+
+  // Called for the head job when it cannot start, before it takes the
+  // reservation: returns true when it made room by preemption (or is
+  // waiting for victims to stop); the job then waits without a reservation.
+  // At most `kMaxPreemptions` calls per pass.
+  using PreemptFn = std::function<bool(JobId)>;
+  void set_preempt(PreemptFn fn) { preempt_ = std::move(fn); }
+  static constexpr int kMaxPreemptions = 4;
 
   // Offers the job at `entry` of `group` and says how the grouped queue
   // should go on: a group whose shape no longer fits is skipped for the rest
@@ -45,6 +54,8 @@ class BackfillPass {
   }
 
   SchedulingContext& ctx_;
+  PreemptFn preempt_;
+  int preemptions_ = 0;
   bool reserved_ = false;
   Reservation reservation_;
   // Groups whose next job could only have started on reserved nodes.

@@ -14,8 +14,32 @@ void FairSharePolicy::Remove(const SchedJob& job) {
   by_age_.erase({job.request.submit_time, job.request.id});
 }
 
+void FairSharePolicy::Started(const SchedJob& job) {
+  if (job.request.preemptible) victims_.insert(VictimKey(job));
+}
+
+void FairSharePolicy::Stopped(const SchedJob& job) {
+  if (job.request.preemptible) victims_.erase(VictimKey(job));
+}
+
 void FairSharePolicy::Schedule(SchedulingContext& ctx) {
   BackfillPass pass(ctx);
+  // A job that cannot start may preempt running preemptible jobs of a lower
+  // priority class (DESIGN.md section 4).
+  pass.set_preempt([&](JobId id) {
+    const int priority = ctx.job(id).request.priority;
+    std::vector<JobId> candidates;
+    for (const auto& [victim_priority, age, victim] : victims_) {
+      if (victim_priority >= priority ||
+          candidates.size() >= kMaxVictimCandidates) {
+        break;
+      }
+      if (ctx.job(victim).phase == JobPhase::kRunning) {
+        candidates.push_back(victim);
+      }
+    }
+    return ctx.PreemptFor(id, candidates);
+  });
   // A starving job goes first, so that it holds the reservation.
   if (!by_age_.empty()) {
     const JobId oldest = by_age_.begin()->second;

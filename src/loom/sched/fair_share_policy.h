@@ -1,5 +1,7 @@
 #pragma once
 
+#include <tuple>
+
 #include "absl/container/btree_set.h"
 #include "loom/sched/grouped_queue.h"
 #include "loom/sched/queue_policy.h"
@@ -25,6 +27,8 @@ class FairSharePolicy : public QueuePolicy {
   bool UsesReservations() const override { return true; }
   void Enqueue(const SchedJob& job) override;
   void Remove(const SchedJob& job) override;
+  void Started(const SchedJob& job) override;
+  void Stopped(const SchedJob& job) override;
   void Schedule(SchedulingContext& ctx) override;
   std::optional<PendingReason> SkippedReason(const SchedJob& job,
                                              uint64_t pass) const override;
@@ -34,10 +38,18 @@ class FairSharePolicy : public QueuePolicy {
     return {-job.request.priority, job.project, job.request.shape};
   }
 
+  static constexpr size_t kMaxVictimCandidates = 64;
+
   const absl::Duration starvation_age_;
   GroupedQueue queue_;
   // Every pending job by (submit, id): finds the oldest in O(1).
   absl::btree_set<std::pair<absl::Time, JobId>> by_age_;
+  // Running preemptible jobs, the preferred victims first: lowest priority,
+  // then the most recently started (the least work to lose).
+  static std::tuple<int, absl::Duration, JobId> VictimKey(const SchedJob& j) {
+    return {j.request.priority, absl::UnixEpoch() - j.start_time, j.request.id};
+  }
+  absl::btree_set<std::tuple<int, absl::Duration, JobId>> victims_;
 };
 
 }  // namespace loom

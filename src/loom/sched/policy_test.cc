@@ -157,6 +157,44 @@ TEST(Fair, PriorityClassFirst) {
   EXPECT_FALSE(Running(*s, 1));
 }
 
+TEST(Fair, HigherPriorityPreemptsPreemptibleJobsOnce) {
+  Cluster c = MakeCluster({{2, 0}}, 2, 8);
+  auto s = Make(c, "fair");
+  // Two preemptible low-priority jobs fill both nodes; job 3 is low
+  // priority but not preemptible, job 4 of equal priority may not preempt.
+  for (JobId id : {1, 2}) {
+    JobRequest spot = MakeJob(id, 1, 8, T(id));
+    spot.priority = 0;
+    spot.preemptible = true;
+    ASSERT_TRUE(s->Submit(spot, T(id)).ok());
+    s->Schedule(T(id));
+    ASSERT_TRUE(Running(*s, id));
+  }
+  JobRequest same = MakeJob(4, 1, 8, T(3));
+  same.priority = 0;
+  ASSERT_TRUE(s->Submit(same, T(3)).ok());
+  EXPECT_TRUE(s->Schedule(T(3)).preempted.empty());
+  // A high-priority job preempts the most recently started spot job.
+  JobRequest hi = MakeJob(5, 1, 8, T(4));
+  hi.priority = 1000;
+  ASSERT_TRUE(s->Submit(hi, T(4)).ok());
+  PassResult r = s->Schedule(T(4));
+  ASSERT_EQ(r.preempted.size(), 1u);
+  EXPECT_EQ(r.preempted[0].victim, 2);
+  EXPECT_EQ(r.preempted[0].for_job, 5);
+  EXPECT_NE(s->ExplainPending(5, T(4)).find("preempted"), std::string::npos)
+      << s->ExplainPending(5, T(4));
+  // While its victim stops (grace period), later passes stop nobody else.
+  EXPECT_TRUE(s->Schedule(T(5)).preempted.empty());
+  EXPECT_TRUE(s->Schedule(T(6)).preempted.empty());
+  EXPECT_TRUE(Running(*s, 1));
+  ASSERT_TRUE(s->Requeue(2, T(7)).ok());
+  s->Schedule(T(7));
+  EXPECT_TRUE(Running(*s, 5));
+  EXPECT_TRUE(Running(*s, 1));
+  EXPECT_EQ(s->Find(2)->phase, JobPhase::kPending);
+}
+
 TEST(Fair, StarvingGangGetsTheReservation) {
   // Two nodes. A light project keeps sending 1-node jobs; a heavy project's
   // 2-node gang must still start once it has waited past the starvation age.

@@ -224,6 +224,16 @@ bool Scheduler::Context::PreemptFor(JobId for_job,
                                     const std::vector<JobId>& candidates) {
   // How many node plans to try before giving up for this job in this pass.
   static constexpr size_t kMaxPlans = 64;
+  // Victims already stopping for this job: wait for them rather than stop
+  // more (they hold their GPUs through their grace period).
+  if (auto it = s_->awaiting_victims_.find(for_job);
+      it != s_->awaiting_victims_.end()) {
+    PendingReason why;
+    why.code = PendingReason::Code::kWaitingForPreemption;
+    why.other = it->second;
+    SetReason(for_job, why);
+    return true;
+  }
   const JobShape& shape = s_->jobs_.at(for_job).request.shape;
   ClusterState& st = s_->state_;
   const std::vector<GpuModelId> models = CandidateModels(s_->cluster_, shape);
@@ -251,9 +261,12 @@ bool Scheduler::Context::PreemptFor(JobId for_job,
 
   // A plan frees one node enough for the job: for a job that fits in a node,
   // enough GPUs for all of it; for a larger gang, the whole node. Its cost is
-  // the GPUs of the victims it stops (whole gangs count in full).
+  // the GPUs of the victims it stops (whole gangs count in full); between
+  // plans of equal cost, the one whose least preferred victim comes earliest
+  // in `candidates` (the policy's preference order) wins.
   struct Plan {
     int64_t cost;
+    int rank;
     int node;
     std::vector<int> victims;
   };
@@ -267,19 +280,20 @@ bool Scheduler::Context::PreemptFor(JobId for_job,
 
     const int need = one_node ? shape.TotalGpus() : st.NodeGpus(node);
     int free = st.FreeGpus(node);
-    Plan plan{0, node, {}};
+    Plan plan{0, 0, node, {}};
     for (int idx : list) {
       if (free >= need) break;
       for (const TaskPlacement& t : cand[idx]->placement.tasks) {
         if (t.node == node) free += std::popcount(t.gpu_mask);
       }
       plan.cost += cand[idx]->request.shape.TotalGpus();
+      plan.rank = std::max(plan.rank, idx);
       plan.victims.push_back(idx);
     }
     if (free >= need) plans.push_back(std::move(plan));
   }
   std::sort(plans.begin(), plans.end(), [](const Plan& a, const Plan& b) {
-    return std::tie(a.cost, a.node) < std::tie(b.cost, b.node);
+    return std::tie(a.cost, a.rank, a.node) < std::tie(b.cost, b.rank, b.node);
   });
   if (plans.size() > kMaxPlans) plans.resize(kMaxPlans);
 
@@ -314,6 +328,7 @@ bool Scheduler::Context::PreemptFor(JobId for_job,
     result_->preempted.push_back({vj->request.id, for_job});
     ++victims;
   }
+  if (victims > 0) s_->awaiting_victims_[for_job] += victims;
   PendingReason why;
   why.code = PendingReason::Code::kWaitingForPreemption;
   why.other = victims;
@@ -380,6 +395,12 @@ void Scheduler::StopRunning(SchedJob& job, absl::Time now) {
   job.attained_gpu_seconds = job.AttainedAt(now);
   state_.Release(job.request.id, job.placement, job.request.shape);
   job.placement = Placement{};
+  if (job.preempted_by != 0) {
+    auto it = awaiting_victims_.find(job.preempted_by);
+    if (it != awaiting_victims_.end() && --it->second <= 0) {
+      awaiting_victims_.erase(it);
+    }
+  }
   job.preempted_by = 0;
   running_count_ -= 1;
   policy_->Stopped(job);

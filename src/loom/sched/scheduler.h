@@ -126,6 +126,8 @@ class Scheduler {
   std::unique_ptr<QueuePolicy> policy_;
   ClusterState state_;
   absl::node_hash_map<JobId, SchedJob> jobs_;
+  // Per preempting job, how many of its victims are still stopping.
+  absl::flat_hash_map<JobId, int> awaiting_victims_;
   std::vector<ProjectUsage> projects_;
   absl::flat_hash_map<std::string, int> project_index_;
   int pending_count_ = 0;
