@@ -549,7 +549,7 @@ TEST_F(TaskLauncherTest, RecoverFindsATaskFromTheShimsPidFile) {
     ASSERT_TRUE(handle.ok()) << handle.status();
     pid = handle->pid;
   }
-  agent_internal::TaskRecord starting;
+  agent_internal::TaskFileRecord starting;
   starting.task_id = "8.3";
   starting.phase = "starting";
   ASSERT_TRUE(
@@ -574,7 +574,7 @@ TEST_F(TaskLauncherTest, RecoverFindsATaskFromTheShimsPidFile) {
   EXPECT_EQ((*infos)[1].state, TaskInfo::State::kLost);
   EXPECT_THAT((*infos)[1].reason, HasSubstr("while launching"));
   // The record was completed.
-  absl::StatusOr<agent_internal::TaskRecord> record =
+  absl::StatusOr<agent_internal::TaskFileRecord> record =
       agent_internal::TaskRecordFromJson(ReadFile(state_dir() + "/8.3.json"));
   ASSERT_TRUE(record.ok());
   EXPECT_EQ(record->phase, "running");
@@ -632,7 +632,7 @@ TEST_F(TaskLauncherTest, ReusedPidIsNotAdopted) {
   // A record whose pids are alive (this test process) but started at another
   // time: the processes it names are gone and the pids were reused.
   const uint64_t my_start = agent_internal::ProcStartTicks(::getpid()).value();
-  agent_internal::TaskRecord record;
+  agent_internal::TaskFileRecord record;
   record.task_id = "10.0";
   record.phase = "running";
   record.pid = ::getpid();
@@ -900,7 +900,7 @@ TEST(TaskFilesTest, ExitLinesAndRecordsRoundTrip) {
   EXPECT_FALSE(agent_internal::ParseExitLine("exited").ok());
   EXPECT_FALSE(agent_internal::ParseExitLine("crashed 3").ok());
 
-  agent_internal::TaskRecord r;
+  agent_internal::TaskFileRecord r;
   r.task_id = "1.2";
   r.phase = "running";
   r.pid = 10;
@@ -911,7 +911,7 @@ TEST(TaskFilesTest, ExitLinesAndRecordsRoundTrip) {
   r.argv = {"python3", "train.py"};
   r.cgroup.dirs = {"/x"};
   r.cgroup.limits_applied = false;
-  absl::StatusOr<agent_internal::TaskRecord> back =
+  absl::StatusOr<agent_internal::TaskFileRecord> back =
       agent_internal::TaskRecordFromJson(agent_internal::TaskRecordToJson(r));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->pid, 10);

@@ -36,7 +36,7 @@ using agent_internal::ReadWholeFile;
 using agent_internal::SpawnPlan;
 using agent_internal::SpawnReport;
 using agent_internal::SpawnStage;
-using agent_internal::TaskRecord;
+using agent_internal::TaskFileRecord;
 
 constexpr char kDefaultSearchPath[] = "/bin:/usr/bin";
 constexpr size_t kMaxTaskIdLength = 200;
@@ -463,7 +463,7 @@ absl::StatusOr<ShimTaskLauncher::Task> ShimTaskLauncher::LaunchUnlocked(
   std::sort(plan.keep_fds.begin(), plan.keep_fds.end());
 
   // The record exists before the shim does.
-  TaskRecord record;
+  TaskFileRecord record;
   record.task_id = id;
   record.phase = "starting";
   record.argv = spec.argv;
@@ -565,7 +565,7 @@ absl::StatusOr<ShimTaskLauncher::Task> ShimTaskLauncher::LaunchUnlocked(
 
 bool ShimTaskLauncher::Refresh(Task& task) {
   if (task.state != TaskInfo::State::kRunning) return false;
-  const TaskRecord& r = task.record;
+  const TaskFileRecord& r = task.record;
   const std::string& id = r.task_id;
 
   // The shim first: it writes the exit file before it exits, so once it is
@@ -650,9 +650,9 @@ ShimTaskLauncher::Task ShimTaskLauncher::Load(const std::string& task_id) {
   task.record.task_id = task_id;
   const std::string json_path = PathFor(task_id, ".json");
   absl::StatusOr<std::string> text = ReadWholeFile(json_path);
-  absl::StatusOr<TaskRecord> record =
+  absl::StatusOr<TaskFileRecord> record =
       text.ok() ? agent_internal::TaskRecordFromJson(*text)
-                : absl::StatusOr<TaskRecord>(text.status());
+                : absl::StatusOr<TaskFileRecord>(text.status());
   if (record.ok() && record->task_id != task_id) {
     record = absl::InvalidArgumentError(
         absl::StrCat("it names task \"", record->task_id, "\""));
@@ -723,7 +723,7 @@ ShimTaskLauncher::~ShimTaskLauncher() {
 
 TaskInfo ShimTaskLauncher::InfoOf(const Task& task) const {
   TaskInfo info;
-  const TaskRecord& r = task.record;
+  const TaskFileRecord& r = task.record;
   info.task_id = r.task_id;
   info.state = task.state;
   info.pid = r.pid;
@@ -809,7 +809,7 @@ std::vector<TaskEvent> ShimTaskLauncher::Poll() {
   for (auto& [id, task] : tasks_) {
     if (task.state == TaskInfo::State::kRunning && task.kill_deadline &&
         now >= *task.kill_deadline) {
-      const TaskRecord& r = task.record;
+      const TaskFileRecord& r = task.record;
       // Only while the group is ours: its leader still exists (a zombie
       // included), or members are left and no exit was recorded.
       if (ProbeProcess(r.pid, r.start_ticks) != ProcessStatus::kGone ||

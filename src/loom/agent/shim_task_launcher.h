@@ -87,7 +87,7 @@ class ShimTaskLauncher : public TaskLauncher {
 
  private:
   struct Task {
-    agent_internal::TaskRecord record;
+    agent_internal::TaskFileRecord record;
     TaskInfo::State state = TaskInfo::State::kRunning;
     bool adopted = false;
     // The end was returned by `Poll` or `Recover`.

@@ -163,9 +163,9 @@ absl::StatusOr<PidRecord> ParsePidLine(std::string_view text) {
       absl::StrCat("bad pid record \"", std::string(text), "\""));
 }
 
-std::string TaskRecordToJson(const TaskRecord& r) {
+std::string TaskRecordToJson(const TaskFileRecord& r) {
   Json j;
-  j["version"] = TaskRecord::kVersion;
+  j["version"] = TaskFileRecord::kVersion;
   j["task_id"] = r.task_id;
   j["phase"] = r.phase;
   j["pid"] = r.pid;
@@ -187,15 +187,15 @@ std::string TaskRecordToJson(const TaskRecord& r) {
   return j.dump(2) + "\n";
 }
 
-absl::StatusOr<TaskRecord> TaskRecordFromJson(std::string_view text) {
+absl::StatusOr<TaskFileRecord> TaskRecordFromJson(std::string_view text) {
   Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError("not a JSON object");
   }
   try {
-    TaskRecord r;
+    TaskFileRecord r;
     const int version = j.value("version", 0);
-    if (version != TaskRecord::kVersion) {
+    if (version != TaskFileRecord::kVersion) {
       return absl::InvalidArgumentError(
           absl::StrCat("unsupported version ", version));
     }

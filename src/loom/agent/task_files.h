@@ -77,7 +77,7 @@ struct PidRecord {
 absl::StatusOr<PidRecord> ParsePidLine(std::string_view text);
 
 // The task record (<task_id>.json).
-struct TaskRecord {
+struct TaskFileRecord {
   static constexpr int kVersion = 1;
 
   std::string task_id;
@@ -97,8 +97,8 @@ struct TaskRecord {
   CgroupPlacement cgroup;
 };
 
-std::string TaskRecordToJson(const TaskRecord& record);
-absl::StatusOr<TaskRecord> TaskRecordFromJson(std::string_view text);
+std::string TaskRecordToJson(const TaskFileRecord& record);
+absl::StatusOr<TaskFileRecord> TaskRecordFromJson(std::string_view text);
 
 // Writes `contents` to `path` through `path.tmp`, fsync and rename, so that
 // readers see the old file or the new one, never a part.

@@ -333,7 +333,7 @@ absl::StatusOr<nlohmann::json> Controller::GetJob(JobId id,
   return JobJson(it->second, now);
 }
 
-nlohmann::json Controller::ListJobs(const JobFilter& f, absl::Time now) const {
+nlohmann::json Controller::ListJobs(const JobQuery& f, absl::Time now) const {
   absl::MutexLock lock(&mu_);
   nlohmann::json out = nlohmann::json::array();
   for (const auto& [id, job] : jobs_) {

@@ -47,7 +47,7 @@ struct AgentAction {
 };
 
 // Filters of `ListJobs`; empty means any.
-struct JobFilter {
+struct JobQuery {
   std::vector<JobState> states;
   std::string project;
   std::string user;
@@ -85,7 +85,7 @@ class Controller {
   void ReleaseMany(const std::vector<JobId>& ids, absl::Time now,
                    std::vector<absl::Status>* errors);
   absl::StatusOr<nlohmann::json> GetJob(JobId id, absl::Time now) const;
-  nlohmann::json ListJobs(const JobFilter& filter, absl::Time now) const;
+  nlohmann::json ListJobs(const JobQuery& filter, absl::Time now) const;
   // Where a task of a job runs, for logs: (agent address, task id).
   absl::StatusOr<std::pair<std::string, std::string>> TaskLocation(
       JobId id, int task) const;

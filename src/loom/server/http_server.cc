@@ -161,7 +161,7 @@ void HttpServer::Routes() {
       });
   s.Get("/v1/jobs", [this](const httplib::Request& req,
                            httplib::Response& res) {
-    JobFilter f;
+    JobQuery f;
     if (req.has_param("state")) {
       for (absl::string_view s :
            absl::StrSplit(req.get_param_value("state"), ',')) {
