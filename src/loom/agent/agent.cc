@@ -33,8 +33,10 @@
 #include "absl/time/clock.h"
 #include "httplib.h"
 #include "loom/agent/fake_task_launcher.h"
+#include "loom/agent/health_check.h"
 #include "loom/agent/shim_task_launcher.h"
 #include "loom/agent/task_files.h"
+#include "loom/common/units.h"
 
 namespace loom {
 namespace {
@@ -577,8 +579,18 @@ class Agent::Impl {
     // soon rather than after a whole interval.
     bool report_pending = false;
 
+    // Fencing (docs/fault-tolerance.md): the send time of the last
+    // heartbeat (or registration) the server answered, and how long the
+    // node may go without one before its tasks are killed (the server's
+    // `fence_after_ms`; zero: never). Guarded by `Impl::sched_mu_`.
+    absl::Time last_ack_sent = absl::InfinitePast();
+    absl::Duration fence_after = absl::ZeroDuration();
+    bool fenced = false;
+
     std::atomic<bool> registered_flag{false};
+    // Injected faults (`POST /v1/faults`).
     std::atomic<bool> drop_heartbeats{false};
+    std::atomic<uint32_t> failed_gpus{0};  // bit i: emulated GPU i failed
     // Used by the node's worker thread only.
     std::string last_problem;
   };
@@ -607,6 +619,12 @@ class Agent::Impl {
 
   // Threads.
   void SuperviseLoop();
+  void HealthLoop();
+  // Kills the tasks of nodes that went `fence_after` without an answered
+  // heartbeat.
+  void FenceNodes();
+  // The node's health problems: the host's (last round) and its failed GPUs.
+  json HealthJson(const Node& node) const;
   void WorkerLoop(Worker& worker);
 
   // Tasks.
@@ -690,6 +708,15 @@ class Agent::Impl {
   std::atomic<bool> shut_down_{false};
   std::thread listen_thread_;
   std::thread supervise_thread_;
+  std::thread health_thread_;
+  // Finds real GPUs for health checks (null when emulated).
+  std::unique_ptr<GpuProbe> owned_probe_;
+  GpuProbe* probe_ = nullptr;
+  int expected_gpus_ = 0;
+  mutable absl::Mutex health_mu_;
+  std::vector<std::string> host_problems_ ABSL_GUARDED_BY(health_mu_);
+  // Injected delay of every agent API answer but `/v1/faults` (slow agent).
+  std::atomic<int64_t> api_delay_ms_{0};
   std::vector<std::unique_ptr<Worker>> workers_;
 
   mutable absl::Mutex sched_mu_;
@@ -779,6 +806,13 @@ absl::Status Agent::Impl::Init() {
                        "8xH200 (or 8xA100, COUNTxMODEL[:MEMORY])"));
     }
     real_gpus = std::move(*gpus);
+    if (options_.gpu_probe == nullptr) {
+      owned_probe_ = std::make_unique<NvmlGpuProbe>();
+      probe_ = owned_probe_.get();
+    } else {
+      probe_ = options_.gpu_probe;
+    }
+    expected_gpus_ = static_cast<int>(real_gpus.size());
     if (real_gpus.empty()) {
       Log("warn", "", "NVML found no GPUs on this host");
     }
@@ -1065,6 +1099,9 @@ absl::Status Agent::Impl::Start() {
     w->thread = std::thread([this, w] { WorkerLoop(*w); });
   }
   supervise_thread_ = std::thread([this] { SuperviseLoop(); });
+  if (options_.health_interval > absl::ZeroDuration()) {
+    health_thread_ = std::thread([this] { HealthLoop(); });
+  }
   Log("info", "",
       absl::StrCat(
           "agent listening on ", address_, "; ", n,
@@ -1107,6 +1144,7 @@ void Agent::Impl::Shutdown() {
     if (worker->thread.joinable()) worker->thread.join();
   }
   if (supervise_thread_.joinable()) supervise_thread_.join();
+  if (health_thread_.joinable()) health_thread_.join();
   Log("info", "", "agent stopped; tasks keep running");
 }
 
@@ -1116,10 +1154,103 @@ void Agent::Impl::Shutdown() {
 void Agent::Impl::SuperviseLoop() {
   while (!stopping_.load()) {
     for (auto& node : nodes_) PollNode(*node);
+    FenceNodes();
     absl::MutexLock lock(&sched_mu_);
     if (stopping_.load()) break;
     sched_cv_.WaitWithTimeout(&sched_mu_, options_.poll_interval);
   }
+}
+
+void Agent::Impl::FenceNodes() {
+  const absl::Time now = absl::Now();
+  for (auto& node : nodes_) {
+    absl::Duration silent;
+    {
+      absl::MutexLock lock(&sched_mu_);
+      if (node->fenced || node->fence_after <= absl::ZeroDuration() ||
+          node->last_ack_sent == absl::InfinitePast() ||
+          now - node->last_ack_sent <= node->fence_after) {
+        continue;
+      }
+      node->fenced = true;
+      silent = now - node->last_ack_sent;
+    }
+    // The server declares this node down soon (its heartbeat timeout is
+    // longer than `fence_after`) and runs the node's jobs elsewhere: kill
+    // the tasks first, so that no job runs twice.
+    int killed = 0;
+    {
+      absl::MutexLock lock(&node->mu);
+      for (auto& [id, unit] : node->units) {
+        if (unit.launching) {
+          unit.stop_after_launch =
+              std::make_pair(SIGKILL, absl::ZeroDuration());
+          ++killed;
+          continue;
+        }
+        if (Summarize(unit).state != "running") continue;
+        StopUnitLocked(*node, unit, SIGKILL, absl::ZeroDuration());
+        ++killed;
+      }
+    }
+    Log("warn", node->name,
+        absl::StrCat("fenced: no heartbeat answered for ",
+                     FormatDurationShort(silent), " (limit ",
+                     FormatDurationShort(node->fence_after), "); killed ",
+                     killed, " task(s) so that no job runs twice"));
+  }
+}
+
+void Agent::Impl::HealthLoop() {
+  std::vector<std::string> last;
+  while (!stopping_.load()) {
+    std::vector<std::string> problems =
+        CheckDataDir(options_.data_dir, options_.min_free_disk_bytes);
+    if (!options_.health_command.empty()) {
+      absl::Status st =
+          RunHealthCommand(options_.health_command, options_.health_timeout);
+      if (!st.ok()) problems.push_back(Str(st.message()));
+    }
+    if (probe_ != nullptr) {
+      for (std::string& p : CheckGpus(*probe_, expected_gpus_)) {
+        problems.push_back(std::move(p));
+      }
+    }
+    if (problems != last) {
+      Log(problems.empty() ? "info" : "warn", "",
+          problems.empty() ? std::string("health checks pass")
+                           : absl::StrCat("health checks fail: ",
+                                          absl::StrJoin(problems, "; ")));
+      {
+        absl::MutexLock lock(&health_mu_);
+        host_problems_ = problems;
+      }
+      for (auto& node : nodes_) ReportSoon(*node);
+      last = std::move(problems);
+    }
+    // `sched_cv_` is signalled for other reasons too: wait out the round.
+    const absl::Time next = absl::Now() + options_.health_interval;
+    absl::MutexLock lock(&sched_mu_);
+    while (!stopping_.load() && absl::Now() < next) {
+      sched_cv_.WaitWithDeadline(&sched_mu_, next);
+    }
+  }
+}
+
+json Agent::Impl::HealthJson(const Node& node) const {
+  json problems = json::array();
+  {
+    absl::MutexLock lock(&health_mu_);
+    for (const std::string& p : host_problems_) problems.push_back(p);
+  }
+  const uint32_t failed = node.failed_gpus.load();
+  for (const GpuDevice& gpu : node.gpus) {
+    if (gpu.index < 32 && (failed & (1u << gpu.index)) != 0) {
+      problems.push_back(absl::StrCat("GPU ", gpu.index, " (", gpu.uuid,
+                                      ") failed (injected fault)"));
+    }
+  }
+  return {{"ok", problems.empty()}, {"problems", std::move(problems)}};
 }
 
 void Agent::Impl::PollNode(Node& node) {
@@ -1697,6 +1828,7 @@ json Agent::Impl::RegistrationBody(Node& node,
           {"memory_bytes", node.host.memory_bytes},
           {"gpus", std::move(gpus)},
           {"emulated", node.emulated},
+          {"health", HealthJson(node)},
           {"tasks", TaskStatuses(node, ended_ids)}};
 }
 
@@ -1707,6 +1839,7 @@ void Agent::Impl::Register(Worker& worker, Node& node) {
   }
   std::vector<std::string> ended;
   const json body = RegistrationBody(node, &ended);
+  const absl::Time sent = absl::Now();
   ServerReply reply = Post(worker, "/v1/agents/register", body);
   if (!reply.answered) {
     Problem(node, absl::StrCat("cannot register: no server answers (",
@@ -1730,8 +1863,16 @@ void Agent::Impl::Register(Worker& worker, Node& node) {
       if (ms && *ms >= 10 && *ms <= 600000) interval = absl::Milliseconds(*ms);
     }
   }
+  absl::Duration fence_after = absl::ZeroDuration();
+  if (reply.body.is_object() && reply.body.contains("fence_after_ms")) {
+    std::optional<int64_t> ms = AsInt(reply.body["fence_after_ms"]);
+    if (ms && *ms > 0) fence_after = absl::Milliseconds(*ms);
+  }
   {
     absl::MutexLock lock(&sched_mu_);
+    node.last_ack_sent = sent;
+    node.fence_after = fence_after;
+    node.fenced = false;
     node.registered = true;
     node.interval = interval;
     node.backoff = kInitialBackoff;
@@ -1760,6 +1901,7 @@ void Agent::Impl::Heartbeat(Worker& worker, Node& node) {
   }
   std::vector<std::string> ended;
   const json body = {{"name", node.name},
+                     {"health", HealthJson(node)},
                      {"tasks", TaskStatuses(node, &ended)}};
   const absl::Time sent = absl::Now();
   ServerReply reply = Post(worker, "/v1/agents/heartbeat", body);
@@ -1779,6 +1921,11 @@ void Agent::Impl::Heartbeat(Worker& worker, Node& node) {
     return;
   }
   if (reply.status == 200) {
+    {
+      absl::MutexLock lock(&sched_mu_);
+      node.last_ack_sent = sent;
+      node.fenced = false;
+    }
     if (!node.last_problem.empty()) {
       node.last_problem.clear();
       Log("info", node.name,
@@ -1938,6 +2085,12 @@ void Agent::Impl::InstallRoutes() {
   using httplib::Response;
   auto route = [this](void (Impl::*handler)(const Request&, Response&)) {
     return [this, handler](const Request& req, Response& res) {
+      // An injected slow agent (`POST /v1/faults` delay_ms); never the
+      // fault route itself, so that the fault can be lifted.
+      if (const int64_t ms = api_delay_ms_.load();
+          ms > 0 && handler != &Impl::HandleFaults) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      }
       Guarded(res, [&] { (this->*handler)(req, res); });
     };
   };
@@ -2356,11 +2509,37 @@ void Agent::Impl::HandleFaults(const httplib::Request& req,
                                httplib::Response& res) {
   std::optional<json> body = ObjectBody(req, res);
   if (!body) return;
-  auto drop = body->find("drop_heartbeats");
-  if (drop == body->end() || !drop->is_boolean()) {
+  // Checked in full before anything changes.
+  static constexpr const char* kKeys[] = {
+      "node", "drop_heartbeats", "fail_gpu", "heal_gpu", "delay_ms", "exit",
+      "clear"};
+  bool any = false;
+  for (const auto& [key, value] : body->items()) {
+    if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) {
+          return key == k;
+        }) == std::end(kKeys)) {
+      SendError(res, 400, "invalid_argument",
+                absl::StrCat("unknown fault '", key,
+                             "'; known: drop_heartbeats, fail_gpu, heal_gpu, "
+                             "delay_ms, exit, clear"),
+                key);
+      return;
+    }
+    if (key != "node") any = true;
+  }
+  if (!any) {
     SendError(res, 400, "invalid_argument",
-              "drop_heartbeats: must be true or false", "drop_heartbeats");
+              "no fault given (drop_heartbeats, fail_gpu, heal_gpu, delay_ms, "
+              "exit or clear)",
+              "body");
     return;
+  }
+  for (const char* key : {"drop_heartbeats", "exit", "clear"}) {
+    if (body->contains(key) && !(*body)[key].is_boolean()) {
+      SendError(res, 400, "invalid_argument",
+                absl::StrCat(key, ": must be true or false"), key);
+      return;
+    }
   }
   std::string name = req.get_param_value("node");
   if (auto it = body->find("node");
@@ -2378,13 +2557,85 @@ void Agent::Impl::HandleFaults(const httplib::Request& req,
     }
     nodes.push_back(*node);
   }
-  for (Node* node : nodes) {
-    if (node->drop_heartbeats.exchange(drop->get<bool>()) !=
-        drop->get<bool>()) {
-      Log("info", node->name,
-          drop->get<bool>() ? "fault injection: dropping heartbeats"
-                            : "fault injection: heartbeats resume");
+  std::optional<int64_t> delay;
+  if (body->contains("delay_ms")) {
+    delay = AsInt((*body)["delay_ms"]);
+    if (!delay || *delay < 0 || *delay > 60000) {
+      SendError(res, 400, "invalid_argument",
+                "delay_ms: must be a whole number of milliseconds from 0 to "
+                "60000",
+                "delay_ms");
+      return;
     }
+  }
+  std::optional<int> fail_gpu, heal_gpu;
+  for (const char* key : {"fail_gpu", "heal_gpu"}) {
+    if (!body->contains(key)) continue;
+    std::optional<int64_t> g = AsInt((*body)[key]);
+    if (!options_.emulation) {
+      SendError(res, 409, "failed_precondition",
+                absl::StrCat(key,
+                             ": only emulated GPUs can be failed or "
+                             "healed (this agent uses NVML)"),
+                key);
+      return;
+    }
+    if (!g || *g < 0 || *g >= static_cast<int64_t>(nodes[0]->gpus.size()) ||
+        *g >= 32) {
+      SendError(res, 400, "invalid_argument",
+                absl::StrCat(key, ": must be a GPU index from 0 to ",
+                             nodes[0]->gpus.size() - 1),
+                key);
+      return;
+    }
+    (std::string(key) == "fail_gpu" ? fail_gpu : heal_gpu) =
+        static_cast<int>(*g);
+  }
+  const bool clear = body->value("clear", false);
+  if (clear) {
+    api_delay_ms_.store(0);
+    for (Node* node : nodes) {
+      node->drop_heartbeats.store(false);
+      node->failed_gpus.store(0);
+      Log("info", node->name, "fault injection: all faults cleared");
+      ReportSoon(*node);
+    }
+  }
+  if (auto drop = body->find("drop_heartbeats"); drop != body->end()) {
+    for (Node* node : nodes) {
+      if (node->drop_heartbeats.exchange(drop->get<bool>()) !=
+          drop->get<bool>()) {
+        Log("info", node->name,
+            drop->get<bool>() ? "fault injection: dropping heartbeats"
+                              : "fault injection: heartbeats resume");
+      }
+    }
+  }
+  if (fail_gpu || heal_gpu) {
+    for (Node* node : nodes) {
+      if (fail_gpu) node->failed_gpus.fetch_or(1u << *fail_gpu);
+      if (heal_gpu) node->failed_gpus.fetch_and(~(1u << *heal_gpu));
+      Log("warn", node->name,
+          fail_gpu ? absl::StrCat("fault injection: GPU ", *fail_gpu, " failed")
+                   : absl::StrCat("fault injection: GPU ", *heal_gpu,
+                                  " healthy again"));
+      ReportSoon(*node);
+    }
+  }
+  if (delay) {
+    api_delay_ms_.store(*delay);
+    Log("info", "",
+        absl::StrCat("fault injection: agent API answers delayed by ", *delay,
+                     " ms"));
+  }
+  if (body->value("exit", false)) {
+    // The agent dies as if killed (its tasks keep running, as after a
+    // crash): after this answer is on its way.
+    Log("warn", "", "fault injection: the agent kills itself (SIGKILL)");
+    std::thread([] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      kill(getpid(), SIGKILL);
+    }).detach();
   }
   SendJson(res, 200, {{"ok", true}, {"nodes", nodes.size()}});
 }

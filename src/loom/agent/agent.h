@@ -73,6 +73,17 @@ struct AgentOptions {
   // the grace.
   int stop_signal = SIGTERM;
   absl::Duration stop_grace = absl::Seconds(10);
+  // Health checks (docs/fault-tolerance.md, "Health"), every this long on a
+  // thread of their own; zero: none. Problems go to the server with each
+  // heartbeat; the server drains a node that has any.
+  absl::Duration health_interval = absl::Seconds(10);
+  // An operator check run with `/bin/sh -c` each round (`--health-check`);
+  // a non-zero exit makes the node unhealthy, with the first line of its
+  // output as the reason. Empty: none.
+  std::string health_command;
+  absl::Duration health_timeout = absl::Seconds(30);
+  // The data disk is unhealthy with less than this free.
+  int64_t min_free_disk_bytes = int64_t{256} << 20;
   // How often the launcher is polled for ended tasks.
   absl::Duration poll_interval = absl::Milliseconds(100);
   // Threads that register and heartbeat (each owns a share of the nodes and

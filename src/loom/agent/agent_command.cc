@@ -92,6 +92,24 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentFlags* f) {
       ->add_option("--stop-grace,--stop-signal-grace", f->stop_grace,
                    "Time between the stop signal and SIGKILL")
       ->capture_default_str();
+  agent->add_option(
+      "--health-check", f->health_check,
+      "Operator health check, run with /bin/sh -c every --health-interval: "
+      "a non-zero exit drains the node, its first output line is the reason");
+  agent
+      ->add_option("--health-interval", f->health_interval,
+                   "How often health checks run (data disk, GPUs, "
+                   "--health-check); 0 turns them off")
+      ->capture_default_str();
+  agent
+      ->add_option("--health-timeout", f->health_timeout,
+                   "A --health-check command running longer fails")
+      ->capture_default_str();
+  agent
+      ->add_option("--min-free-disk", f->min_free_disk,
+                   "The node is unhealthy with less free space under "
+                   "--data-dir")
+      ->capture_default_str();
   return agent;
 }
 
@@ -188,6 +206,31 @@ absl::StatusOr<AgentOptions> AgentOptionsFromFlags(const AgentFlags& f) {
         "--stop-grace: '", f.stop_grace, "' is not a duration (e.g. 10s)"));
   }
   options.stop_grace = *grace;
+  options.health_command = f.health_check;
+  absl::StatusOr<absl::Duration> health = ParseDuration(f.health_interval);
+  if (f.health_interval == "0") health = absl::ZeroDuration();
+  if (!health.ok() || *health < absl::ZeroDuration() ||
+      (*health > absl::ZeroDuration() && *health < absl::Milliseconds(100))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--health-interval: '", f.health_interval,
+                     "' must be 0 (off) or a duration of at least 100ms"));
+  }
+  options.health_interval = *health;
+  absl::StatusOr<absl::Duration> health_timeout =
+      ParseDuration(f.health_timeout);
+  if (!health_timeout.ok() || *health_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--health-timeout: '", f.health_timeout,
+                     "' must be a positive duration (e.g. 30s)"));
+  }
+  options.health_timeout = *health_timeout;
+  absl::StatusOr<int64_t> min_free = ParseBytes(f.min_free_disk);
+  if (!min_free.ok() || *min_free < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--min-free-disk: '", f.min_free_disk,
+                     "' is not a size (e.g. 256Mi, 10Gi)"));
+  }
+  options.min_free_disk_bytes = *min_free;
   return options;
 }
 

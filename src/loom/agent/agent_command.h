@@ -23,8 +23,12 @@ struct AgentFlags {
   int names_from = 0;              // --names-from K
   bool fake_tasks = false;         // --fake-tasks
   std::string heartbeat_interval;  // --heartbeat-interval ("": the server's)
-  std::string stop_signal = "TERM";  // --stop-signal
-  std::string stop_grace = "10s";    // --stop-grace, --stop-signal-grace
+  std::string stop_signal = "TERM";     // --stop-signal
+  std::string stop_grace = "10s";       // --stop-grace, --stop-signal-grace
+  std::string health_check;             // --health-check CMD
+  std::string health_interval = "10s";  // --health-interval (0: no checks)
+  std::string health_timeout = "30s";   // --health-timeout
+  std::string min_free_disk = "256Mi";  // --min-free-disk
 };
 
 // Registers `agent` on `app`; `flags` must outlive the parse.

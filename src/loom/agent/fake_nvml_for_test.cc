@@ -4,6 +4,7 @@
 // two "NVIDIA H200" GPUs.
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace {
@@ -78,6 +79,19 @@ int nvmlDeviceGetMemoryInfo(void* device, nvmlMemory_st* memory) {
   memory->total = 150754820096ULL;  // what an H200 reports (140.4 GiB)
   memory->used = 0;
   memory->free = memory->total;
+  return 0;
+}
+
+// Uncorrected volatile ECC errors: GPU 1 reports the count in
+// LOOM_FAKE_NVML_ECC (default 0), so tests can make one GPU unhealthy.
+int nvmlDeviceGetTotalEccErrors(void* device, int error_type, int counter_type,
+                                unsigned long long* count) {
+  if (device == nullptr || count == nullptr) return 2;
+  if (error_type != 1 || counter_type != 0) return 3;  // NOT_SUPPORTED
+  const char* env = std::getenv("LOOM_FAKE_NVML_ECC");
+  *count = static_cast<FakeDevice*>(device)->index == 1 && env != nullptr
+               ? std::strtoull(env, nullptr, 10)
+               : 0;
   return 0;
 }
 

@@ -43,6 +43,11 @@ using NvmlGetCountFn = NvmlReturn (*)(unsigned int*);
 using NvmlGetHandleFn = NvmlReturn (*)(unsigned int, NvmlDevice*);
 using NvmlGetStringFn = NvmlReturn (*)(NvmlDevice, char*, unsigned int);
 using NvmlGetMemoryFn = NvmlReturn (*)(NvmlDevice, NvmlMemory*);
+// nvmlDeviceGetTotalEccErrors(device, nvmlMemoryErrorType_t,
+// nvmlEccCounterType_t, unsigned long long*).
+using NvmlGetEccFn = NvmlReturn (*)(NvmlDevice, int, int, unsigned long long*);
+constexpr int kNvmlMemoryErrorUncorrected = 1;  // ..._TYPE_UNCORRECTED
+constexpr int kNvmlVolatileEcc = 0;             // NVML_VOLATILE_ECC
 
 class DlHandle {
  public:
@@ -123,6 +128,8 @@ absl::StatusOr<std::vector<GpuDevice>> NvmlGpuProbe::Probe() {
   auto get_uuid = Symbol<NvmlGetStringFn>(lib.get(), "nvmlDeviceGetUUID");
   auto get_memory =
       Symbol<NvmlGetMemoryFn>(lib.get(), "nvmlDeviceGetMemoryInfo");
+  // Optional: GPUs without ECC answer NVML_ERROR_NOT_SUPPORTED.
+  auto get_ecc = Symbol<NvmlGetEccFn>(lib.get(), "nvmlDeviceGetTotalEccErrors");
   const std::pair<const char*, bool> required[] = {
       {"nvmlInit_v2", init != nullptr},
       {"nvmlShutdown", shutdown != nullptr},
@@ -189,6 +196,12 @@ absl::StatusOr<std::vector<GpuDevice>> NvmlGpuProbe::Probe() {
     gpu.uuid = uuid;
     gpu.memory_bytes = static_cast<int64_t>(
         std::min<unsigned long long>(memory.total, INT64_MAX));
+    unsigned long long ecc = 0;
+    if (get_ecc != nullptr && get_ecc(device, kNvmlMemoryErrorUncorrected,
+                                      kNvmlVolatileEcc, &ecc) == kNvmlSuccess) {
+      gpu.ecc_uncorrected =
+          static_cast<int64_t>(std::min<unsigned long long>(ecc, INT64_MAX));
+    }
     gpus.push_back(std::move(gpu));
   }
   shutdown();

@@ -20,6 +20,9 @@ struct GpuDevice {
   std::string name;          // the product name NVML gives: "NVIDIA H200"
   std::string uuid;          // "GPU-..."
   int64_t memory_bytes = 0;  // total framebuffer memory
+  // Uncorrected ECC errors since the driver loaded (NVML's volatile
+  // counter); -1 when not known (emulated, no ECC, or an old driver).
+  int64_t ecc_uncorrected = -1;
 };
 
 // Finds the GPUs of this host.
@@ -40,8 +43,9 @@ class GpuProbe {
 // "libnvidia-ml.so.1", found through the dynamic loader's search path) and
 // calls `nvmlInit_v2`, `nvmlDeviceGetCount_v2`,
 // `nvmlDeviceGetHandleByIndex_v2`, `nvmlDeviceGetName`, `nvmlDeviceGetUUID`,
-// `nvmlDeviceGetMemoryInfo` and `nvmlShutdown`. The library is loaded for
-// each `Probe` and closed again.
+// `nvmlDeviceGetMemoryInfo` and `nvmlShutdown`, and where the library has it
+// `nvmlDeviceGetTotalEccErrors` (uncorrected, volatile). The library is loaded
+// for each `Probe` and closed again.
 class NvmlGpuProbe : public GpuProbe {
  public:
   explicit NvmlGpuProbe(std::string library = "libnvidia-ml.so.1");

@@ -654,6 +654,62 @@ int NodeAction(const Verb& v) {
   return kExitOk;
 }
 
+// `loom chaos ACTION TARGET [VALUE]`: fault injection for drills and tests.
+int Chaos(const Verb& v) {
+  const std::string& action = v.flags.chaos_action;
+  const std::string& target = v.flags.chaos_target;
+  const std::string& value = v.flags.chaos_value;
+  Json fault;
+  int64_t n = 0;
+  if (action == "kill-task") {
+    int64_t job = 0;
+    if (!absl::SimpleAtoi(target, &job) || job <= 0) {
+      return v.Fail(kExitUsage, "kill-task: give a job ID");
+    }
+    fault = {{"action", "kill_task"}, {"job", job}, {"task", v.flags.task}};
+  } else if (action == "kill-agent" || action == "freeze" || action == "thaw" ||
+             action == "heal") {
+    fault = {{"action", action == "kill-agent" ? "kill_agent"
+                        : action == "freeze"   ? "freeze_heartbeats"
+                        : action == "thaw"     ? "thaw_heartbeats"
+                                               : "heal"},
+             {"node", target}};
+  } else if (action == "fail-gpu" || action == "heal-gpu") {
+    if (!absl::SimpleAtoi(value, &n) || n < 0) {
+      return v.Fail(kExitUsage, absl::StrCat(action, ": give NODE GPU_INDEX"));
+    }
+    fault = {{"action", action == "fail-gpu" ? "fail_gpu" : "heal_gpu"},
+             {"node", target},
+             {"gpu", n}};
+  } else if (action == "slow") {
+    absl::StatusOr<absl::Duration> d = ParseDuration(value);
+    if (!d.ok() || *d < absl::ZeroDuration()) {
+      return v.Fail(kExitUsage,
+                    "slow: give NODE DELAY (e.g. 500ms; 0 ends the delay)");
+    }
+    fault = {{"action", "slow_agent"},
+             {"node", target},
+             {"delay_ms", absl::ToInt64Milliseconds(*d)}};
+  } else {
+    return v.Fail(kExitUsage,
+                  absl::StrCat("unknown chaos action '", action,
+                               "': kill-agent, freeze, thaw, kill-task, "
+                               "fail-gpu, heal-gpu, slow, heal"));
+  }
+  std::unique_ptr<ApiClient> client = MakeClient(v);
+  if (client == nullptr) return kExitUsage;
+  absl::StatusOr<Json> answer = client->Chaos(fault);
+  if (!answer.ok()) return v.Fail(kExitFailed, answer.status());
+  v.out() << "chaos: " << action << " " << target
+          << (value.empty() ? "" : " " + value) << ": done"
+          << (action == "kill-task"
+                  ? absl::StrCat(" (task ", v.flags.task, " on node ",
+                                 Str(*answer, "node"), ")")
+                  : std::string())
+          << "\n";
+  return kExitOk;
+}
+
 int Projects(const Verb& v) {
   std::unique_ptr<ApiClient> client = MakeClient(v);
   if (client == nullptr) return kExitUsage;
@@ -1103,6 +1159,13 @@ std::string FormatJobDetails(const nlohmann::json& job, absl::Time now) {
     add("Exit code", code);
   }
   add("Restarts", Cell(job, "restart_count"));
+  if (std::optional<int64_t> by = Int(job, "preempted_by")) {
+    add("Preempted by", absl::StrCat("job ", *by));
+  }
+  if (std::optional<int64_t> requeues = Int(job, "requeues");
+      requeues && *requeues > 0) {
+    add("Requeues", absl::StrCat(*requeues));
+  }
   if (const Json* c = Field(job, "checkpoint");
       c != nullptr && c->is_object()) {
     std::string line = TimeAndAgo(*c, "time", now);
@@ -1269,6 +1332,19 @@ void AddJobCommands(CLI::App& app, JobCommandFlags* f) {
     verb->add_option("node", f->node, "Node name")->required();
   }
 
+  CLI::App* chaos = AddVerb(
+      app, f, "chaos",
+      "Inject a fault (drills and tests): kill-agent NODE, freeze NODE "
+      "(drop its heartbeats: a partition), thaw NODE, kill-task JOB "
+      "[--task N], fail-gpu NODE GPU (emulated GPUs), heal-gpu NODE GPU, "
+      "slow NODE DELAY (agent answers late), heal NODE (lift all)");
+  chaos->add_option("action", f->chaos_action, "The fault")->required();
+  chaos->add_option("target", f->chaos_target, "A node name, or a job ID")
+      ->required();
+  chaos->add_option("value", f->chaos_value, "GPU index, or delay");
+  chaos->add_option("--task", f->task, "kill-task: the task (default 0)")
+      ->check(CLI::NonNegativeNumber);
+
   CLI::App* projects =
       AddVerb(app, f, "projects", "List projects: quota, weight, usage");
   AddOutputFlag(projects, f, {"json", "yaml"});
@@ -1294,6 +1370,7 @@ int RunJobCommand(std::string_view verb, const JobCommandFlags& flags,
     return NodeAction(v);
   }
   if (verb == "projects") return Projects(v);
+  if (verb == "chaos") return Chaos(v);
   return v.Fail(kExitUsage, "unknown verb");
 }
 

@@ -1,8 +1,9 @@
 #pragma once
 
 // The client verbs of `loom`: submit, run, release, queue, show, logs,
-// cancel, nodes, cordon, uncordon, drain, projects. Each talks to the server
-// through `ApiClient` (docs/api.md); docs/cli.md documents them for users.
+// cancel, checkpoint, nodes, cordon, uncordon, drain, projects, chaos. Each
+// talks to the server through `ApiClient` (docs/api.md); docs/cli.md documents
+// them for users.
 //
 // Exit codes: 0 success; 1 the request failed at the server or on the
 // network; 2 bad usage or a bad input file. `loom run --wait` exits with the
@@ -67,6 +68,10 @@ struct JobCommandFlags {
   bool stderr_stream = false;
   // cordon, uncordon, drain
   std::string node;
+  // chaos ACTION TARGET [VALUE]
+  std::string chaos_action;
+  std::string chaos_target;
+  std::string chaos_value;
 
   // Filled by `AddJobCommands`: each verb's name and subcommand.
   std::vector<std::pair<std::string, CLI::App*>> verbs;

@@ -534,6 +534,10 @@ absl::StatusOr<nlohmann::json> ApiClient::DrainNode(std::string_view name) {
   return NodeAction(name, "drain");
 }
 
+absl::StatusOr<nlohmann::json> ApiClient::Chaos(const nlohmann::json& fault) {
+  return Call("POST", "/v1/chaos", fault.dump());
+}
+
 absl::StatusOr<nlohmann::json> ApiClient::ListProjects() {
   return Call("GET", "/v1/projects", "");
 }

@@ -122,6 +122,10 @@ class ApiClient {
   absl::StatusOr<nlohmann::json> UncordonNode(std::string_view name);
   absl::StatusOr<nlohmann::json> DrainNode(std::string_view name);
 
+  // POST /v1/chaos (fault injection): `fault` is the request body,
+  // {"action": ..., "node"|"job": ..., ...}.
+  absl::StatusOr<nlohmann::json> Chaos(const nlohmann::json& fault);
+
   // GET /v1/projects. Returns {"projects": [...]}.
   absl::StatusOr<nlohmann::json> ListProjects();
 

@@ -42,6 +42,7 @@ constexpr int64_t kMaxNodes = 10000;
 constexpr int64_t kMaxCoresPerTask = 100000;
 constexpr int64_t kMaxMemoryPerTask = int64_t{1} << 50;  // 1 PiB
 constexpr int64_t kMaxRestarts = 1000;
+constexpr int64_t kMaxRequeues = 1000000;
 constexpr absl::Duration kMaxTimeLimit = absl::Hours(24 * 365);
 constexpr absl::Duration kMaxGrace = absl::Hours(24);
 constexpr size_t kMaxNameLength = 63;
@@ -360,7 +361,10 @@ class JobSpecParser : public yaml::Reader {
   absl::Status ParseEnv(const Field& field, JobSpec* spec);
   absl::Status ParseLabels(const Field& field, JobSpec* spec) const;
   absl::Status ParseCheckpoint(const Field& field, JobSpec* spec) const;
-  absl::Status ParseRestart(const Field& field, JobSpec* spec) const;
+  // `restart` and `requeue`: {max, backoff}; `requeue.max` may also be
+  // "unlimited" (-1).
+  absl::Status ParseRetry(const Field& field, bool requeue,
+                          RestartSpec* out) const;
   absl::Status ParseCancel(const Field& field, JobSpec* spec) const;
 
   size_t argv_env_bytes_ = 0;
@@ -803,23 +807,28 @@ absl::Status JobSpecParser::ParseCheckpoint(const Field& field,
   return absl::OkStatus();
 }
 
-absl::Status JobSpecParser::ParseRestart(const Field& field,
-                                         JobSpec* spec) const {
+absl::Status JobSpecParser::ParseRetry(const Field& field, bool requeue,
+                                       RestartSpec* out) const {
   absl::StatusOr<MapNode> map =
       ReadFields(field.value, field.key, {"max", "backoff"});
   if (!map.ok()) return map.status();
   if (const Field* f = map->Find("max"); f != nullptr) {
-    absl::StatusOr<int64_t> max =
-        ReadInt(f->value, ChildPath(map->path, "max"), 0, kMaxRestarts);
-    if (!max.ok()) return max.status();
-    spec->restart.max = static_cast<int>(*max);
+    if (requeue && f->value.IsScalar() && f->value.Scalar() == "unlimited") {
+      out->max = -1;
+    } else {
+      absl::StatusOr<int64_t> max =
+          ReadInt(f->value, ChildPath(map->path, "max"), 0,
+                  requeue ? kMaxRequeues : kMaxRestarts);
+      if (!max.ok()) return max.status();
+      out->max = static_cast<int>(*max);
+    }
   }
   if (const Field* f = map->Find("backoff"); f != nullptr) {
     absl::StatusOr<absl::Duration> backoff =
         ReadBoundedDuration(f->value, ChildPath(map->path, "backoff"),
                             absl::ZeroDuration(), kMaxGrace);
     if (!backoff.ok()) return backoff.status();
-    spec->restart.backoff = *backoff;
+    out->backoff = *backoff;
   }
   return absl::OkStatus();
 }
@@ -870,7 +879,7 @@ absl::StatusOr<JobSpec> JobSpecParser::Parse(const YAML::Node& root) {
       root, "",
       {"name", "project", "user", "kind", "priority", "preemptible", "tasks",
        "resources", "command", "env", "working_dir", "time_limit", "checkpoint",
-       "restart", "cancel", "hold", "labels"});
+       "restart", "requeue", "cancel", "hold", "labels"});
   if (!map.ok()) return map.status();
 
   JobSpec spec;
@@ -946,7 +955,14 @@ absl::StatusOr<JobSpec> JobSpecParser::Parse(const YAML::Node& root) {
     if (absl::Status st = ParseCheckpoint(*f, &spec); !st.ok()) return st;
   }
   if (const Field* f = map->Find("restart"); f != nullptr) {
-    if (absl::Status st = ParseRestart(*f, &spec); !st.ok()) return st;
+    if (absl::Status st = ParseRetry(*f, false, &spec.restart); !st.ok()) {
+      return st;
+    }
+  }
+  if (const Field* f = map->Find("requeue"); f != nullptr) {
+    if (absl::Status st = ParseRetry(*f, true, &spec.requeue); !st.ok()) {
+      return st;
+    }
   }
   if (const Field* f = map->Find("cancel"); f != nullptr) {
     if (absl::Status st = ParseCancel(*f, &spec); !st.ok()) return st;
@@ -1166,6 +1182,9 @@ std::string JobSpecToJson(const JobSpec& spec) {
   j["checkpoint"] = std::move(checkpoint);
   j["restart"] = {{"max", spec.restart.max},
                   {"backoff", FormatDurationExact(spec.restart.backoff)}};
+  j["requeue"] = {{"max", spec.requeue.max < 0 ? Json("unlimited")
+                                               : Json(spec.requeue.max)},
+                  {"backoff", FormatDurationExact(spec.requeue.backoff)}};
   j["cancel"] = {{"signal", SignalName(spec.cancel_signal)},
                  {"grace", FormatDurationExact(spec.cancel_grace)}};
   j["hold"] = spec.hold;

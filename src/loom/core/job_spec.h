@@ -71,6 +71,11 @@ struct JobSpec {
   std::optional<absl::Duration> time_limit;  // nullopt: none
   CheckpointSpec checkpoint;
   RestartSpec restart;
+  // What happens to the job when it is preempted or moved off an unhealthy
+  // node: queued again after `backoff`, at most `max` times (-1: no limit,
+  // the default; 0: never, the job then fails). Requeues do not use up
+  // `restart.max`.
+  RestartSpec requeue{-1, absl::ZeroDuration()};
   int cancel_signal = SIGTERM;
   absl::Duration cancel_grace = absl::Seconds(30);
   bool hold = false;  // submitted held: not scheduled until released

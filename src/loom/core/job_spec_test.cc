@@ -344,6 +344,14 @@ TEST(ParseJobSpec, ExampleFilesParseAndConvert) {
   EXPECT_THAT(batch->command[2], StartsWith("set -e\nfor ckpt in"));
   EXPECT_TRUE(batch->hold);
   EXPECT_TRUE(batch->preemptible);
+  EXPECT_EQ(batch->requeue.max, 20);
+  EXPECT_EQ(batch->requeue.backoff, absl::Seconds(30));
+  EXPECT_EQ(train->requeue.max, -1);  // the default: no limit
+
+  absl::StatusOr<JobSpec> unlimited =
+      ParseJobSpec("name: x\ncommand: [a]\nrequeue: {max: unlimited}\n", "u");
+  ASSERT_TRUE(unlimited.ok()) << unlimited.status();
+  EXPECT_EQ(unlimited->requeue.max, -1);
 }
 
 TEST(JobSpecToJson, RoundTrip) {
@@ -378,6 +386,7 @@ TEST(JobSpecToJson, Format) {
             R"("env":{"HF_HOME":"/data/hf"},"time_limit":"12h",)"
             R"("checkpoint":{"dir":"/ckpt/retriever-ft","signal":"SIGUSR1",)"
             R"("grace":"2m"},"restart":{"max":3,"backoff":"10s"},)"
+            R"("requeue":{"max":"unlimited","backoff":"0s"},)"
             R"("cancel":{"signal":"SIGTERM","grace":"30s"},"hold":false,)"
             R"("labels":{}})");
   const std::string everything = JobSpecToJson(EverythingSpec());
@@ -543,6 +552,9 @@ TEST(ParseJobSpec, FieldErrors) {
        "signal, grace)"},
       {Minimal("restart: {max: 1001}\n"), "1001", 0,
        "restart.max: must be between 0 and 1000, got 1001"},
+      {Minimal("requeue: {max: many}\n"), "many", 0, "requeue.max: "},
+      {Minimal("requeue: {max: 1, wait: 1s}\n"), "wait", 0,
+       "requeue.wait: unknown field 'wait' (expected one of: max, backoff)"},
       {Minimal("restart: {max: 1, backoff: soon}\n"), "soon", 0,
        "restart.backoff: 'soon' is not a duration"},
       {Minimal("cancel: {grace: 3}\ncancel: {grace: 4}\n"), "cancel: {grace: 4",

@@ -1,5 +1,8 @@
 #include "loom/sched/fair_share_policy.h"
 
+#include <algorithm>
+#include <tuple>
+
 #include "loom/sched/backfill.h"
 
 namespace loom {
@@ -25,19 +28,28 @@ void FairSharePolicy::Stopped(const SchedJob& job) {
 void FairSharePolicy::Schedule(SchedulingContext& ctx) {
   BackfillPass pass(ctx);
   // A job that cannot start may preempt running preemptible jobs of a lower
-  // priority class (DESIGN.md section 4).
+  // priority class (DESIGN.md section 4). The preferred victims lose the
+  // least work: the fewest GPU-seconds since their last checkpoint, then
+  // the lowest priority, then the newest.
   pass.set_preempt([&](JobId id) {
     const int priority = ctx.job(id).request.priority;
-    std::vector<JobId> candidates;
+    std::vector<std::tuple<double, int, absl::Duration, JobId>> ranked;
     for (const auto& [victim_priority, age, victim] : victims_) {
-      if (victim_priority >= priority ||
-          candidates.size() >= kMaxVictimCandidates) {
+      if (victim_priority >= priority || ranked.size() >= kMaxVictimScan) {
         break;
       }
-      if (ctx.job(victim).phase == JobPhase::kRunning) {
-        candidates.push_back(victim);
+      const SchedJob& v = ctx.job(victim);
+      if (v.phase == JobPhase::kRunning) {
+        ranked.emplace_back(v.WorkAtRisk(ctx.now()), victim_priority, age,
+                            victim);
       }
     }
+    const size_t keep = std::min(ranked.size(), kMaxVictimCandidates);
+    std::partial_sort(ranked.begin(), ranked.begin() + keep, ranked.end());
+    std::vector<JobId> candidates;
+    candidates.reserve(keep);
+    for (size_t i = 0; i < keep; ++i)
+      candidates.push_back(std::get<3>(ranked[i]));
     return ctx.PreemptFor(id, candidates);
   });
   // A starving job goes first, so that it holds the reservation.

@@ -39,6 +39,8 @@ class FairSharePolicy : public QueuePolicy {
   }
 
   static constexpr size_t kMaxVictimCandidates = 64;
+  // Running preemptible jobs looked at per preemption attempt.
+  static constexpr size_t kMaxVictimScan = 4096;
 
   const absl::Duration starvation_age_;
   GroupedQueue queue_;

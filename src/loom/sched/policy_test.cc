@@ -195,6 +195,43 @@ TEST(Fair, HigherPriorityPreemptsPreemptibleJobsOnce) {
   EXPECT_EQ(s->Find(2)->phase, JobPhase::kPending);
 }
 
+TEST(Fair, VictimIsTheJobThatLosesTheLeastWorkSinceItsCheckpoint) {
+  Cluster c = MakeCluster({{2, 0}}, 2, 8);
+  auto s = Make(c, "fair");
+  // Job 1 started first but checkpointed just now; job 2 started later and
+  // never checkpointed: stopping job 1 loses less.
+  for (JobId id : {1, 2}) {
+    JobRequest spot = MakeJob(id, 1, 8, T(id * 10));
+    spot.priority = 0;
+    spot.preemptible = true;
+    ASSERT_TRUE(s->Submit(spot, T(id * 10)).ok());
+    s->Schedule(T(id * 10));
+    ASSERT_TRUE(Running(*s, id));
+  }
+  s->ReportCheckpoint(1, T(95));
+  EXPECT_DOUBLE_EQ(s->Find(1)->WorkAtRisk(T(100)), 8 * 5.0);
+  EXPECT_DOUBLE_EQ(s->Find(2)->WorkAtRisk(T(100)), 8 * 80.0);
+  JobRequest hi = MakeJob(3, 1, 8, T(100));
+  hi.priority = 1000;
+  ASSERT_TRUE(s->Submit(hi, T(100)).ok());
+  PassResult r = s->Schedule(T(100));
+  ASSERT_EQ(r.preempted.size(), 1u);
+  EXPECT_EQ(r.preempted[0].victim, 1);
+  // Without the checkpoint, the newest job would lose less.
+  auto s2 = Make(c, "fair");
+  for (JobId id : {1, 2}) {
+    JobRequest spot = MakeJob(id, 1, 8, T(id * 10));
+    spot.priority = 0;
+    spot.preemptible = true;
+    ASSERT_TRUE(s2->Submit(spot, T(id * 10)).ok());
+    s2->Schedule(T(id * 10));
+  }
+  ASSERT_TRUE(s2->Submit(hi, T(100)).ok());
+  r = s2->Schedule(T(100));
+  ASSERT_EQ(r.preempted.size(), 1u);
+  EXPECT_EQ(r.preempted[0].victim, 2);
+}
+
 TEST(Fair, StarvingGangGetsTheReservation) {
   // Two nodes. A light project keeps sending 1-node jobs; a heavy project's
   // 2-node gang must still start once it has waited past the starvation age.

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -37,8 +38,19 @@ struct SchedJob {
   double attained_gpu_seconds = 0;
   int runs = 0;            // how many times it started
   JobId preempted_by = 0;  // set while stopping
+  // When the job last reported a saved checkpoint (`ReportCheckpoint`).
+  absl::Time checkpoint_time = absl::InfinitePast();
   PendingReason reason;
   uint64_t reason_pass = 0;  // pass that set `reason`
+
+  // GPU-seconds of the current run since its last checkpoint (all of the
+  // run without one): the work a preemption at `now` would throw away.
+  double WorkAtRisk(absl::Time now) const {
+    if (phase == JobPhase::kPending) return 0;
+    const absl::Time since = std::max(start_time, checkpoint_time);
+    return request.shape.TotalGpus() *
+           std::max(0.0, absl::ToDoubleSeconds(now - since));
+  }
 
   // GPU-seconds received up to `now`, counting the current run.
   double AttainedAt(absl::Time now) const {

@@ -544,6 +544,11 @@ PassResult Scheduler::Schedule(absl::Time now) {
   return result;
 }
 
+void Scheduler::ReportCheckpoint(JobId id, absl::Time at) {
+  auto it = jobs_.find(id);
+  if (it != jobs_.end()) it->second.checkpoint_time = at;
+}
+
 const SchedJob* Scheduler::Find(JobId id) const {
   auto it = jobs_.find(id);
   return it == jobs_.end() ? nullptr : &it->second;

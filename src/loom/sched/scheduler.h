@@ -91,6 +91,10 @@ class Scheduler {
                        absl::Time start_time, double attained_gpu_seconds,
                        absl::Time now);
 
+  // The job saved a checkpoint at `at`: preemption prefers the victims that
+  // lose the least work (`SchedJob::WorkAtRisk`). Unknown ids are ignored.
+  void ReportCheckpoint(JobId id, absl::Time at);
+
   // Cordons (false) or uncordons (true) a node: an unschedulable node gets no
   // new work; jobs already there keep running (the caller decides).
   void SetNodeSchedulable(int node, bool schedulable);

@@ -59,6 +59,7 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
   std::unique_ptr<Controller> c(
       new Controller(std::move(cluster), store, options));
   absl::MutexLock lock(&c->mu_);
+  c->created_ = now;
   c->scheduler_ = std::make_unique<Scheduler>(c->cluster_, *std::move(policy),
                                               options.scheduler_options);
   c->nodes_.resize(c->cluster_.nodes.size());
@@ -86,6 +87,7 @@ absl::Status Controller::Load(absl::Time now) {
     nodes_[n].cordoned = j.value("cordoned", false);
     nodes_[n].draining = j.value("draining", false);
     nodes_[n].reason = j.value("reason", "");
+    nodes_[n].unhealthy = j.value("unhealthy", false);
   }
   absl::StatusOr<std::vector<KeyValue>> jobs = store_->List("/jobs/");
   if (!jobs.ok()) return jobs.status();
@@ -157,8 +159,10 @@ absl::Status Controller::Persist(const std::vector<const JobRecord*>& jobs) {
 
 absl::Status Controller::PersistNode(int node) {
   const Node& n = nodes_[node];
-  nlohmann::json j = {
-      {"cordoned", n.cordoned}, {"draining", n.draining}, {"reason", n.reason}};
+  nlohmann::json j = {{"cordoned", n.cordoned},
+                      {"draining", n.draining},
+                      {"unhealthy", n.unhealthy},
+                      {"reason", n.reason}};
   absl::StatusOr<int64_t> rev = store_->Commit(
       {}, {Mutation::Put(absl::StrCat(kNodePrefix, cluster_.nodes[node].name),
                          j.dump())});
@@ -167,8 +171,9 @@ absl::Status Controller::PersistNode(int node) {
 
 void Controller::UpdateSchedulable(int node) {
   const Node& n = nodes_[node];
-  scheduler_->SetNodeSchedulable(
-      node, n.state == Node::State::kUp && !n.cordoned && !n.draining);
+  scheduler_->SetNodeSchedulable(node, n.state == Node::State::kUp &&
+                                           !n.suspect && !n.cordoned &&
+                                           !n.draining);
 }
 
 absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
@@ -314,6 +319,7 @@ absl::StatusOr<nlohmann::json> Controller::Checkpoint(
   job.checkpoint_time = now;
   job.checkpoint_step = step;
   job.checkpoint_run = job.restart_count;
+  scheduler_->ReportCheckpoint(id, now);
   job.AddEvent(now, step ? absl::StrCat("checkpoint saved (step ", *step, ")")
                          : std::string("checkpoint saved"));
   if (absl::Status st = Persist({&job}); !st.ok()) {
@@ -350,6 +356,18 @@ nlohmann::json Controller::ListJobs(const JobQuery& f, absl::Time now) const {
     if (f.limit > 0 && static_cast<int>(out.size()) >= f.limit) break;
   }
   return {{"jobs", std::move(out)}};
+}
+
+absl::StatusOr<std::string> Controller::NodeAddress(
+    const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  const int n = NodeIndex(name);
+  if (n < 0) return absl::NotFoundError(absl::StrCat("no node '", name, "'"));
+  if (nodes_[n].address.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", name, " has never registered: no agent address"));
+  }
+  return nodes_[n].address;
 }
 
 absl::StatusOr<std::pair<std::string, std::string>> Controller::TaskLocation(
@@ -513,17 +531,33 @@ void Controller::FinishJob(JobRecord& job, absl::Time now) {
   }
   (void)scheduler_->Finish(job.id, now);
   const bool preempted = job.preempted && !job.cancel_requested;
-  if (preempted || (!ok && !job.cancel_requested &&
-                    job.restarts_used < job.spec.restart.max)) {
+  const bool requeue_left =
+      job.spec.requeue.max < 0 || job.requeues < job.spec.requeue.max;
+  if (preempted && !requeue_left) {
+    // Asked to stop, so its exit code says nothing: it did not finish.
+    ok = false;
+    job.reason = absl::StrCat(
+        job.reason, "; not requeued: requeue.max (", job.spec.requeue.max,
+        job.spec.requeue.max == 1 ? " time" : " times", ") reached");
+    if (job.exit_code == 0) job.exit_code = 1;
+  }
+  if ((preempted && requeue_left) ||
+      (!preempted && !ok && !job.cancel_requested &&
+       job.restarts_used < job.spec.restart.max)) {
     // The restart policy: the whole gang goes back to the queue after the
     // backoff, with LOOM_RESTART_COUNT one higher and new task ids. A
-    // preempted job goes back at once and does not use up its restarts.
+    // preempted (or moved) job follows `requeue` and does not use up its
+    // restarts.
     const std::string why = job.reason.empty()
                                 ? absl::StrCat("exit code ", *job.exit_code)
                                 : job.reason;
     const absl::Duration wait =
-        preempted ? absl::ZeroDuration() : job.spec.restart.backoff;
-    if (!preempted) ++job.restarts_used;
+        preempted ? job.spec.requeue.backoff : job.spec.restart.backoff;
+    if (preempted) {
+      ++job.requeues;
+    } else {
+      ++job.restarts_used;
+    }
     ++job.restart_count;
     job.preempted = false;
     job.state = JobState::kPending;
@@ -661,13 +695,20 @@ absl::StatusOr<nlohmann::json> Controller::Register(const nlohmann::json& body,
   node.emulated = body.value("emulated", false);
   node.last_heartbeat = now;
   node.state = Node::State::kUp;
+  node.suspect = false;
+  if (node.reason.rfind("no heartbeat", 0) == 0 ||
+      node.reason.rfind("no agent registered", 0) == 0) {
+    node.reason.clear();
+  }
   std::vector<const JobRecord*> dirty;
   nlohmann::json reply = TaskReports(
       name, body.value("tasks", nlohmann::json::array()), true, now, &dirty);
   UpdateSchedulable(n);
+  ApplyHealth(n, body, now, &dirty);
   (void)Persist(dirty);
   reply["heartbeat_interval_ms"] =
       absl::ToInt64Milliseconds(options_.heartbeat_interval);
+  reply["fence_after_ms"] = absl::ToInt64Milliseconds(options_.fence_after);
   return reply;
 }
 
@@ -687,9 +728,14 @@ absl::StatusOr<nlohmann::json> Controller::Heartbeat(const nlohmann::json& body,
         absl::StrCat("node ", name, " is not registered; register again"));
   }
   node.last_heartbeat = now;
+  if (node.suspect) {
+    node.suspect = false;
+    UpdateSchedulable(n);
+  }
   std::vector<const JobRecord*> dirty;
   nlohmann::json reply = TaskReports(
       name, body.value("tasks", nlohmann::json::array()), false, now, &dirty);
+  ApplyHealth(n, body, now, &dirty);
   if (absl::Status st = Persist(dirty); !st.ok()) {
     // Do not acknowledge exits that are not on disk: the agent reports
     // them again.
@@ -773,24 +819,35 @@ void Controller::Tick(absl::Time now) {
     dirty.push_back(&job);
     backoff_.erase(it++);
   }
-  // Liveness.
+  // Liveness: silent nodes are suspect (no new work), then down (their
+  // tasks are lost). A node not heard from since this server started is
+  // down once a whole timeout has passed: its tasks were fenced by then.
   for (size_t n = 0; n < nodes_.size(); ++n) {
     Node& node = nodes_[n];
-    if (node.state != Node::State::kUp ||
-        now - node.last_heartbeat <= options_.heartbeat_timeout) {
+    if (node.state == Node::State::kUnknown) {
+      if (now - created_ > options_.heartbeat_timeout &&
+          !scheduler_->JobsOnNode(static_cast<int>(n)).empty()) {
+        node.state = Node::State::kDown;
+        node.reason =
+            absl::StrCat("no agent registered within ",
+                         absl::FormatDuration(options_.heartbeat_timeout),
+                         " of this server's start");
+        NodeLost(static_cast<int>(n), now, &dirty);
+      }
       continue;
     }
-    node.state = Node::State::kDown;
-    node.reason = absl::StrCat("no heartbeat for ",
-                               absl::FormatDuration(now - node.last_heartbeat));
-    UpdateSchedulable(static_cast<int>(n));
-    for (auto& [id, job] : jobs_) {
-      for (TaskRecord& t : job.tasks) {
-        if (t.node != cluster_.nodes[n].name || !TaskLive(t)) continue;
-        t.state = TaskRecord::State::kLost;
-        TaskEnded(job, t, now);
-        dirty.push_back(&job);
-      }
+    if (node.state != Node::State::kUp) continue;
+    const absl::Duration silent = now - node.last_heartbeat;
+    if (silent > options_.heartbeat_timeout) {
+      node.state = Node::State::kDown;
+      node.suspect = false;
+      node.reason =
+          absl::StrCat("no heartbeat for ", FormatDurationShort(silent));
+      UpdateSchedulable(static_cast<int>(n));
+      NodeLost(static_cast<int>(n), now, &dirty);
+    } else if (!node.suspect && silent > options_.suspect_after) {
+      node.suspect = true;
+      UpdateSchedulable(static_cast<int>(n));
     }
   }
   // Scheduling.
@@ -802,11 +859,13 @@ void Controller::Tick(absl::Time now) {
   }
   for (const Preemption& p : pass.preempted) {
     JobRecord& job = jobs_.at(p.victim);
-    job.state = JobState::kStopping;
-    job.reason = absl::StrCat("preempted for job ", p.for_job);
-    job.preempted = true;
-    job.AddEvent(now, job.reason);
-    StopTasks(job, job.spec.checkpoint.signal, job.spec.checkpoint.grace);
+    const JobRecord& winner = jobs_.at(p.for_job);
+    job.preempted_by = p.for_job;
+    Evict(job,
+          absl::StrCat("preempted by job ", p.for_job, " (priority ",
+                       winner.spec.priority, " over this preemptible ",
+                       job.spec.priority, " job)"),
+          now);
     dirty.push_back(&job);
   }
   if (absl::Status st = Persist(dirty); !st.ok()) {
@@ -823,6 +882,72 @@ void Controller::Tick(absl::Time now) {
                                     return a.kind == AgentAction::Kind::kLaunch;
                                   }),
                    actions_.end());
+  }
+}
+
+void Controller::Evict(JobRecord& job, const std::string& why, absl::Time now) {
+  if (job.state != JobState::kRunning) return;
+  job.state = JobState::kStopping;
+  job.preempted = true;
+  job.reason = why;
+  const SchedJob* sj = scheduler_->Find(job.id);
+  const double lost = sj != nullptr ? sj->WorkAtRisk(now) / 3600.0 : 0;
+  job.AddEvent(now, absl::StrCat(why, "; sending ",
+                                 SignalName(job.spec.checkpoint.signal),
+                                 " (checkpoint now), SIGKILL after ",
+                                 FormatDurationShort(job.spec.checkpoint.grace),
+                                 "; ", fmt::format("{:.2f}", lost),
+                                 " GPU-hours since the last checkpoint"));
+  StopTasks(job, job.spec.checkpoint.signal, job.spec.checkpoint.grace);
+}
+
+void Controller::NodeLost(int n, absl::Time now,
+                          std::vector<const JobRecord*>* dirty) {
+  for (auto& [id, job] : jobs_) {
+    for (TaskRecord& t : job.tasks) {
+      if (t.node != cluster_.nodes[n].name || !TaskLive(t)) continue;
+      t.state = TaskRecord::State::kLost;
+      TaskEnded(job, t, now);
+      dirty->push_back(&job);
+    }
+  }
+}
+
+void Controller::ApplyHealth(int n, const nlohmann::json& body, absl::Time now,
+                             std::vector<const JobRecord*>* dirty) {
+  constexpr size_t kMaxProblems = 16;
+  constexpr size_t kMaxProblemLength = 300;
+  auto health = body.find("health");
+  if (health == body.end() || !health->is_object()) return;
+  auto list = health->find("problems");
+  if (list == health->end() || !list->is_array()) return;
+  std::vector<std::string> problems;
+  for (const nlohmann::json& p : *list) {
+    if (!p.is_string() || problems.size() >= kMaxProblems) continue;
+    problems.push_back(p.get<std::string>().substr(0, kMaxProblemLength));
+  }
+  Node& node = nodes_[n];
+  node.health = problems;
+  if (problems.empty() || node.unhealthy) return;
+  // Drained until an operator uncordons it (as Slurm's DRAIN by a health
+  // check program): a GPU that failed once is not trusted to be back.
+  node.unhealthy = true;
+  node.draining = true;
+  node.reason = absl::StrCat("unhealthy: ", absl::StrJoin(problems, "; "));
+  (void)PersistNode(n);
+  UpdateSchedulable(n);
+  const std::string& name = cluster_.nodes[n].name;
+  for (auto& [id, job] : jobs_) {
+    if (job.state != JobState::kRunning) continue;
+    if (std::none_of(job.tasks.begin(), job.tasks.end(),
+                     [&](const TaskRecord& t) {
+                       return t.node == name && TaskLive(t);
+                     })) {
+      continue;
+    }
+    job.preempted_by = 0;
+    Evict(job, absl::StrCat("moved off ", name, ": ", node.reason), now);
+    dirty->push_back(&job);
   }
 }
 
@@ -877,6 +1002,9 @@ nlohmann::json Controller::JobJson(const JobRecord& job, absl::Time now) const {
   j["exit_code"] =
       job.exit_code ? nlohmann::json(*job.exit_code) : nlohmann::json(nullptr);
   j["restart_count"] = job.restart_count;
+  j["requeues"] = job.requeues;
+  j["preempted_by"] = job.preempted_by != 0 ? nlohmann::json(job.preempted_by)
+                                            : nlohmann::json(nullptr);
   if (job.checkpoint_time) {
     j["checkpoint"] = {{"time", FormatTimestamp(*job.checkpoint_time)},
                        {"run", job.checkpoint_run}};
@@ -930,6 +1058,8 @@ nlohmann::json Controller::NodeJson(int n, absl::Time now) const {
     state = "down";
   } else if (node.state == Node::State::kUnknown) {
     state = "unknown";
+  } else if (node.suspect) {
+    state = "suspect";
   } else if (node.draining) {
     state = jobs.empty() ? "drained" : "draining";
   } else if (node.cordoned) {
@@ -939,7 +1069,11 @@ nlohmann::json Controller::NodeJson(int n, absl::Time now) const {
   }
   return {{"name", spec.name},
           {"state", state},
-          {"reason", node.reason},
+          {"reason", node.suspect ? absl::StrCat("no heartbeat for ",
+                                                 FormatDurationShort(
+                                                     now - node.last_heartbeat))
+                                  : node.reason},
+          {"health", node.health},
           {"address", node.address},
           {"hostname", node.hostname},
           {"pool", cluster_.pools[spec.pool].name},
@@ -988,6 +1122,7 @@ absl::StatusOr<nlohmann::json> Controller::SetNodeMode(const std::string& name,
   } else if (op == "uncordon") {
     node.cordoned = false;
     node.draining = false;
+    node.unhealthy = false;  // drained again if its checks still fail
     node.reason = "";
   } else if (op == "drain") {
     node.draining = true;

@@ -27,6 +27,14 @@ struct ControllerOptions {
   // An agent not heard from for this long is marked down.
   absl::Duration heartbeat_timeout = absl::Seconds(10);
   absl::Duration heartbeat_interval = absl::Seconds(1);
+  // A node silent this long is suspect: it gets no new work until it is
+  // heard from again (`loom nodes` shows "suspect").
+  absl::Duration suspect_after = absl::Seconds(3);
+  // Told to agents at registration: an agent whose heartbeats have gone
+  // unanswered this long kills its tasks, so that a partitioned node's jobs
+  // do not run twice once the server restarts them elsewhere. Shorter than
+  // `heartbeat_timeout`; zero: agents never fence.
+  absl::Duration fence_after = absl::Seconds(8);
   // MASTER_PORT is picked from [base, base + count) on the rank-0 node.
   int master_port_base = 29500;
   int master_port_count = 1000;
@@ -86,6 +94,8 @@ class Controller {
                    std::vector<absl::Status>* errors);
   absl::StatusOr<nlohmann::json> GetJob(JobId id, absl::Time now) const;
   nlohmann::json ListJobs(const JobQuery& filter, absl::Time now) const;
+  // The agent address of a registered node, for fault injection.
+  absl::StatusOr<std::string> NodeAddress(const std::string& name) const;
   // Where a task of a job runs, for logs: (agent address, task id).
   absl::StatusOr<std::pair<std::string, std::string>> TaskLocation(
       JobId id, int task) const;
@@ -123,6 +133,11 @@ class Controller {
     State state = State::kUnknown;
     bool cordoned = false;
     bool draining = false;
+    // Silent longer than `suspect_after` (still up).
+    bool suspect = false;
+    // Drained by a failed health check (until an operator uncordons it).
+    bool unhealthy = false;
+    std::vector<std::string> health;  // the agent's last health problems
     std::string reason;
     std::string address;
     std::string hostname;
@@ -151,6 +166,18 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishJob(JobRecord& job, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops a running job to queue it again (`spec.requeue`): the checkpoint
+  // signal, its grace, then SIGKILL.
+  void Evict(JobRecord& job, const std::string& why, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every live task on node `n` is lost (the node is down).
+  void NodeLost(int n, absl::Time now, std::vector<const JobRecord*>* dirty)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The agent's health report (`"health"` of a registration or heartbeat):
+  // a node with problems is drained and its jobs are moved.
+  void ApplyHealth(int n, const nlohmann::json& body, absl::Time now,
+                   std::vector<const JobRecord*>* dirty)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets `running_time` (and an event) once every task of `job` runs.
   void NoteRunning(JobRecord& job, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -168,6 +195,7 @@ class Controller {
   const Cluster cluster_;
   StateStore* const store_;
   const ControllerOptions options_;
+  absl::Time created_ = absl::InfinitePast();
   absl::flat_hash_map<std::string, int> node_index_;
 
   mutable absl::Mutex mu_;

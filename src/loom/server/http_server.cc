@@ -1,5 +1,7 @@
 #include "loom/server/http_server.h"
 
+#include <cstdio>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -104,6 +106,100 @@ absl::StatusOr<JobId> JobIdOf(const httplib::Request& req) {
     return absl::InvalidArgumentError("bad job id");
   }
   return id;
+}
+
+// Fault injection (`POST /v1/chaos`, docs/fault-tolerance.md): turns an
+// action into a call to the agent that serves the node or task, and returns
+// what to answer.
+absl::StatusOr<nlohmann::json> Chaos(Controller& controller,
+                                     const nlohmann::json& body) {
+  const std::string action = body.value("action", "");
+  auto int_field = [&](const char* key) -> absl::StatusOr<int64_t> {
+    auto it = body.find(key);
+    if (it == body.end() || !it->is_number_integer()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(key, ": required, a whole number, for ", action));
+    }
+    return it->get<int64_t>();
+  };
+  std::string node = body.value("node", "");
+  std::string path = "/v1/faults";
+  nlohmann::json fault;
+  if (action == "kill_task") {
+    absl::StatusOr<int64_t> job = int_field("job");
+    if (!job.ok()) return job.status();
+    const int64_t task = body.contains("task") ? body.value("task", -1) : 0;
+    absl::StatusOr<nlohmann::json> j = controller.GetJob(*job, absl::Now());
+    if (!j.ok()) return j.status();
+    std::string task_id;
+    if ((*j)["placement"].is_object()) {
+      for (const nlohmann::json& t : (*j)["placement"]["tasks"]) {
+        if (t.value("index", -1) == task && t.value("state", "") == "running") {
+          node = t.value("node", "");
+          task_id = t.value("task_id", "");
+        }
+      }
+    }
+    if (task_id.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", *job, " has no running task ", task));
+    }
+    path = absl::StrCat("/v1/tasks/", task_id, "/stop?node=", node);
+    fault = {{"signal", 9}, {"grace_ms", 0}};
+  } else {
+    if (node.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "node: required for ", action.empty() ? "a fault" : action));
+    }
+    fault["node"] = node;
+    if (action == "kill_agent") {
+      fault["exit"] = true;
+    } else if (action == "freeze_heartbeats" || action == "thaw_heartbeats") {
+      fault["drop_heartbeats"] = action == "freeze_heartbeats";
+    } else if (action == "fail_gpu" || action == "heal_gpu") {
+      absl::StatusOr<int64_t> gpu = int_field("gpu");
+      if (!gpu.ok()) return gpu.status();
+      fault[action] = *gpu;
+    } else if (action == "slow_agent") {
+      absl::StatusOr<int64_t> ms = int_field("delay_ms");
+      if (!ms.ok()) return ms.status();
+      fault["delay_ms"] = *ms;
+    } else if (action == "heal") {
+      fault["clear"] = true;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "action: '", action,
+          "' is not one of kill_agent, freeze_heartbeats, thaw_heartbeats, "
+          "kill_task, fail_gpu, heal_gpu, slow_agent, heal"));
+    }
+  }
+  absl::StatusOr<std::string> address = controller.NodeAddress(node);
+  if (!address.ok()) return address.status();
+  httplib::Client agent("http://" + *address);
+  agent.set_connection_timeout(3);
+  agent.set_read_timeout(10);
+  httplib::Result r = agent.Post(path, fault.dump(), "application/json");
+  if (!r) {
+    return absl::UnavailableError(
+        absl::StrCat("the agent of ", node, " at ", *address,
+                     " cannot be reached: ", httplib::to_string(r.error())));
+  }
+  nlohmann::json answer = nlohmann::json::parse(r->body, nullptr, false);
+  if (r->status >= 300) {
+    std::string message = r->body.substr(0, 300);
+    if (answer.is_object() && answer.contains("error") &&
+        answer["error"].is_object()) {
+      message = answer["error"].value("message", message);
+    }
+    return r->status == 400   ? absl::InvalidArgumentError(message)
+           : r->status == 404 ? absl::NotFoundError(message)
+                              : absl::FailedPreconditionError(absl::StrCat(
+                                    "the agent refused: ", message));
+  }
+  std::fprintf(stderr, "loom server: chaos: %s on %s%s\n", action.c_str(),
+               node.c_str(),
+               action == "kill_task" ? (" (" + path + ")").c_str() : "");
+  return nlohmann::json{{"ok", true}, {"action", action}, {"node", node}};
 }
 
 }  // namespace
@@ -339,6 +435,13 @@ void HttpServer::Routes() {
           Reply(res, 200, controller_->ListProjects(absl::Now()));
         });
 
+  s.Post("/v1/chaos",
+         [this](const httplib::Request& req, httplib::Response& res) {
+           absl::StatusOr<nlohmann::json> body = JsonBody(req);
+           if (!body.ok()) return ReplyError(res, body.status());
+           ReplyResult(res, Chaos(*controller_, *body));
+           Wake();
+         });
   s.Post("/v1/agents/register",
          [this](const httplib::Request& req, httplib::Response& res) {
            absl::StatusOr<nlohmann::json> body = JsonBody(req);

@@ -86,6 +86,8 @@ nlohmann::json JobRecordToJson(const JobRecord& j) {
   out["restart_count"] = j.restart_count;
   if (j.preempted) out["preempted"] = true;
   out["restarts_used"] = j.restarts_used;
+  if (j.preempted_by != 0) out["preempted_by"] = j.preempted_by;
+  if (j.requeues != 0) out["requeues"] = j.requeues;
   if (j.checkpoint_time) {
     out["checkpoint"] = {{"time", FormatTimestamp(*j.checkpoint_time)},
                          {"run", j.checkpoint_run}};
@@ -151,6 +153,8 @@ absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& in) {
     j.restart_count = in.value("restart_count", 0);
     j.preempted = in.value("preempted", false);
     j.restarts_used = in.value("restarts_used", 0);
+    j.preempted_by = in.value("preempted_by", JobId{0});
+    j.requeues = in.value("requeues", 0);
     if (in.contains("checkpoint") && in["checkpoint"].is_object()) {
       const nlohmann::json& c = in["checkpoint"];
       absl::StatusOr<absl::Time> t =

@@ -65,8 +65,13 @@ struct JobRecord {
   std::optional<int> exit_code;
   int restart_count = 0;
   bool cancel_requested = false;
-  // Stopping because the scheduler preempted it: queued again once stopped.
+  // Stopping because the scheduler preempted it or its node failed a health
+  // check: queued again once stopped (`spec.requeue`).
   bool preempted = false;
+  // The job whose start preempted it last (0: none, or moved off a node).
+  JobId preempted_by = 0;
+  // Times it was requeued after a preemption or a move (`spec.requeue.max`).
+  int requeues = 0;
   // Restarts after failures so far (at most `spec.restart.max`); preemptions
   // do not count. `restart_count` counts every new run (LOOM_RESTART_COUNT).
   int restarts_used = 0;

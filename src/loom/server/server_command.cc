@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -47,6 +48,13 @@ CLI::App* AddServerCommand(CLI::App& app, ServerFlags* f) {
   cmd->add_option("--heartbeat-timeout", f->heartbeat_timeout_s,
                   "Seconds without a heartbeat before a node is down")
       ->capture_default_str();
+  cmd->add_option("--suspect-after", f->suspect_after_s,
+                  "Seconds without a heartbeat before a node is suspect "
+                  "(no new work); default 3, at most half the timeout");
+  cmd->add_option("--fence-after", f->fence_after_s,
+                  "Seconds without an answered heartbeat before an agent "
+                  "kills its tasks (fencing; 0: never); default 80% of "
+                  "--heartbeat-timeout");
   cmd->add_option("--checkpoint-root", f->checkpoint_root,
                   "LOOM_CHECKPOINT_DIR of jobs whose spec names none: "
                   "ROOT/<job id> (default: DATA_DIR/checkpoints)");
@@ -73,7 +81,28 @@ int RunServer(const ServerFlags& f) {
   if (!store.ok()) return Fail(std::string(store.status().message()));
   ControllerOptions copts;
   copts.policy = f.policy;
+  if (!(f.heartbeat_timeout_s > 0) || f.heartbeat_timeout_s > 3600) {
+    return Fail("--heartbeat-timeout: must be from 0 to 3600 seconds");
+  }
   copts.heartbeat_timeout = absl::Seconds(f.heartbeat_timeout_s);
+  const double suspect = f.suspect_after_s < 0
+                             ? std::min(3.0, 0.5 * f.heartbeat_timeout_s)
+                             : f.suspect_after_s;
+  if (!(suspect > 0) || suspect >= f.heartbeat_timeout_s) {
+    return Fail(
+        "--suspect-after: must be positive and below "
+        "--heartbeat-timeout");
+  }
+  copts.suspect_after = absl::Seconds(suspect);
+  const double fence =
+      f.fence_after_s < 0 ? 0.8 * f.heartbeat_timeout_s : f.fence_after_s;
+  if (fence >= f.heartbeat_timeout_s) {
+    return Fail(
+        "--fence-after: must be below --heartbeat-timeout (agents "
+        "must stop their tasks before the server restarts them "
+        "elsewhere)");
+  }
+  copts.fence_after = absl::Seconds(fence);
   copts.checkpoint_root = f.checkpoint_root.empty()
                               ? f.data_dir + "/checkpoints"
                               : f.checkpoint_root;
