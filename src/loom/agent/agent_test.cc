@@ -29,6 +29,7 @@
 #include "loom/agent/agent_command.h"
 #include "loom/agent/fake_task_launcher.h"
 #include "loom/agent/gpu_probe.h"
+#include "loom/agent/health_check.h"
 #include "loom/agent/shim_task_launcher.h"
 #include "loom/core/job_spec.h"
 #include "nlohmann/json.hpp"
@@ -129,6 +130,17 @@ class FakeServer {
     absl::MutexLock lock(&mu_);
     return attempts_;
   }
+  // Told to agents at registration (`fence_after_ms`); 0: not sent.
+  void set_fence_after_ms(int ms) {
+    absl::MutexLock lock(&mu_);
+    fence_after_ms_ = ms;
+  }
+  // The `health` of the latest heartbeat from `node` (null: none yet).
+  json LastHealth(const std::string& node) const {
+    absl::MutexLock lock(&mu_);
+    auto it = last_health_.find(node);
+    return it == last_health_.end() ? json() : it->second;
+  }
   int heartbeat_count(const std::string& node) const {
     absl::MutexLock lock(&mu_);
     auto it = heartbeats_.find(node);
@@ -185,6 +197,7 @@ class FakeServer {
     const std::string node = body.value("name", "");
     Record(node, body.value("tasks", json::array()));
     json out = {{"heartbeat_interval_ms", 100}, {"stop", TakeStops(node)}};
+    if (fence_after_ms_ > 0) out["fence_after_ms"] = fence_after_ms_;
     res.set_content(out.dump(), "application/json");
   }
 
@@ -202,6 +215,7 @@ class FakeServer {
       return;
     }
     const json tasks = body.value("tasks", json::array());
+    last_health_[node] = body.value("health", json());
     Record(node, tasks);
     json ack = json::array();
     if (auto_ack_) {
@@ -226,6 +240,8 @@ class FakeServer {
   std::map<std::string, std::vector<std::string>> stops_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int> reject_heartbeat_ ABSL_GUARDED_BY(mu_);
   bool auto_ack_ ABSL_GUARDED_BY(mu_) = false;
+  int fence_after_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, json> last_health_ ABSL_GUARDED_BY(mu_);
   int reject_registrations_ ABSL_GUARDED_BY(mu_) = 0;
   int reject_status_ ABSL_GUARDED_BY(mu_) = 503;
   int attempts_ ABSL_GUARDED_BY(mu_) = 0;
@@ -868,6 +884,95 @@ TEST(AgentTest, FleetOfThreeRegistersDistinctNodesAndRoutesByName) {
   EXPECT_GT(server.heartbeat_count("fleet-0"), alive);
 }
 
+bool HasProblem(const json& health, const std::string& text) {
+  if (!health.is_object() || !health.contains("problems")) return false;
+  for (const json& p : health["problems"]) {
+    if (p.is_string() && absl::StrContains(p.get<std::string>(), text)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+TEST(AgentTest, InjectedFaultsShowInHealthAndAnswers) {
+  FakeServer server;
+  TempDir dir;
+  std::unique_ptr<Agent> agent = StartAgent(BaseOptions(server, dir.path()));
+  ASSERT_NE(agent, nullptr);
+  ASSERT_TRUE(WaitFor([&] { return server.heartbeat_count("h200-0") >= 1; }));
+  EXPECT_EQ(server.LastHealth("h200-0")["ok"], true);
+  AgentClient client(*agent);
+  httplib::Result res = client.Post("/v1/faults", json{{"fail_gpu", 3}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  ASSERT_TRUE(WaitFor([&] {
+    return HasProblem(server.LastHealth("h200-0"), "GPU 3 (GPU-") &&
+           HasProblem(server.LastHealth("h200-0"), "failed (injected fault)");
+  }));
+  EXPECT_EQ(server.LastHealth("h200-0")["ok"], false);
+  // A slow agent: every answer but the fault route's waits.
+  res = client.Post("/v1/faults", json{{"delay_ms", 300}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const absl::Time before = absl::Now();
+  res = client.Get("/v1/tasks");
+  ASSERT_TRUE(res);
+  EXPECT_GE(absl::Now() - before, absl::Milliseconds(300));
+  res = client.Post("/v1/faults", json{{"clear", true}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_TRUE(
+      WaitFor([&] { return server.LastHealth("h200-0")["ok"] == true; }));
+  // Bad faults change nothing and say what is wrong.
+  for (const auto& [body, text] : std::vector<std::pair<json, std::string>>{
+           {json{{"fail_gpu", 8}}, "GPU index from 0 to 7"},
+           {json{{"fail_gpu", "x"}}, "GPU index"},
+           {json{{"delay_ms", -1}}, "delay_ms"},
+           {json{{"explode", true}}, "unknown fault 'explode'"},
+           {json::object(), "no fault given"},
+           {json{{"exit", 1}}, "exit: must be true or false"}}) {
+    res = client.Post("/v1/faults", body);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 400) << body.dump();
+    EXPECT_THAT(res->body, ::testing::HasSubstr(text)) << body.dump();
+  }
+  EXPECT_TRUE(
+      WaitFor([&] { return server.LastHealth("h200-0")["ok"] == true; }));
+}
+
+TEST(AgentTest, FencesItsTasksWhenHeartbeatsGoUnanswered) {
+  FakeServer server;
+  server.set_fence_after_ms(400);
+  TempDir dir;
+  std::unique_ptr<Agent> agent = StartAgent(BaseOptions(server, dir.path()));
+  ASSERT_NE(agent, nullptr);
+  ASSERT_TRUE(WaitFor([&] { return agent->Registered("h200-0"); }));
+  AgentClient client(*agent);
+  httplib::Result res =
+      client.Post("/v1/tasks", Launch("9.0.0", {"/bin/sleep", "60"}));
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 201) << res->body;
+  ASSERT_TRUE(WaitFor([&] {
+    return StateIs(server.LastStatus("h200-0", "9.0.0"), "running");
+  }));
+  // Heartbeats keep being answered: no fencing however long it runs.
+  absl::SleepFor(absl::Milliseconds(800));
+  EXPECT_TRUE(StateIs(server.LastStatus("h200-0", "9.0.0"), "running"));
+  // A partition: no answer for 400 ms kills the task.
+  res = client.Post("/v1/faults", json{{"drop_heartbeats", true}});
+  ASSERT_TRUE(res);
+  ASSERT_TRUE(WaitFor([&] {
+    httplib::Result t = client.Get("/v1/tasks/9.0.0");
+    return t && t->status == 200 &&
+           json::parse(t->body, nullptr, false).value("state", "") == "exited";
+  }));
+  res = client.Post("/v1/faults", json{{"drop_heartbeats", false}});
+  ASSERT_TRUE(res);
+  ASSERT_TRUE(WaitFor(
+      [&] { return StateIs(server.LastStatus("h200-0", "9.0.0"), "exited"); }));
+  EXPECT_EQ(server.LastStatus("h200-0", "9.0.0")["signal"], SIGKILL);
+}
+
 TEST(AgentTest, RegistersAgainWhenTheServerForgetsTheNode) {
   FakeServer server;
   TempDir dir;
@@ -945,6 +1050,54 @@ TEST(GpuProbeTest, NvmlReadsDevicesThroughTheLibrary) {
   EXPECT_EQ((*gpus)[1].model, "h200");
   EXPECT_EQ((*gpus)[1].uuid, "GPU-00000000-0000-0000-0000-000000000001");
   EXPECT_EQ((*gpus)[1].memory_bytes, 150754820096);
+  EXPECT_EQ((*gpus)[1].ecc_uncorrected, 0);
+}
+
+TEST(HealthCheckTest, GpusMissingOrWithEccErrors) {
+  NvmlGpuProbe probe(LOOM_FAKE_NVML_PATH);
+  EXPECT_THAT(CheckGpus(probe, 2), ::testing::IsEmpty());
+  EXPECT_THAT(CheckGpus(probe, 3),
+              ::testing::ElementsAre("GPUs missing: NVML sees 2 of 3"));
+  setenv("LOOM_FAKE_NVML_ECC", "4", 1);
+  std::vector<std::string> problems = CheckGpus(probe, 2);
+  unsetenv("LOOM_FAKE_NVML_ECC");
+  EXPECT_THAT(problems,
+              ::testing::ElementsAre(
+                  "GPU 1 (GPU-00000000-0000-0000-0000-000000000001): 4 "
+                  "uncorrected ECC errors"));
+  NvmlGpuProbe missing("/nonexistent/libnvidia-ml.so.1");
+  problems = CheckGpus(missing, 8);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_THAT(problems[0], ::testing::StartsWith("GPU check failed: NVML"));
+}
+
+TEST(HealthCheckTest, DataDir) {
+  TempDir dir;
+  EXPECT_THAT(CheckDataDir(dir.path(), 0), ::testing::IsEmpty());
+  std::vector<std::string> full =
+      CheckDataDir(dir.path(), int64_t{1} << 62);  // more than any disk
+  ASSERT_EQ(full.size(), 1u);
+  EXPECT_THAT(full[0], ::testing::StartsWith("data disk full: "));
+  EXPECT_THAT(full[0], ::testing::HasSubstr(dir.path()));
+  std::vector<std::string> gone = CheckDataDir(dir.path() + "/missing", 0);
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_THAT(gone[0], ::testing::HasSubstr("is not a directory"));
+  EXPECT_FALSE(fs::exists(dir.path() + "/.health-probe"));
+}
+
+TEST(HealthCheckTest, Command) {
+  EXPECT_TRUE(RunHealthCommand("true", absl::Seconds(5)).ok());
+  absl::Status st = RunHealthCommand(
+      "echo; echo '  fan 3 failed  '; echo more >&2; exit 3", absl::Seconds(5));
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(st.message(),
+            "health check command failed (exit code 3): fan 3 failed");
+  const absl::Time start = absl::Now();
+  st = RunHealthCommand("echo slow; sleep 30", absl::Milliseconds(300));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ(st.message(), "health check command timed out after 300ms: slow");
+  st = RunHealthCommand("kill -9 $$", absl::Seconds(5));
+  EXPECT_EQ(st.message(), "health check command killed by signal 9");
 }
 
 TEST(GpuProbeTest, ModelNames) {

@@ -86,6 +86,17 @@ CLI::App* AddSimCommand(CLI::App& app, SimFlags* f) {
                   "Seconds a job spends restoring when it starts again after "
                   "preemption or failure")
       ->capture_default_str();
+  sim->add_option("--restart-max", f->restart_max,
+                  "Restart policy of every job: restarts after failures "
+                  "(-1: no limit; a job out of restarts fails)")
+      ->capture_default_str();
+  sim->add_option("--restart-backoff", f->restart_backoff_s,
+                  "Restart policy: seconds a failed job waits before it is "
+                  "queued again")
+      ->capture_default_str();
+  sim->add_option("--requeue-max", f->requeue_max,
+                  "Requeues after preemption (-1: no limit)")
+      ->capture_default_str();
   sim->add_option("--starvation-age", f->starvation_age_s,
                   "fair: a job pending longer than this (seconds) takes the "
                   "reservation ahead of fair-share order")
@@ -129,6 +140,11 @@ int RunSim(const SimFlags& f) {
     return Fail(
         "--fail-mtbf, --checkpoint-interval, --repair-time, --restart-cost, "
         "--starvation-age must not be negative; --half-life must be positive");
+  }
+  if (f.restart_max < -1 || f.requeue_max < -1 || f.restart_backoff_s < 0) {
+    return Fail(
+        "--restart-max and --requeue-max must be -1 (no limit) or more; "
+        "--restart-backoff must not be negative");
   }
   PolicyOptions popts;
   popts.starvation_age = absl::Seconds(f.starvation_age_s);
@@ -220,6 +236,8 @@ int RunSim(const SimFlags& f) {
     options[i].repair_s = f.repair_s;
     options[i].checkpoint_interval_s = f.checkpoint_interval_s;
     options[i].restart_cost_s = f.restart_cost_s;
+    options[i].restart = {f.restart_max, absl::Seconds(f.restart_backoff_s)};
+    options[i].requeue = {f.requeue_max, absl::ZeroDuration()};
     options[i].progress = &progress[i];
   }
   const size_t threads = std::max<size_t>(

@@ -21,6 +21,9 @@ struct SimFlags {
   double checkpoint_interval_s = 0;
   double repair_s = 3600;
   double restart_cost_s = 30;
+  int restart_max = -1;  // -1: no limit
+  double restart_backoff_s = 0;
+  int requeue_max = -1;
   double starvation_age_s = 3600;
   std::string las_thresholds = "1,10";
   double half_life_s = 7 * 86400;

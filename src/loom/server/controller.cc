@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "fmt/format.h"
 #include "loom/common/units.h"
+#include "loom/core/retry.h"
 #include "loom/sched/placement.h"
 
 namespace loom {
@@ -531,19 +532,21 @@ void Controller::FinishJob(JobRecord& job, absl::Time now) {
   }
   (void)scheduler_->Finish(job.id, now);
   const bool preempted = job.preempted && !job.cancel_requested;
-  const bool requeue_left =
-      job.spec.requeue.max < 0 || job.requeues < job.spec.requeue.max;
-  if (preempted && !requeue_left) {
-    // Asked to stop, so its exit code says nothing: it did not finish.
-    ok = false;
-    job.reason = absl::StrCat(
-        job.reason, "; not requeued: requeue.max (", job.spec.requeue.max,
-        job.spec.requeue.max == 1 ? " time" : " times", ") reached");
-    if (job.exit_code == 0) job.exit_code = 1;
+  RetryDecision retry;
+  if (preempted || (!ok && !job.cancel_requested)) {
+    retry = DecideRetry(job.spec.restart, job.spec.requeue,
+                        preempted ? RunEnd::kRequeued : RunEnd::kFailed,
+                        job.restarts_used, job.requeues);
+    if (!retry.again && preempted) {
+      // Asked to stop, so its exit code says nothing: it did not finish.
+      ok = false;
+      if (job.exit_code == 0) job.exit_code = 1;
+    }
+    if (!retry.why_not.empty()) {
+      absl::StrAppend(&job.reason, "; not queued again: ", retry.why_not);
+    }
   }
-  if ((preempted && requeue_left) ||
-      (!preempted && !ok && !job.cancel_requested &&
-       job.restarts_used < job.spec.restart.max)) {
+  if (retry.again) {
     // The restart policy: the whole gang goes back to the queue after the
     // backoff, with LOOM_RESTART_COUNT one higher and new task ids. A
     // preempted (or moved) job follows `requeue` and does not use up its
@@ -551,8 +554,7 @@ void Controller::FinishJob(JobRecord& job, absl::Time now) {
     const std::string why = job.reason.empty()
                                 ? absl::StrCat("exit code ", *job.exit_code)
                                 : job.reason;
-    const absl::Duration wait =
-        preempted ? job.spec.requeue.backoff : job.spec.restart.backoff;
+    const absl::Duration wait = retry.wait;
     if (preempted) {
       ++job.requeues;
     } else {

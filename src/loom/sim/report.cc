@@ -47,6 +47,11 @@ std::string FormatSimTable(const SimReport& r) {
       [](const SimResult& s) { return Count(s.infeasible); });
   row("jobs unfinished",
       [](const SimResult& s) { return Count(s.unfinished); });
+  if (std::any_of(r.results.begin(), r.results.end(),
+                  [](const SimResult& s) { return s.failed > 0; })) {
+    row("jobs failed (out of retries)",
+        [](const SimResult& s) { return Count(s.failed); });
+  }
   row("makespan", [](const SimResult& s) { return Dur(s.makespan_s); });
   row("JCT mean", [](const SimResult& s) { return Dur(s.jct_mean_s); });
   row("JCT median", [](const SimResult& s) { return Dur(s.jct_p50_s); });
@@ -146,6 +151,7 @@ nlohmann::json SimReportJson(const SimReport& r) {
     p["jobs_finished"] = s.finished;
     p["jobs_infeasible"] = s.infeasible;
     p["jobs_unfinished"] = s.unfinished;
+    p["jobs_failed"] = s.failed;
     p["makespan_s"] = s.makespan_s;
     p["jct_mean_s"] = s.jct_mean_s;
     p["jct_p50_s"] = s.jct_p50_s;

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "loom/core/retry.h"
 #include "loom/sched/placement.h"
 
 namespace loom {
@@ -15,7 +16,12 @@ namespace {
 
 // Same-time events run in this order: work ends before nodes change, and
 // submissions come last so that a pass sees everything that happened.
-enum class EventType : uint8_t { kFinish = 0, kRepair = 1, kFail = 2 };
+enum class EventType : uint8_t {
+  kFinish = 0,
+  kRepair = 1,
+  kFail = 2,
+  kResubmit = 3,  // a job's restart backoff is over
+};
 
 struct Event {
   double t;
@@ -40,6 +46,9 @@ struct JobRun {
   double finish = -1;
   bool running = false;
   bool queued = false;
+  bool waiting = false;  // out of the queue for its restart backoff
+  int restarts_used = 0;
+  int requeues = 0;
 };
 
 absl::Time At(double t) { return absl::UnixEpoch() + absl::Seconds(t); }
@@ -80,6 +89,7 @@ class Engine {
   // Stops a running job; `failure` loses the work since its last checkpoint,
   // a preemption checkpoints first and loses nothing.
   void Interrupt(size_t i, double t, bool failure);
+  void Resubmit(size_t i, double t);
   void FailNode(int node, double t);
   void RepairNode(int node, double t);
   void AddDemand(size_t i, int sign);
@@ -116,6 +126,7 @@ class Engine {
   double last_finish_ = 0;
   double last_progress_ = 0;  // last submit or finish
   double give_up_after_ = 0;
+  int64_t waiting_ = 0;  // jobs waiting out a restart backoff
 };
 
 void Engine::AddDemand(size_t i, int sign) {
@@ -238,8 +249,41 @@ void Engine::Interrupt(size_t i, double t, bool failure) {
   result_.gpu_hours_by_project[job.request.project] += gpus * elapsed / 3600;
   allocated_ -= gpus;
   r.running = false;
+  // The restart policy, as the server applies it.
+  const RetryDecision retry =
+      DecideRetry(options_.restart, options_.requeue,
+                  failure ? RunEnd::kFailed : RunEnd::kRequeued,
+                  r.restarts_used, r.requeues);
+  if (!retry.again) {
+    (void)sched_.Finish(job.request.id, At(t));
+    result_.failed += 1;
+    last_progress_ = t;
+    return;
+  }
+  ++(failure ? r.restarts_used : r.requeues);
+  if (retry.wait <= absl::ZeroDuration()) {
+    r.queued = true;
+    (void)sched_.Requeue(job.request.id, At(t));
+    AddDemand(i, +1);
+    return;
+  }
+  // Out of the queue until the backoff is over (the server does the same).
+  (void)sched_.Finish(job.request.id, At(t));
+  r.waiting = true;
+  waiting_ += 1;
+  Push(t + absl::ToDoubleSeconds(retry.wait), EventType::kResubmit,
+       static_cast<int64_t>(i));
+}
+
+void Engine::Resubmit(size_t i, double t) {
+  JobRun& r = runs_[i];
+  r.waiting = false;
+  waiting_ -= 1;
+  if (!sched_.Submit(jobs_[i].request, At(t)).ok()) {
+    result_.failed += 1;
+    return;
+  }
   r.queued = true;
-  (void)sched_.Requeue(job.request.id, At(t));
   AddDemand(i, +1);
 }
 
@@ -304,7 +348,7 @@ SimResult Engine::Run() {
     // done.
     const bool work_left = next_submit < jobs_.size() ||
                            sched_.running_count() > 0 ||
-                           sched_.pending_count() > 0;
+                           sched_.pending_count() > 0 || waiting_ > 0;
     if (!work_left) break;
     double t =
         next_submit < jobs_.size() ? jobs_[next_submit].submit_s : kNever;
@@ -332,6 +376,9 @@ SimResult Engine::Run() {
         case EventType::kFail:
           FailNode(static_cast<int>(e.a), t);
           break;
+        case EventType::kResubmit:
+          Resubmit(static_cast<size_t>(e.a), t);
+          break;
       }
     }
     while (next_submit < jobs_.size() && jobs_[next_submit].submit_s <= t) {
@@ -353,7 +400,7 @@ SimResult Engine::Run() {
   }
 
   for (const JobRun& r : runs_) {
-    if (r.running || r.queued) result_.unfinished += 1;
+    if (r.running || r.queued || r.waiting) result_.unfinished += 1;
   }
   std::sort(jct_.begin(), jct_.end());
   const double n = static_cast<double>(jct_.size());

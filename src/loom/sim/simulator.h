@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "loom/core/cluster.h"
+#include "loom/core/job_spec.h"
 #include "loom/sched/queue_policy.h"
 #include "loom/sched/scheduler.h"
 #include "loom/sim/workload.h"
@@ -30,6 +31,11 @@ struct SimOptions {
   // A job that starts again after preemption or failure spends this long
   // restoring before it makes progress.
   double restart_cost_s = 30;
+  // The restart policy every job gets (the server's code, `DecideRetry`):
+  // `restart` after failures, `requeue` after preemptions. max -1: no limit.
+  // A job out of retries ends failed.
+  RestartSpec restart{-1, absl::ZeroDuration()};
+  RestartSpec requeue{-1, absl::ZeroDuration()};
   // Updated with the number of jobs that have finished, for progress lines.
   std::atomic<int64_t>* progress = nullptr;
 };
@@ -40,6 +46,7 @@ struct SimResult {
   int64_t finished = 0;
   int64_t infeasible = 0;
   int64_t unfinished = 0;  // still pending or running when events ran out
+  int64_t failed = 0;      // ended by the restart policy (out of retries)
   std::vector<std::string> infeasible_examples;  // first few, with reasons
   double makespan_s = 0;
   double jct_mean_s = 0, jct_p50_s = 0, jct_p95_s = 0, jct_p99_s = 0;

@@ -122,6 +122,39 @@ TEST(Simulator, FailuresLoseWorkSinceTheLastCheckpoint) {
   EXPECT_GT(with_ckpt->goodput, without->goodput);
 }
 
+TEST(Simulator, RestartPolicyEndsJobsThatRunOutOfRestarts) {
+  Cluster c = MakeCluster({{4, 0}}, 2, 8);
+  std::string csv = "job_id,submit_time,duration,num_gpus\n";
+  for (int i = 0; i < 8; ++i) {
+    csv +=
+        "j" + std::to_string(i) + "," + std::to_string(i * 100) + ",20000,8\n";
+  }
+  auto jobs = Jobs(c, csv);
+  SimOptions o;
+  o.fail_mtbf_s = 20000;
+  o.repair_s = 600;
+  o.seed = 3;
+  auto unlimited = RunSimulation(c, jobs, o);
+  ASSERT_TRUE(unlimited.ok());
+  ASSERT_GT(unlimited->restarts, 0);
+  EXPECT_EQ(unlimited->failed, 0);
+  // No restarts: every job hit by a failure ends failed, the others finish.
+  o.restart = {0, absl::ZeroDuration()};
+  auto none = RunSimulation(c, jobs, o);
+  ASSERT_TRUE(none.ok());
+  EXPECT_GT(none->failed, 0);
+  EXPECT_EQ(none->restarts, 0);
+  EXPECT_EQ(none->finished + none->failed, 8);
+  // A backoff keeps failed jobs out of the queue for a while: they finish
+  // later, but all of them finish.
+  o.restart = {-1, absl::Hours(2)};
+  auto backoff = RunSimulation(c, jobs, o);
+  ASSERT_TRUE(backoff.ok());
+  EXPECT_EQ(backoff->finished, 8);
+  EXPECT_EQ(backoff->failed, 0);
+  EXPECT_GT(backoff->jct_mean_s, unlimited->jct_mean_s);
+}
+
 TEST(Simulator, LasPreemptsAndResumes) {
   Cluster c = MakeCluster({{1, 0}}, 2, 8);
   auto jobs = Jobs(c,
