@@ -623,6 +623,13 @@ class Agent::Impl {
   // Kills the tasks of nodes that went `fence_after` without an answered
   // heartbeat.
   void FenceNodes();
+  // `<node>/lease`: the send time of the last answered heartbeat and the
+  // fence limit, for an agent that restarts (real tasks only).
+  static std::string LeasePath(const Node& node) {
+    return absl::StrCat(node.root, "/lease");
+  }
+  void WriteLease(const Node& node, absl::Time sent,
+                  absl::Duration fence_after);
   // The node's health problems: the host's (last round) and its failed GPUs.
   json HealthJson(const Node& node) const;
   void WorkerLoop(Worker& worker);
@@ -1050,13 +1057,52 @@ absl::Status Agent::Impl::RecoverNode(Node& node) {
                      " running, ", node.units.size() - running,
                      " ended and not yet acknowledged)"));
   }
+  // The lease of the agent before this one: when its last answered
+  // heartbeat is older than the fence limit, the server may already run
+  // these tasks' jobs elsewhere, and `Start` fences them before anything
+  // registers.
+  absl::StatusOr<std::string> lease =
+      agent_internal::ReadWholeFile(LeasePath(node));
+  if (lease.ok()) {
+    const json l = json::parse(*lease, nullptr, false);
+    std::optional<int64_t> sent =
+        l.is_object() ? AsInt(l.value("last_ack_sent_ms", json()))
+                      : std::nullopt;
+    std::optional<int64_t> fence =
+        l.is_object() ? AsInt(l.value("fence_after_ms", json())) : std::nullopt;
+    if (sent && fence && *fence > 0) {
+      absl::MutexLock sched_lock(&sched_mu_);
+      node.last_ack_sent = absl::FromUnixMillis(*sent);
+      node.fence_after = absl::Milliseconds(*fence);
+    }
+  }
   return absl::OkStatus();
+}
+
+void Agent::Impl::WriteLease(const Node& node, absl::Time sent,
+                             absl::Duration fence_after) {
+  // Not synced: after a crash of the machine its tasks are gone anyway.
+  const std::string path = LeasePath(node);
+  const std::string tmp = path + ".tmp";
+  const std::string text =
+      Dump(json{{"last_ack_sent_ms", absl::ToUnixMillis(sent)},
+                {"fence_after_ms", absl::ToInt64Milliseconds(fence_after)}});
+  const int fd =
+      open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  const bool written =
+      write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  close(fd);
+  if (written) rename(tmp.c_str(), path.c_str());
 }
 
 absl::Status Agent::Impl::Start() {
   if (started_.exchange(true)) {
     return absl::FailedPreconditionError("the agent was already started");
   }
+  // Tasks recovered from an agent that was gone too long are fenced before
+  // any registration could re-adopt them.
+  FenceNodes();
   listen_thread_ = std::thread([this] { server_->listen_after_bind(); });
   const size_t n = nodes_.size();
   size_t k = options_.heartbeat_threads > 0
@@ -1879,6 +1925,7 @@ void Agent::Impl::Register(Worker& worker, Node& node) {
     node.next_due =
         absl::Now() + (node.report_pending ? kReportDelay : interval);
   }
+  if (!options_.fake_tasks) WriteLease(node, sent, fence_after);
   node.registered_flag.store(true);
   node.last_problem.clear();
   Log("info", node.name,
@@ -1921,11 +1968,14 @@ void Agent::Impl::Heartbeat(Worker& worker, Node& node) {
     return;
   }
   if (reply.status == 200) {
+    absl::Duration fence_after;
     {
       absl::MutexLock lock(&sched_mu_);
       node.last_ack_sent = sent;
       node.fenced = false;
+      fence_after = node.fence_after;
     }
+    if (!options_.fake_tasks) WriteLease(node, sent, fence_after);
     if (!node.last_problem.empty()) {
       node.last_problem.clear();
       Log("info", node.name,

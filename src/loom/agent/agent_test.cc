@@ -811,6 +811,48 @@ TEST(AgentTest, RestartedAgentReportsItsRunningTasks) {
   }
 }
 
+TEST(AgentTest, RestartedAgentFencesTasksWhoseLeaseRanOut) {
+  FakeServer server;
+  server.set_fence_after_ms(1000);
+  TempDir dir;
+  std::unique_ptr<Agent> first = StartAgent(BaseOptions(server, dir.path()));
+  ASSERT_NE(first, nullptr);
+  {
+    AgentClient client(*first);
+    for (const char* id : {"12.0.0", "12.0.1"}) {
+      httplib::Result res =
+          client.Post("/v1/tasks", Launch(id, {"/bin/sleep", "30"}));
+      ASSERT_TRUE(res);
+      ASSERT_EQ(res->status, 201) << res->body;
+    }
+  }
+  ASSERT_TRUE(WaitFor([&] {
+    return StateIs(server.LastStatus("h200-0", "12.0.1"), "running");
+  }));
+  // Back within the lease: the task is re-adopted and keeps running.
+  first.reset();
+  std::unique_ptr<Agent> second = StartAgent(BaseOptions(server, dir.path()));
+  ASSERT_NE(second, nullptr);
+  ASSERT_TRUE(WaitFor([&] { return second->Registered("h200-0"); }));
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_TRUE(StateIs(server.LastStatus("h200-0", "12.0.0"), "running"));
+  // Gone longer than the lease: the server may run the job elsewhere, so
+  // the recovered tasks are killed before the agent registers.
+  second.reset();
+  absl::SleepFor(absl::Milliseconds(1500));
+  const int before = server.registration_count("h200-0");
+  std::unique_ptr<Agent> third = StartAgent(BaseOptions(server, dir.path()));
+  ASSERT_NE(third, nullptr);
+  ASSERT_TRUE(
+      WaitFor([&] { return server.registration_count("h200-0") > before; }));
+  for (const char* id : {"12.0.0", "12.0.1"}) {
+    ASSERT_TRUE(WaitFor([&] {
+      return StateIs(server.LastStatus("h200-0", id), "exited");
+    })) << id;
+    EXPECT_EQ(server.LastStatus("h200-0", id)["signal"], SIGKILL) << id;
+  }
+}
+
 TEST(AgentTest, FleetOfThreeRegistersDistinctNodesAndRoutesByName) {
   FakeServer server;
   TempDir dir;
