@@ -28,18 +28,31 @@ void FairSharePolicy::Stopped(const SchedJob& job) {
 void FairSharePolicy::Schedule(SchedulingContext& ctx) {
   BackfillPass pass(ctx);
   // A job that cannot start may preempt running preemptible jobs of a lower
-  // priority class (DESIGN.md section 4). The preferred victims lose the
-  // least work: the fewest GPU-seconds since their last checkpoint, then
-  // the lowest priority, then the newest.
+  // priority class, and a job within its project's quota may preempt
+  // preemptible jobs of projects above theirs (reclaiming what they
+  // borrowed), whatever their priority (DESIGN.md section 4). The preferred
+  // victims lose the least work: the fewest GPU-seconds since their last
+  // checkpoint, then the lowest priority, then the newest.
   pass.set_preempt([&](JobId id) {
-    const int priority = ctx.job(id).request.priority;
+    const SchedJob& head = ctx.job(id);
+    const int priority = head.request.priority;
+    const int quota = ctx.QuotaGpus(head.project);
+    const bool reclaims =
+        quota > 0 &&
+        ctx.RunningGpus(head.project) + head.request.shape.TotalGpus() <= quota;
     std::vector<std::tuple<double, int, absl::Duration, JobId>> ranked;
+    size_t scanned = 0;
     for (const auto& [victim_priority, age, victim] : victims_) {
-      if (victim_priority >= priority || ranked.size() >= kMaxVictimScan) {
+      if ((!reclaims && victim_priority >= priority) ||
+          ++scanned > kMaxVictimScan) {
         break;
       }
       const SchedJob& v = ctx.job(victim);
-      if (v.phase == JobPhase::kRunning) {
+      if (v.phase != JobPhase::kRunning) continue;
+      const bool borrower =
+          v.project != head.project &&
+          ctx.QuotaGpus(v.project) < ctx.RunningGpus(v.project);
+      if (victim_priority < priority || (reclaims && borrower)) {
         ranked.emplace_back(v.WorkAtRisk(ctx.now()), victim_priority, age,
                             victim);
       }

@@ -232,6 +232,40 @@ TEST(Fair, VictimIsTheJobThatLosesTheLeastWorkSinceItsCheckpoint) {
   EXPECT_EQ(r.preempted[0].victim, 2);
 }
 
+TEST(Fair, ProjectWithinItsQuotaReclaimsBorrowedGpus) {
+  // Two nodes; "search" is guaranteed one node (8 GPUs), "research" none.
+  Cluster c = MakeCluster({{2, 0}}, 2, 8);
+  c.projects = {{"search", 8, 1.0}, {"research", 0, 1.0}};
+  auto s = Make(c, "fair");
+  // "research" borrows both nodes with preemptible jobs of normal priority.
+  for (JobId id : {1, 2}) {
+    JobRequest j = MakeJob(id, 1, 8, T(id));
+    j.project = "research";
+    j.preemptible = true;
+    ASSERT_TRUE(s->Submit(j, T(id)).ok());
+    s->Schedule(T(id));
+    ASSERT_TRUE(Running(*s, id));
+  }
+  // A "search" job of the same priority, within its quota, takes one back:
+  // the victim that loses the least (job 2, started last).
+  JobRequest mine = MakeJob(3, 1, 8, T(10));
+  mine.project = "search";
+  ASSERT_TRUE(s->Submit(mine, T(10)).ok());
+  PassResult r = s->Schedule(T(10));
+  ASSERT_EQ(r.preempted.size(), 1u);
+  EXPECT_EQ(r.preempted[0].victim, 2);
+  ASSERT_TRUE(s->Requeue(2, T(11)).ok());
+  s->Schedule(T(11));
+  EXPECT_TRUE(Running(*s, 3));
+  // Beyond its quota it may not: a second "search" job waits.
+  JobRequest more = MakeJob(4, 1, 8, T(12));
+  more.project = "search";
+  ASSERT_TRUE(s->Submit(more, T(12)).ok());
+  EXPECT_TRUE(s->Schedule(T(12)).preempted.empty());
+  EXPECT_TRUE(Running(*s, 1));
+  EXPECT_FALSE(Running(*s, 4));
+}
+
 TEST(Fair, StarvingGangGetsTheReservation) {
   // Two nodes. A light project keeps sending 1-node jobs; a heavy project's
   // 2-node gang must still start once it has waited past the starvation age.

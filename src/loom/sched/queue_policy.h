@@ -112,6 +112,11 @@ class SchedulingContext {
   // Decayed GPU-seconds of `project` divided by its weight: the fair-share
   // key, lower runs sooner.
   virtual double NormalizedUsage(int project) const = 0;
+
+  // The project's guaranteed GPUs (0: none) and the GPUs its running and
+  // stopping jobs hold. A project above its quota is borrowing idle capacity.
+  virtual int QuotaGpus(int project) const = 0;
+  virtual int RunningGpus(int project) const = 0;
 };
 
 // A queue policy orders the pending jobs and decides, each pass, which to

@@ -121,6 +121,13 @@ class Scheduler::Context : public SchedulingContext {
     s_->default_reason_ = reason;
   }
 
+  int QuotaGpus(int project) const override {
+    return s_->projects_[project].quota_gpus;
+  }
+  int RunningGpus(int project) const override {
+    return s_->projects_[project].running_gpus;
+  }
+
   double NormalizedUsage(int project) const override {
     const ProjectUsage& u = s_->projects_[project];
     return Advance(u, now_, s_->options_.usage_half_life).decayed_gpu_seconds /
@@ -346,6 +353,7 @@ Scheduler::Scheduler(const Cluster& cluster,
   for (const ProjectSpec& p : cluster.projects) {
     int i = InternProject(p.name);
     projects_[i].weight = p.weight > 0 ? p.weight : 1.0;
+    projects_[i].quota_gpus = std::max(0, p.quota_gpus);
   }
 }
 

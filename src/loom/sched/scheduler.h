@@ -46,6 +46,7 @@ struct PassResult {
 struct ProjectUsage {
   std::string name;
   double weight = 1.0;
+  int quota_gpus = 0;  // guaranteed GPUs (cluster spec); 0: none
   int running_gpus = 0;
   double gpu_seconds = 0;          // total, as of `updated`
   double decayed_gpu_seconds = 0;  // as of `updated`

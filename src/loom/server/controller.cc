@@ -862,11 +862,20 @@ void Controller::Tick(absl::Time now) {
   for (const Preemption& p : pass.preempted) {
     JobRecord& job = jobs_.at(p.victim);
     const JobRecord& winner = jobs_.at(p.for_job);
+    const SchedJob* w = scheduler_->Find(p.for_job);
+    const SchedJob* v = scheduler_->Find(p.victim);
+    const bool by_priority = w == nullptr || v == nullptr ||
+                             w->request.priority > v->request.priority;
     job.preempted_by = p.for_job;
     Evict(job,
-          absl::StrCat("preempted by job ", p.for_job, " (priority ",
-                       winner.spec.priority, " over this preemptible ",
-                       job.spec.priority, " job)"),
+          by_priority
+              ? absl::StrCat("preempted by job ", p.for_job, " (priority ",
+                             winner.spec.priority, " over this preemptible ",
+                             job.spec.priority, " job)")
+              : absl::StrCat("preempted by job ", p.for_job, " of project ",
+                             winner.spec.project,
+                             ", which reclaims GPUs of its quota (project ",
+                             job.spec.project, " is above its quota)"),
           now);
     dirty.push_back(&job);
   }
