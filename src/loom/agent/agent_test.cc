@@ -1093,6 +1093,11 @@ TEST(GpuProbeTest, NvmlReadsDevicesThroughTheLibrary) {
   EXPECT_EQ((*gpus)[1].uuid, "GPU-00000000-0000-0000-0000-000000000001");
   EXPECT_EQ((*gpus)[1].memory_bytes, 150754820096);
   EXPECT_EQ((*gpus)[1].ecc_uncorrected, 0);
+  EXPECT_EQ((*gpus)[1].utilization_percent, 41);
+  EXPECT_EQ((*gpus)[1].memory_used_bytes, 0);
+  EXPECT_EQ((*gpus)[1].temperature_c, 55);
+  EXPECT_DOUBLE_EQ((*gpus)[1].power_watts, 250.5);
+  EXPECT_EQ((*gpus)[1].sm_clock_mhz, 1980);
 }
 
 TEST(HealthCheckTest, GpusMissingOrWithEccErrors) {

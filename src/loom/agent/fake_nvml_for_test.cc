@@ -82,6 +82,37 @@ int nvmlDeviceGetMemoryInfo(void* device, nvmlMemory_st* memory) {
   return 0;
 }
 
+struct nvmlUtilization_st {
+  unsigned int gpu;
+  unsigned int memory;
+};
+
+// Telemetry: fixed values per GPU index, so tests can check the path.
+int nvmlDeviceGetUtilizationRates(void* device, nvmlUtilization_st* util) {
+  if (device == nullptr || util == nullptr) return 2;
+  util->gpu = 40 + static_cast<FakeDevice*>(device)->index;
+  util->memory = 10;
+  return 0;
+}
+
+int nvmlDeviceGetTemperature(void* device, int sensor, unsigned int* temp) {
+  if (device == nullptr || temp == nullptr || sensor != 0) return 2;
+  *temp = 55;
+  return 0;
+}
+
+int nvmlDeviceGetPowerUsage(void* device, unsigned int* milliwatts) {
+  if (device == nullptr || milliwatts == nullptr) return 2;
+  *milliwatts = 250500;
+  return 0;
+}
+
+int nvmlDeviceGetClockInfo(void* device, int type, unsigned int* mhz) {
+  if (device == nullptr || mhz == nullptr || type != 1) return 2;
+  *mhz = 1980;
+  return 0;
+}
+
 // Uncorrected volatile ECC errors: GPU 1 reports the count in
 // LOOM_FAKE_NVML_ECC (default 0), so tests can make one GPU unhealthy.
 int nvmlDeviceGetTotalEccErrors(void* device, int error_type, int counter_type,

@@ -48,6 +48,17 @@ using NvmlGetMemoryFn = NvmlReturn (*)(NvmlDevice, NvmlMemory*);
 using NvmlGetEccFn = NvmlReturn (*)(NvmlDevice, int, int, unsigned long long*);
 constexpr int kNvmlMemoryErrorUncorrected = 1;  // ..._TYPE_UNCORRECTED
 constexpr int kNvmlVolatileEcc = 0;             // NVML_VOLATILE_ECC
+struct NvmlUtilization {  // nvmlUtilization_t
+  unsigned int gpu;
+  unsigned int memory;
+};
+using NvmlGetUtilizationFn = NvmlReturn (*)(NvmlDevice, NvmlUtilization*);
+// nvmlDeviceGetTemperature(device, nvmlTemperatureSensors_t, unsigned*),
+// nvmlDeviceGetClockInfo(device, nvmlClockType_t, unsigned*).
+using NvmlGetUintOfFn = NvmlReturn (*)(NvmlDevice, int, unsigned int*);
+using NvmlGetUintFn = NvmlReturn (*)(NvmlDevice, unsigned int*);
+constexpr int kNvmlTemperatureGpu = 0;  // NVML_TEMPERATURE_GPU
+constexpr int kNvmlClockSm = 1;         // NVML_CLOCK_SM
 
 class DlHandle {
  public:
@@ -130,6 +141,11 @@ absl::StatusOr<std::vector<GpuDevice>> NvmlGpuProbe::Probe() {
       Symbol<NvmlGetMemoryFn>(lib.get(), "nvmlDeviceGetMemoryInfo");
   // Optional: GPUs without ECC answer NVML_ERROR_NOT_SUPPORTED.
   auto get_ecc = Symbol<NvmlGetEccFn>(lib.get(), "nvmlDeviceGetTotalEccErrors");
+  auto get_util =
+      Symbol<NvmlGetUtilizationFn>(lib.get(), "nvmlDeviceGetUtilizationRates");
+  auto get_temp = Symbol<NvmlGetUintOfFn>(lib.get(), "nvmlDeviceGetTemperature");
+  auto get_power = Symbol<NvmlGetUintFn>(lib.get(), "nvmlDeviceGetPowerUsage");
+  auto get_clock = Symbol<NvmlGetUintOfFn>(lib.get(), "nvmlDeviceGetClockInfo");
   const std::pair<const char*, bool> required[] = {
       {"nvmlInit_v2", init != nullptr},
       {"nvmlShutdown", shutdown != nullptr},
@@ -196,6 +212,24 @@ absl::StatusOr<std::vector<GpuDevice>> NvmlGpuProbe::Probe() {
     gpu.uuid = uuid;
     gpu.memory_bytes = static_cast<int64_t>(
         std::min<unsigned long long>(memory.total, INT64_MAX));
+    gpu.memory_used_bytes = static_cast<int64_t>(
+        std::min<unsigned long long>(memory.used, INT64_MAX));
+    NvmlUtilization util{};
+    if (get_util != nullptr && get_util(device, &util) == kNvmlSuccess) {
+      gpu.utilization_percent = util.gpu;
+    }
+    unsigned int value = 0;
+    if (get_temp != nullptr &&
+        get_temp(device, kNvmlTemperatureGpu, &value) == kNvmlSuccess) {
+      gpu.temperature_c = value;
+    }
+    if (get_power != nullptr && get_power(device, &value) == kNvmlSuccess) {
+      gpu.power_watts = value / 1000.0;  // milliwatts
+    }
+    if (get_clock != nullptr &&
+        get_clock(device, kNvmlClockSm, &value) == kNvmlSuccess) {
+      gpu.sm_clock_mhz = value;
+    }
     unsigned long long ecc = 0;
     if (get_ecc != nullptr && get_ecc(device, kNvmlMemoryErrorUncorrected,
                                       kNvmlVolatileEcc, &ecc) == kNvmlSuccess) {

@@ -23,6 +23,12 @@ struct GpuDevice {
   // Uncorrected ECC errors since the driver loaded (NVML's volatile
   // counter); -1 when not known (emulated, no ECC, or an old driver).
   int64_t ecc_uncorrected = -1;
+  // Telemetry when probed (NVML; for `GET /metrics`); -1 where not known.
+  double utilization_percent = -1;  // nvmlDeviceGetUtilizationRates .gpu
+  int64_t memory_used_bytes = -1;
+  double temperature_c = -1;  // nvmlDeviceGetTemperature (GPU sensor)
+  double power_watts = -1;    // nvmlDeviceGetPowerUsage
+  double sm_clock_mhz = -1;   // nvmlDeviceGetClockInfo (SM)
 };
 
 // Finds the GPUs of this host.
@@ -44,7 +50,9 @@ class GpuProbe {
 // calls `nvmlInit_v2`, `nvmlDeviceGetCount_v2`,
 // `nvmlDeviceGetHandleByIndex_v2`, `nvmlDeviceGetName`, `nvmlDeviceGetUUID`,
 // `nvmlDeviceGetMemoryInfo` and `nvmlShutdown`, and where the library has it
-// `nvmlDeviceGetTotalEccErrors` (uncorrected, volatile). The library is loaded
+// `nvmlDeviceGetTotalEccErrors` (uncorrected, volatile) and the telemetry
+// calls (`nvmlDeviceGetUtilizationRates`, `nvmlDeviceGetTemperature`,
+// `nvmlDeviceGetPowerUsage`, `nvmlDeviceGetClockInfo`). The library is loaded
 // for each `Probe` and closed again.
 class NvmlGpuProbe : public GpuProbe {
  public:

@@ -61,6 +61,9 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
       new Controller(std::move(cluster), store, options));
   absl::MutexLock lock(&c->mu_);
   c->created_ = now;
+  c->recovery_ = *Histogram::Create({1, 2, 5, 10, 15, 20, 30, 45, 60, 120, 300});
+  c->queue_wait_ = *Histogram::Create(
+      {0.01, 0.1, 1, 10, 60, 300, 900, 3600, 4 * 3600, 24 * 3600});
   c->scheduler_ = std::make_unique<Scheduler>(c->cluster_, *std::move(policy),
                                               options.scheduler_options);
   c->nodes_.resize(c->cluster_.nodes.size());
@@ -134,6 +137,10 @@ absl::Status Controller::Load(absl::Time now) {
       }
       absl::Status st =
           scheduler_->Restore(*req, p, job.start_time.value_or(now), 0, now);
+      if (st.ok() && job.checkpoint_time &&
+          job.checkpoint_run == job.restart_count) {
+        scheduler_->ReportCheckpoint(job.id, *job.checkpoint_time);
+      }
       if (!st.ok()) {
         job.state = JobState::kFailed;
         job.reason =
@@ -400,6 +407,10 @@ void Controller::StartJob(JobRecord& job, absl::Time now) {
   job.start_time = now;
   job.running_time.reset();
   job.tasks.clear();
+  ++decisions_;
+  if (job.restart_count == 0) {
+    queue_wait_.Observe(absl::ToDoubleSeconds(now - job.submit_time));
+  }
   job.switch_level = p.switch_level;
   job.switch_name =
       p.switch_index >= 0 ? cluster_.topology.sw(p.switch_index).name : "";
@@ -496,6 +507,7 @@ void Controller::TaskEnded(JobRecord& job, TaskRecord& task, absl::Time now) {
   const bool failed = task.state == TaskRecord::State::kLost ||
                       task.exit_code.value_or(0) != 0 || task.signal;
   if (failed && job.state == JobState::kRunning) {
+    if (task.state != TaskRecord::State::kLost) ++failures_["task_failed"];
     job.state = JobState::kStopping;
     job.reason =
         task.state == TaskRecord::State::kLost
@@ -526,6 +538,12 @@ void Controller::FinishJob(JobRecord& job, absl::Time now) {
     }
   }
   job.exit_code = code.value_or(ok ? 0 : 1);
+  if (job.start_time) {
+    int gpus = 0;
+    for (const TaskRecord& t : job.tasks) gpus += static_cast<int>(t.gpus.size());
+    job.gpu_seconds +=
+        gpus * std::max(0.0, absl::ToDoubleSeconds(now - *job.start_time));
+  }
   if (!job.tasks.empty()) {
     const int master = NodeIndex(job.tasks[0].node);
     if (master >= 0) nodes_[master].master_ports.erase(job.master_port);
@@ -559,6 +577,7 @@ void Controller::FinishJob(JobRecord& job, absl::Time now) {
       ++job.requeues;
     } else {
       ++job.restarts_used;
+      failed_at_[job.id] = now;  // recovery time: until it runs again
     }
     ++job.restart_count;
     job.preempted = false;
@@ -752,6 +771,10 @@ void Controller::NoteRunning(JobRecord& job, absl::Time now) {
     if (t.state != TaskRecord::State::kRunning) return;
   }
   job.running_time = now;
+  if (auto it = failed_at_.find(job.id); it != failed_at_.end()) {
+    recovery_.Observe(absl::ToDoubleSeconds(now - it->second));
+    failed_at_.erase(it);
+  }
   job.AddEvent(
       now, absl::StrCat("running: all ", job.tasks.size(), " task(s) started"));
 }
@@ -867,6 +890,8 @@ void Controller::Tick(absl::Time now) {
     const bool by_priority = w == nullptr || v == nullptr ||
                              w->request.priority > v->request.priority;
     job.preempted_by = p.for_job;
+    ++decisions_;
+    ++preemptions_;
     Evict(job,
           by_priority
               ? absl::StrCat("preempted by job ", p.for_job, " (priority ",
@@ -914,6 +939,7 @@ void Controller::Evict(JobRecord& job, const std::string& why, absl::Time now) {
 
 void Controller::NodeLost(int n, absl::Time now,
                           std::vector<const JobRecord*>* dirty) {
+  ++failures_["node_down"];
   for (auto& [id, job] : jobs_) {
     for (TaskRecord& t : job.tasks) {
       if (t.node != cluster_.nodes[n].name || !TaskLive(t)) continue;
@@ -942,6 +968,7 @@ void Controller::ApplyHealth(int n, const nlohmann::json& body, absl::Time now,
   if (problems.empty() || node.unhealthy) return;
   // Drained until an operator uncordons it (as Slurm's DRAIN by a health
   // check program): a GPU that failed once is not trusted to be back.
+  ++failures_["unhealthy"];
   node.unhealthy = true;
   node.draining = true;
   node.reason = absl::StrCat("unhealthy: ", absl::StrJoin(problems, "; "));
@@ -1060,24 +1087,142 @@ nlohmann::json Controller::JobJson(const JobRecord& job, absl::Time now) const {
   return j;
 }
 
+std::string Controller::NodeStateName(int n) const {
+  const Node& node = nodes_[n];
+  if (node.state == Node::State::kDown) return "down";
+  if (node.state == Node::State::kUnknown) return "unknown";
+  if (node.suspect) return "suspect";
+  if (node.draining) {
+    return scheduler_->JobsOnNode(n).empty() ? "drained" : "draining";
+  }
+  if (node.cordoned) return "cordoned";
+  return "up";
+}
+
+void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  // Jobs by state and project; pending jobs by reason; GPU-seconds.
+  std::map<std::pair<std::string, std::string>, int> by_state;
+  std::map<std::string, int> pending;
+  std::map<std::pair<std::string, std::string>, double> gpu_seconds;
+  for (const auto& [id, job] : jobs_) {
+    ++by_state[{std::string(JobStateName(job.state)), job.spec.project}];
+    double s = job.gpu_seconds;
+    if ((job.state == JobState::kRunning || job.state == JobState::kStopping) &&
+        job.start_time) {
+      int gpus = 0;
+      for (const TaskRecord& t : job.tasks) {
+        gpus += static_cast<int>(t.gpus.size());
+      }
+      s += gpus * std::max(0.0, absl::ToDoubleSeconds(now - *job.start_time));
+    }
+    gpu_seconds[{job.spec.project, job.spec.user}] += s;
+    if (job.state == JobState::kHeld) {
+      ++pending["held"];
+    } else if (job.state == JobState::kPending && job.not_before) {
+      ++pending["restart_backoff"];
+    } else if (job.state == JobState::kPending) {
+      const SchedJob* sj = scheduler_->Find(job.id);
+      ++pending[sj != nullptr ? PendingReasonCodeName(
+                                    scheduler_->ReasonFor(*sj).code)
+                              : "unknown"];
+    }
+  }
+  out.Family("loom_jobs", "Jobs by state and project.", MetricType::kGauge);
+  for (const auto& [key, n] : by_state) {
+    out.Sample("loom_jobs", {{"state", key.first}, {"project", key.second}},
+               n);
+  }
+  out.Family("loom_pending_jobs",
+             "Jobs that wait (pending or held), by the reason's code.",
+             MetricType::kGauge);
+  for (const auto& [reason, n] : pending) {
+    out.Sample("loom_pending_jobs", {{"reason", reason}}, n);
+  }
+  out.Family("loom_gpu_seconds_total",
+             "GPU-seconds allocated to jobs, by project and user.",
+             MetricType::kCounter);
+  for (const auto& [key, s] : gpu_seconds) {
+    out.Sample("loom_gpu_seconds_total",
+               {{"project", key.first}, {"user", key.second}}, s);
+  }
+  // GPUs by pool, model and state; nodes by state.
+  struct Gpus {
+    int total = 0, allocated = 0, free = 0, unavailable = 0;
+  };
+  std::map<std::pair<std::string, std::string>, Gpus> gpus;
+  std::map<std::string, int> nodes;
+  for (const std::string& s : {"up", "suspect", "cordoned", "draining",
+                               "drained", "down", "unknown"}) {
+    nodes[s] = 0;
+  }
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const int n = static_cast<int>(i);
+    const NodeSpec& spec = cluster_.nodes[n];
+    const std::string state = NodeStateName(n);
+    ++nodes[state];
+    Gpus& g = gpus[{cluster_.pools[spec.pool].name,
+                    cluster_.gpu_models[spec.gpu_model].name}];
+    const int free = scheduler_->state().FreeGpus(n);
+    g.total += spec.gpus;
+    g.allocated += spec.gpus - free;
+    (state == "up" ? g.free : g.unavailable) += free;
+  }
+  out.Family("loom_gpus",
+             "GPUs by pool, model and state: allocated to jobs, free (on "
+             "nodes that take work) or unavailable (free, on nodes that are "
+             "down, suspect, cordoned or drained).",
+             MetricType::kGauge);
+  for (const auto& [key, g] : gpus) {
+    for (const auto& [state, v] :
+         {std::pair<const char*, int>{"total", g.total},
+          {"allocated", g.allocated},
+          {"free", g.free},
+          {"unavailable", g.unavailable}}) {
+      out.Sample("loom_gpus",
+                 {{"pool", key.first}, {"gpu_model", key.second},
+                  {"state", state}},
+                 v);
+    }
+  }
+  out.Family("loom_nodes", "Nodes by state.", MetricType::kGauge);
+  for (const auto& [state, n] : nodes) {
+    out.Sample("loom_nodes", {{"state", state}}, n);
+  }
+  // Decisions, failures, recovery.
+  out.Family("loom_scheduling_decisions_total",
+             "Scheduling decisions since the server started: job starts and "
+             "preemptions.",
+             MetricType::kCounter);
+  out.Sample("loom_scheduling_decisions_total", {}, decisions_);
+  out.Family("loom_preemptions_total",
+             "Jobs preempted since the server started.", MetricType::kCounter);
+  out.Sample("loom_preemptions_total", {}, preemptions_);
+  out.Family("loom_failures_detected_total",
+             "Failures detected since the server started: node_down (no "
+             "heartbeat), task_failed (a task exited non-zero or was killed), "
+             "unhealthy (a node failed its health checks).",
+             MetricType::kCounter);
+  for (const char* kind : {"node_down", "task_failed", "unhealthy"}) {
+    auto it = failures_.find(kind);
+    out.Sample("loom_failures_detected_total", {{"kind", kind}},
+               it == failures_.end() ? 0 : it->second);
+  }
+  out.Family("loom_recovery_seconds",
+             "From a job's failure to every task of its next run running.",
+             MetricType::kHistogram);
+  out.HistogramSample("loom_recovery_seconds", {}, recovery_);
+  out.Family("loom_queue_wait_seconds",
+             "From submission to the first start of a job.",
+             MetricType::kHistogram);
+  out.HistogramSample("loom_queue_wait_seconds", {}, queue_wait_);
+}
+
 nlohmann::json Controller::NodeJson(int n, absl::Time now) const {
   const NodeSpec& spec = cluster_.nodes[n];
   const Node& node = nodes_[n];
   const std::vector<JobId> jobs = scheduler_->JobsOnNode(n);
-  std::string state;
-  if (node.state == Node::State::kDown) {
-    state = "down";
-  } else if (node.state == Node::State::kUnknown) {
-    state = "unknown";
-  } else if (node.suspect) {
-    state = "suspect";
-  } else if (node.draining) {
-    state = jobs.empty() ? "drained" : "draining";
-  } else if (node.cordoned) {
-    state = "cordoned";
-  } else {
-    state = "up";
-  }
+  const std::string state = NodeStateName(n);
   return {{"name", spec.name},
           {"state", state},
           {"reason", node.suspect ? absl::StrCat("no heartbeat for ",

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "loom/core/cluster.h"
+#include "loom/common/metrics_text.h"
 #include "loom/core/job_spec.h"
 #include "loom/sched/scheduler.h"
 #include "loom/server/job_record.h"
@@ -125,6 +127,11 @@ class Controller {
   // Takes the agent actions produced since the last call.
   std::vector<AgentAction> TakeActions();
 
+  // Writes the controller's Prometheus metrics (docs/metrics.md): jobs by
+  // state, pending jobs by reason, GPUs and nodes by state, GPU-seconds by
+  // project and user, scheduling decisions, failures and recovery times.
+  void WriteMetrics(MetricsWriter& out, absl::Time now) const;
+
   const Cluster& cluster() const { return cluster_; }
 
  private:
@@ -190,6 +197,8 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   nlohmann::json NodeJson(int node, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // up, suspect, cordoned, draining, drained, down or unknown.
+  std::string NodeStateName(int node) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int NodeIndex(const std::string& name) const;
 
   const Cluster cluster_;
@@ -208,6 +217,17 @@ class Controller {
   absl::flat_hash_set<JobId> unsaved_ ABSL_GUARDED_BY(mu_);
   // Pending jobs waiting out their restart backoff (`JobRecord::not_before`).
   absl::flat_hash_set<JobId> backoff_ ABSL_GUARDED_BY(mu_);
+
+  // Metrics since this server started (not persisted).
+  int64_t decisions_ ABSL_GUARDED_BY(mu_) = 0;  // starts and preemptions
+  int64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
+  // Failures detected, by kind: node_down, task_failed, unhealthy.
+  std::map<std::string, int64_t> failures_ ABSL_GUARDED_BY(mu_);
+  // Jobs that failed and run again: when the failure was seen; observed
+  // into `recovery_` when every task of the next run is running.
+  absl::flat_hash_map<JobId, absl::Time> failed_at_ ABSL_GUARDED_BY(mu_);
+  Histogram recovery_ ABSL_GUARDED_BY(mu_);
+  Histogram queue_wait_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace loom

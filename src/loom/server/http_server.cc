@@ -1,5 +1,6 @@
 #include "loom/server/http_server.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "absl/strings/numbers.h"
@@ -113,7 +114,21 @@ absl::StatusOr<JobId> JobIdOf(const httplib::Request& req) {
 // what to answer.
 absl::StatusOr<nlohmann::json> Chaos(Controller& controller,
                                      const nlohmann::json& body) {
-  const std::string action = body.value("action", "");
+  auto text_field = [&](const char* key) -> std::string {
+    auto it = body.find(key);
+    return it != body.end() && it->is_string() ? it->get<std::string>() : "";
+  };
+  const std::string action = text_field("action");
+  static constexpr const char* kActions[] = {
+      "kill_agent", "freeze_heartbeats", "thaw_heartbeats", "kill_task",
+      "fail_gpu",   "heal_gpu",          "slow_agent",      "heal"};
+  if (std::find(std::begin(kActions), std::end(kActions), action) ==
+      std::end(kActions)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "action: '", action,
+        "' is not one of kill_agent, freeze_heartbeats, thaw_heartbeats, "
+        "kill_task, fail_gpu, heal_gpu, slow_agent, heal"));
+  }
   auto int_field = [&](const char* key) -> absl::StatusOr<int64_t> {
     auto it = body.find(key);
     if (it == body.end() || !it->is_number_integer()) {
@@ -122,13 +137,18 @@ absl::StatusOr<nlohmann::json> Chaos(Controller& controller,
     }
     return it->get<int64_t>();
   };
-  std::string node = body.value("node", "");
+  std::string node = text_field("node");
   std::string path = "/v1/faults";
   nlohmann::json fault;
   if (action == "kill_task") {
     absl::StatusOr<int64_t> job = int_field("job");
     if (!job.ok()) return job.status();
-    const int64_t task = body.contains("task") ? body.value("task", -1) : 0;
+    int64_t task = 0;
+    if (body.contains("task")) {
+      absl::StatusOr<int64_t> t = int_field("task");
+      if (!t.ok()) return t.status();
+      task = *t;
+    }
     absl::StatusOr<nlohmann::json> j = controller.GetJob(*job, absl::Now());
     if (!j.ok()) return j.status();
     std::string task_id;
@@ -149,7 +169,7 @@ absl::StatusOr<nlohmann::json> Chaos(Controller& controller,
   } else {
     if (node.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "node: required for ", action.empty() ? "a fault" : action));
+          "node: required for ", action));
     }
     fault["node"] = node;
     if (action == "kill_agent") {
@@ -164,13 +184,8 @@ absl::StatusOr<nlohmann::json> Chaos(Controller& controller,
       absl::StatusOr<int64_t> ms = int_field("delay_ms");
       if (!ms.ok()) return ms.status();
       fault["delay_ms"] = *ms;
-    } else if (action == "heal") {
+    } else {  // heal
       fault["clear"] = true;
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "action: '", action,
-          "' is not one of kill_agent, freeze_heartbeats, thaw_heartbeats, "
-          "kill_task, fail_gpu, heal_gpu, slow_agent, heal"));
     }
   }
   absl::StatusOr<std::string> address = controller.NodeAddress(node);
@@ -204,10 +219,86 @@ absl::StatusOr<nlohmann::json> Chaos(Controller& controller,
 
 }  // namespace
 
+std::string RouteOf(std::string_view full) {
+  absl::string_view path(full.data(), full.size());
+  const size_t q = path.find('?');
+  if (q != absl::string_view::npos) path = path.substr(0, q);
+  std::vector<absl::string_view> parts =
+      absl::StrSplit(path, '/', absl::SkipEmpty());
+  auto is = [&](size_t i, absl::string_view s) {
+    return i < parts.size() && parts[i] == s;
+  };
+  if (parts.empty()) return "/";
+  if (parts.size() == 1 && (is(0, "healthz") || is(0, "metrics"))) {
+    return absl::StrCat("/", parts[0]);
+  }
+  if (!is(0, "v1") || parts.size() < 2) return "other";
+  const absl::string_view kind = parts[1];
+  if (kind == "jobs") {
+    if (parts.size() == 2) return "/v1/jobs";
+    if (parts.size() == 3) {
+      return is(2, "release") ? "/v1/jobs/release" : "/v1/jobs/{id}";
+    }
+    if (parts.size() == 4) {
+      for (absl::string_view verb :
+           {"cancel", "release", "checkpoint", "logs", "events"}) {
+        if (is(3, verb)) return absl::StrCat("/v1/jobs/{id}/", verb);
+      }
+    }
+    return "other";
+  }
+  if (kind == "nodes") {
+    if (parts.size() == 2) return "/v1/nodes";
+    if (parts.size() == 3) return "/v1/nodes/{name}";
+    if (parts.size() == 4) {
+      for (absl::string_view verb : {"cordon", "uncordon", "drain"}) {
+        if (is(3, verb)) return absl::StrCat("/v1/nodes/{name}/", verb);
+      }
+    }
+    return "other";
+  }
+  if (parts.size() == 2 && (kind == "projects" || kind == "chaos")) {
+    return absl::StrCat("/v1/", kind);
+  }
+  if (kind == "agents" && parts.size() == 3 &&
+      (is(2, "register") || is(2, "heartbeat"))) {
+    return absl::StrCat("/v1/agents/", parts[2]);
+  }
+  return "other";
+}
+
 HttpServer::HttpServer(Controller* controller, HttpServerOptions options)
     : controller_(controller),
       options_(std::move(options)),
-      http_(std::make_unique<httplib::Server>()) {}
+      http_(std::make_unique<httplib::Server>()) {
+  pass_seconds_ = *Histogram::Create(
+      {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+       0.25, 0.5, 1});
+}
+
+std::string HttpServer::Metrics() {
+  std::string text;
+  MetricsWriter out(&text);
+  controller_->WriteMetrics(out, absl::Now());
+  absl::MutexLock lock(&metrics_mu_);
+  out.Family("loom_scheduling_pass_seconds",
+             "Duration of one scheduling round (liveness checks, restarts "
+             "due, the scheduler's pass and writing its decisions).",
+             MetricType::kHistogram);
+  out.HistogramSample("loom_scheduling_pass_seconds", {}, pass_seconds_);
+  out.Family("loom_api_requests_total",
+             "API requests answered, by route, method and HTTP status.",
+             MetricType::kCounter);
+  for (const auto& [key, n] : requests_) {
+    const auto& [route, method, status] = key;
+    out.Sample("loom_api_requests_total",
+               {{"route", route},
+                {"method", method},
+                {"status", std::to_string(status)}},
+               static_cast<double>(n));
+  }
+  return text;
+}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -242,6 +333,14 @@ void HttpServer::Routes() {
     Reply(res, res.status, {{"error", {{"code", code}, {"message", message}}}});
   });
 
+  s.set_logger([this](const httplib::Request& req,
+                      const httplib::Response& res) {
+    absl::MutexLock lock(&metrics_mu_);
+    ++requests_[{RouteOf(req.path), req.method, res.status}];
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(Metrics(), std::string(kMetricsContentType));
+  });
   s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     Reply(res, 200, {{"ok", true}});
   });
@@ -525,6 +624,10 @@ void HttpServer::SchedulerLoop() {
     if (stopping_) break;
     last_pass = absl::Now();
     controller_->Tick(absl::Now());
+    {
+      absl::MutexLock lock(&metrics_mu_);
+      pass_seconds_.Observe(absl::ToDoubleSeconds(absl::Now() - last_pass));
+    }
     std::vector<AgentAction> actions = controller_->TakeActions();
     if (actions.empty()) continue;
     {

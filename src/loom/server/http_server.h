@@ -9,7 +9,12 @@
 #include <thread>
 #include <vector>
 
+#include <map>
+#include <tuple>
+
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "loom/common/metrics_text.h"
 #include "loom/server/controller.h"
 
 namespace httplib {
@@ -50,6 +55,8 @@ class HttpServer {
 
  private:
   void Routes();
+  // GET /metrics: the controller's metrics, then this server's.
+  std::string Metrics();
   void SchedulerLoop();
   void DispatchLoop();
 
@@ -66,6 +73,16 @@ class HttpServer {
   bool woken_ = false;
   std::condition_variable work_;
   std::deque<AgentAction> queue_;
+
+  absl::Mutex metrics_mu_;
+  Histogram pass_seconds_ ABSL_GUARDED_BY(metrics_mu_);
+  // (route, method, status) -> requests.
+  std::map<std::tuple<std::string, std::string, int>, int64_t> requests_
+      ABSL_GUARDED_BY(metrics_mu_);
 };
+
+// The route template of a request path, for metrics: "/v1/jobs/{id}/logs".
+// Paths of no route give "other".
+std::string RouteOf(std::string_view path);
 
 }  // namespace loom

@@ -79,6 +79,9 @@ struct JobRecord {
   std::optional<absl::Time> checkpoint_time;
   std::optional<int64_t> checkpoint_step;
   int checkpoint_run = 0;  // the restart_count of the run that saved it
+  // GPU-seconds of the runs that ended (the current one is added when it
+  // ends): the job's accounting.
+  double gpu_seconds = 0;
   // Placement while running and after: the switch level the gang spans.
   int switch_level = 0;
   std::string switch_name;

@@ -50,7 +50,8 @@ CLI::App* AddServerCommand(CLI::App& app, ServerFlags* f) {
       ->capture_default_str();
   cmd->add_option("--suspect-after", f->suspect_after_s,
                   "Seconds without a heartbeat before a node is suspect "
-                  "(no new work); default 3, at most half the timeout");
+                  "(no new work); below --heartbeat-timeout; default 3, or "
+                  "half the timeout when that is less");
   cmd->add_option("--fence-after", f->fence_after_s,
                   "Seconds without an answered heartbeat before an agent "
                   "kills its tasks (fencing; 0: never); default 80% of "
@@ -82,7 +83,8 @@ int RunServer(const ServerFlags& f) {
   ControllerOptions copts;
   copts.policy = f.policy;
   if (!(f.heartbeat_timeout_s > 0) || f.heartbeat_timeout_s > 3600) {
-    return Fail("--heartbeat-timeout: must be from 0 to 3600 seconds");
+    return Fail(
+        "--heartbeat-timeout: must be more than 0 and at most 3600 seconds");
   }
   copts.heartbeat_timeout = absl::Seconds(f.heartbeat_timeout_s);
   const double suspect = f.suspect_after_s < 0
