@@ -2,7 +2,8 @@
 # Installs everything loom needs to build and test on Debian 12 (bookworm).
 # Safe to run again; safe while another process runs apt (waits for the lock).
 # Usage: scripts/setup.sh [--test]; --test adds what only the tests need
-# (Debian's python3-torch for the torch.distributed end-to-end test).
+# (Debian's python3-torch for the torch.distributed end-to-end test,
+# prometheus for the metrics test).
 set -euo pipefail
 
 SUDO=""
@@ -17,7 +18,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev time curl
 )
 if [ "${1:-}" = "--test" ]; then
-  PACKAGES+=(python3-torch)
+  PACKAGES+=(python3-torch prometheus)
 fi
 
 missing=()

@@ -32,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "httplib.h"
+#include "loom/agent/agent_metrics.h"
 #include "loom/agent/fake_task_launcher.h"
 #include "loom/agent/health_check.h"
 #include "loom/agent/shim_task_launcher.h"
@@ -535,6 +536,7 @@ class Agent::Impl {
     int64_t job_id = 0;
     int64_t task_index = 0;
     std::vector<Proc> procs;
+    std::vector<int> gpus;   // GPU indices (for metrics)
     bool launching = false;  // `LaunchUnit` in progress: not reported
     bool stopping = false;
     bool persisted = false;  // has a file in `units/`
@@ -684,6 +686,7 @@ class Agent::Impl {
   void HandleLogs(const httplib::Request& req, httplib::Response& res);
   void HandleFaults(const httplib::Request& req, httplib::Response& res);
   void HandleStats(const httplib::Request& req, httplib::Response& res);
+  void HandleMetrics(const httplib::Request& req, httplib::Response& res);
 
   // Heartbeat round trips (answered ones) since the last stats reset, in
   // milliseconds, for `GET /v1/stats`; at most kMaxLatencySamples kept.
@@ -986,6 +989,13 @@ absl::Status Agent::Impl::RecoverNode(Node& node) {
         unit.task_id = m["task_id"].get<std::string>();
         unit.job_id = AsInt(m.value("job_id", json(0))).value_or(0);
         unit.task_index = AsInt(m.value("task_index", json(0))).value_or(0);
+        if (m.contains("gpus") && m["gpus"].is_array()) {
+          for (const json& g : m["gpus"]) {
+            if (std::optional<int64_t> i = AsInt(g); i && *i >= 0 && *i < 64) {
+              unit.gpus.push_back(static_cast<int>(*i));
+            }
+          }
+        }
         unit.persisted = true;
         for (const json& p : m["processes"]) {
           if (!p.is_object() || !p.contains("launcher_id") ||
@@ -1029,6 +1039,16 @@ absl::Status Agent::Impl::RecoverNode(Node& node) {
     if (claimed.contains(info.task_id)) continue;
     Unit unit;
     unit.task_id = info.task_id;
+    // A one-process task has no unit file: its job is the first part of
+    // the task id, its GPUs are in its environment.
+    int64_t job = 0;
+    if (absl::SimpleAtoi(info.task_id.substr(0, info.task_id.find('.')),
+                         &job)) {
+      unit.job_id = job;
+    }
+    if (info.state == TaskInfo::State::kRunning && info.pid > 0) {
+      unit.gpus = VisibleGpusOf(info.pid);
+    }
     unit.procs.push_back(from_info(info));
     units.push_back(std::move(unit));
   }
@@ -1566,6 +1586,7 @@ absl::StatusOr<json> Agent::Impl::LaunchUnit(Node& node, const LaunchRequest& r,
   unit.task_id = r.task_id;
   unit.job_id = r.job_id;
   unit.task_index = r.task_index;
+  unit.gpus = r.gpus;
   unit.launching = true;
   unit.persisted = count > 1 && !node.units_dir.empty();
   for (int k = 0; k < count; ++k) {
@@ -1598,11 +1619,9 @@ absl::StatusOr<json> Agent::Impl::LaunchUnit(Node& node, const LaunchRequest& r,
     node.units.emplace(r.task_id, std::move(unit));
   }
   if (count > 1 && !node.units_dir.empty()) {
-    json m = {{"version", 1},
-              {"task_id", r.task_id},
-              {"job_id", r.job_id},
-              {"task_index", r.task_index},
-              {"processes", json::array()}};
+    json m = {{"version", 1},       {"task_id", r.task_id},
+              {"job_id", r.job_id}, {"task_index", r.task_index},
+              {"gpus", r.gpus},     {"processes", json::array()}};
     for (const Proc& p : procs) {
       m["processes"].push_back({{"launcher_id", p.launcher_id},
                                 {"stdout", p.stdout_path},
@@ -2151,6 +2170,7 @@ void Agent::Impl::InstallRoutes() {
   server_->Get(R"(/v1/tasks/([^/]+))", route(&Impl::HandleGet));
   server_->Post("/v1/faults", route(&Impl::HandleFaults));
   server_->Get("/v1/stats", route(&Impl::HandleStats));
+  server_->Get("/metrics", route(&Impl::HandleMetrics));
   server_->Get("/healthz", [](const Request&, Response& res) {
     SendJson(res, 200, {{"ok", true}});
   });
@@ -2553,6 +2573,71 @@ void Agent::Impl::HandleStats(const httplib::Request& req,
                 {"p90", at(0.90)},
                 {"p99", at(0.99)},
                 {"max", ms.empty() ? 0.0 : ms.back()}}}}}});
+}
+
+void Agent::Impl::HandleMetrics(const httplib::Request&,
+                                httplib::Response& res) {
+  const absl::Time now = absl::Now();
+  // Real GPUs: telemetry from NVML now (all nodes of a real agent share
+  // the host's GPUs).
+  std::vector<GpuDevice> real;
+  if (probe_ != nullptr) {
+    absl::StatusOr<std::vector<GpuDevice>> probed = probe_->Probe();
+    if (probed.ok()) real = *std::move(probed);
+  }
+  std::map<pid_t, GroupUsage> usage;
+  if (!options_.fake_tasks) usage = ReadProcessGroupUsage();
+  std::vector<GpuMetricsRow> gpus;
+  std::vector<TaskUsageRow> tasks;
+  for (const auto& node : nodes_) {
+    std::map<int, int64_t> holder;  // GPU index -> job
+    {
+      absl::MutexLock lock(&node->mu);
+      for (const auto& [id, unit] : node->units) {
+        if (unit.launching || Summarize(unit).state != "running") continue;
+        for (int g : unit.gpus) holder[g] = unit.job_id;
+        TaskUsageRow row;
+        row.node = node->name;
+        row.task_id = id;
+        row.job = unit.job_id;
+        row.task_index = unit.task_index;
+        for (const Proc& p : unit.procs) {
+          if (p.pid <= 0) continue;
+          if (auto it = usage.find(p.pid); it != usage.end()) {
+            row.cpu_seconds += it->second.cpu_seconds;
+            row.rss_bytes += it->second.rss_bytes;
+          }
+        }
+        tasks.push_back(std::move(row));
+      }
+    }
+    const uint32_t failed = node->failed_gpus.load();
+    for (const GpuDevice& device : node->gpus) {
+      GpuMetricsRow row;
+      row.hostname = node->host.hostname;
+      row.node = node->name;
+      row.emulated = node->emulated;
+      row.gpu = device;
+      auto held = holder.find(device.index);
+      row.job = held == holder.end() ? 0 : held->second;
+      if (node->emulated) {
+        const bool down =
+            device.index < 32 && (failed & (1u << device.index)) != 0;
+        EmulateTelemetry(row.gpu, row.job != 0, down, now);
+        row.xid = down ? 79 : 0;
+      } else {
+        for (const GpuDevice& r : real) {
+          if (r.index == device.index) row.gpu = r;
+        }
+      }
+      gpus.push_back(std::move(row));
+    }
+  }
+  std::string text;
+  MetricsWriter out(&text);
+  WriteAgentMetrics(out, gpus, tasks);
+  res.status = 200;
+  res.set_content(text, std::string(kMetricsContentType));
 }
 
 void Agent::Impl::HandleFaults(const httplib::Request& req,

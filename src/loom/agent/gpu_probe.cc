@@ -48,7 +48,7 @@ using NvmlGetMemoryFn = NvmlReturn (*)(NvmlDevice, NvmlMemory*);
 using NvmlGetEccFn = NvmlReturn (*)(NvmlDevice, int, int, unsigned long long*);
 constexpr int kNvmlMemoryErrorUncorrected = 1;  // ..._TYPE_UNCORRECTED
 constexpr int kNvmlVolatileEcc = 0;             // NVML_VOLATILE_ECC
-struct NvmlUtilization {  // nvmlUtilization_t
+struct NvmlUtilization {                        // nvmlUtilization_t
   unsigned int gpu;
   unsigned int memory;
 };
@@ -143,7 +143,8 @@ absl::StatusOr<std::vector<GpuDevice>> NvmlGpuProbe::Probe() {
   auto get_ecc = Symbol<NvmlGetEccFn>(lib.get(), "nvmlDeviceGetTotalEccErrors");
   auto get_util =
       Symbol<NvmlGetUtilizationFn>(lib.get(), "nvmlDeviceGetUtilizationRates");
-  auto get_temp = Symbol<NvmlGetUintOfFn>(lib.get(), "nvmlDeviceGetTemperature");
+  auto get_temp =
+      Symbol<NvmlGetUintOfFn>(lib.get(), "nvmlDeviceGetTemperature");
   auto get_power = Symbol<NvmlGetUintFn>(lib.get(), "nvmlDeviceGetPowerUsage");
   auto get_clock = Symbol<NvmlGetUintOfFn>(lib.get(), "nvmlDeviceGetClockInfo");
   const std::pair<const char*, bool> required[] = {

@@ -61,7 +61,8 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
       new Controller(std::move(cluster), store, options));
   absl::MutexLock lock(&c->mu_);
   c->created_ = now;
-  c->recovery_ = *Histogram::Create({1, 2, 5, 10, 15, 20, 30, 45, 60, 120, 300});
+  c->recovery_ =
+      *Histogram::Create({1, 2, 5, 10, 15, 20, 30, 45, 60, 120, 300});
   c->queue_wait_ = *Histogram::Create(
       {0.01, 0.1, 1, 10, 60, 300, 900, 3600, 4 * 3600, 24 * 3600});
   c->scheduler_ = std::make_unique<Scheduler>(c->cluster_, *std::move(policy),
@@ -540,7 +541,8 @@ void Controller::FinishJob(JobRecord& job, absl::Time now) {
   job.exit_code = code.value_or(ok ? 0 : 1);
   if (job.start_time) {
     int gpus = 0;
-    for (const TaskRecord& t : job.tasks) gpus += static_cast<int>(t.gpus.size());
+    for (const TaskRecord& t : job.tasks)
+      gpus += static_cast<int>(t.gpus.size());
     job.gpu_seconds +=
         gpus * std::max(0.0, absl::ToDoubleSeconds(now - *job.start_time));
   }
@@ -1123,15 +1125,14 @@ void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
       ++pending["restart_backoff"];
     } else if (job.state == JobState::kPending) {
       const SchedJob* sj = scheduler_->Find(job.id);
-      ++pending[sj != nullptr ? PendingReasonCodeName(
-                                    scheduler_->ReasonFor(*sj).code)
-                              : "unknown"];
+      ++pending[sj != nullptr
+                    ? PendingReasonCodeName(scheduler_->ReasonFor(*sj).code)
+                    : "unknown"];
     }
   }
   out.Family("loom_jobs", "Jobs by state and project.", MetricType::kGauge);
   for (const auto& [key, n] : by_state) {
-    out.Sample("loom_jobs", {{"state", key.first}, {"project", key.second}},
-               n);
+    out.Sample("loom_jobs", {{"state", key.first}, {"project", key.second}}, n);
   }
   out.Family("loom_pending_jobs",
              "Jobs that wait (pending or held), by the reason's code.",
@@ -1179,10 +1180,10 @@ void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
           {"allocated", g.allocated},
           {"free", g.free},
           {"unavailable", g.unavailable}}) {
-      out.Sample("loom_gpus",
-                 {{"pool", key.first}, {"gpu_model", key.second},
-                  {"state", state}},
-                 v);
+      out.Sample(
+          "loom_gpus",
+          {{"pool", key.first}, {"gpu_model", key.second}, {"state", state}},
+          v);
     }
   }
   out.Family("loom_nodes", "Nodes by state.", MetricType::kGauge);

@@ -168,8 +168,8 @@ absl::StatusOr<nlohmann::json> Chaos(Controller& controller,
     fault = {{"signal", 9}, {"grace_ms", 0}};
   } else {
     if (node.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "node: required for ", action));
+      return absl::InvalidArgumentError(
+          absl::StrCat("node: required for ", action));
     }
     fault["node"] = node;
     if (action == "kill_agent") {
@@ -271,9 +271,9 @@ HttpServer::HttpServer(Controller* controller, HttpServerOptions options)
     : controller_(controller),
       options_(std::move(options)),
       http_(std::make_unique<httplib::Server>()) {
-  pass_seconds_ = *Histogram::Create(
-      {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-       0.25, 0.5, 1});
+  pass_seconds_ =
+      *Histogram::Create({0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                          0.025, 0.05, 0.1, 0.25, 0.5, 1});
 }
 
 std::string HttpServer::Metrics() {
@@ -333,11 +333,11 @@ void HttpServer::Routes() {
     Reply(res, res.status, {{"error", {{"code", code}, {"message", message}}}});
   });
 
-  s.set_logger([this](const httplib::Request& req,
-                      const httplib::Response& res) {
-    absl::MutexLock lock(&metrics_mu_);
-    ++requests_[{RouteOf(req.path), req.method, res.status}];
-  });
+  s.set_logger(
+      [this](const httplib::Request& req, const httplib::Response& res) {
+        absl::MutexLock lock(&metrics_mu_);
+        ++requests_[{RouteOf(req.path), req.method, res.status}];
+      });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(Metrics(), std::string(kMetricsContentType));
   });

@@ -162,5 +162,54 @@ TEST_F(HttpServerTest, AgentProtocolAndNodes) {
   Post("/v1/nodes/ghost/drain", "", 404);
 }
 
+TEST(RouteOf, TemplatesOfEveryRoute) {
+  EXPECT_EQ(RouteOf("/"), "/");
+  EXPECT_EQ(RouteOf("/metrics"), "/metrics");
+  EXPECT_EQ(RouteOf("/healthz"), "/healthz");
+  EXPECT_EQ(RouteOf("/v1/jobs"), "/v1/jobs");
+  EXPECT_EQ(RouteOf("/v1/jobs?state=running"), "/v1/jobs");
+  EXPECT_EQ(RouteOf("/v1/jobs/release"), "/v1/jobs/release");
+  EXPECT_EQ(RouteOf("/v1/jobs/42"), "/v1/jobs/{id}");
+  EXPECT_EQ(RouteOf("/v1/jobs/42/logs?task=1&follow=1"), "/v1/jobs/{id}/logs");
+  EXPECT_EQ(RouteOf("/v1/jobs/42/checkpoint"), "/v1/jobs/{id}/checkpoint");
+  EXPECT_EQ(RouteOf("/v1/nodes/h200-3/drain"), "/v1/nodes/{name}/drain");
+  EXPECT_EQ(RouteOf("/v1/nodes/h200-3"), "/v1/nodes/{name}");
+  EXPECT_EQ(RouteOf("/v1/agents/heartbeat"), "/v1/agents/heartbeat");
+  EXPECT_EQ(RouteOf("/v1/chaos"), "/v1/chaos");
+  // Anything else is one label value, whatever the path (no cardinality
+  // explosion from garbage requests).
+  EXPECT_EQ(RouteOf("/v1/jobs/42/explode"), "other");
+  EXPECT_EQ(RouteOf("/etc/passwd"), "other");
+  EXPECT_EQ(RouteOf("/v1/agents/evil"), "other");
+}
+
+TEST_F(HttpServerTest, MetricsCountRequestsAndAllocations) {
+  Post("/v1/jobs", R"({"name": "x", "command": ["true"], "hold": true})", 201);
+  Post("/v1/jobs", "garbage", 400);
+  auto r = client_->Get("/metrics");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"),
+            "text/plain; version=0.0.4; charset=utf-8");
+  const std::string& m = r->body;
+  EXPECT_NE(m.find("loom_jobs{state=\"held\",project=\"default\"} 1\n"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("loom_pending_jobs{reason=\"held\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(m.find("loom_gpus{pool=\"h200\",gpu_model=\"h200\",state="
+                   "\"total\"} 16\n"),
+            std::string::npos);
+  EXPECT_NE(m.find("loom_nodes{state=\"unknown\"} 2\n"), std::string::npos);
+  EXPECT_NE(m.find("loom_api_requests_total{route=\"/v1/jobs\",method="
+                   "\"POST\",status=\"201\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(m.find("loom_api_requests_total{route=\"/v1/jobs\",method="
+                   "\"POST\",status=\"400\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(m.find("# TYPE loom_scheduling_pass_seconds histogram\n"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace loom
