@@ -1101,6 +1101,19 @@ std::string Controller::NodeStateName(int n) const {
   return "up";
 }
 
+Controller::Utilization Controller::CurrentUtilization() const {
+  absl::MutexLock lock(&mu_);
+  Utilization u;
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    u.total_gpus += cluster_.nodes[n].gpus;
+    u.allocated_gpus += cluster_.nodes[n].gpus -
+                        scheduler_->state().FreeGpus(static_cast<int>(n));
+  }
+  u.pending_jobs = scheduler_->pending_count() + static_cast<int>(backoff_.size());
+  u.running_jobs = scheduler_->running_count();
+  return u;
+}
+
 void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
   absl::MutexLock lock(&mu_);
   // Jobs by state and project; pending jobs by reason; GPU-seconds.

@@ -127,6 +127,16 @@ class Controller {
   // Takes the agent actions produced since the last call.
   std::vector<AgentAction> TakeActions();
 
+  // GPUs in total and allocated, jobs waiting and running: one point of the
+  // dashboard's utilisation chart.
+  struct Utilization {
+    int total_gpus = 0;
+    int allocated_gpus = 0;
+    int pending_jobs = 0;
+    int running_jobs = 0;
+  };
+  Utilization CurrentUtilization() const;
+
   // Writes the controller's Prometheus metrics (docs/metrics.md): jobs by
   // state, pending jobs by reason, GPUs and nodes by state, GPU-seconds by
   // project and user, scheduling decisions, failures and recovery times.

@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "httplib.h"
 #include "loom/core/job_spec.h"
+#include "loom/server/dashboard.h"
 
 namespace loom {
 namespace {
@@ -257,7 +258,8 @@ std::string RouteOf(std::string_view full) {
     }
     return "other";
   }
-  if (parts.size() == 2 && (kind == "projects" || kind == "chaos")) {
+  if (parts.size() == 2 &&
+      (kind == "projects" || kind == "chaos" || kind == "utilization")) {
     return absl::StrCat("/v1/", kind);
   }
   if (kind == "agents" && parts.size() == 3 &&
@@ -338,6 +340,23 @@ void HttpServer::Routes() {
         absl::MutexLock lock(&metrics_mu_);
         ++requests_[{RouteOf(req.path), req.method, res.status}];
       });
+  s.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(std::string(DashboardHtml()), "text/html; charset=utf-8");
+  });
+  s.Get("/v1/utilization",
+        [this](const httplib::Request&, httplib::Response& res) {
+          nlohmann::json samples = nlohmann::json::array();
+          absl::MutexLock lock(&metrics_mu_);
+          for (const UtilizationSample& s : utilization_) {
+            samples.push_back({{"t", absl::ToUnixSeconds(s.t)},
+                               {"total", s.u.total_gpus},
+                               {"allocated", s.u.allocated_gpus},
+                               {"pending", s.u.pending_jobs},
+                               {"running", s.u.running_jobs}});
+          }
+          Reply(res, 200, {{"every_s", absl::ToInt64Seconds(kUtilizationEvery)},
+                           {"samples", std::move(samples)}});
+        });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(Metrics(), std::string(kMetricsContentType));
   });
@@ -625,8 +644,21 @@ void HttpServer::SchedulerLoop() {
     last_pass = absl::Now();
     controller_->Tick(absl::Now());
     {
+      const absl::Time now = absl::Now();
+      bool sample;
+      {
+        absl::MutexLock lock(&metrics_mu_);
+        sample = utilization_.empty() ||
+                 now - utilization_.back().t >= kUtilizationEvery;
+      }
+      const Controller::Utilization u =
+          sample ? controller_->CurrentUtilization() : Controller::Utilization{};
       absl::MutexLock lock(&metrics_mu_);
-      pass_seconds_.Observe(absl::ToDoubleSeconds(absl::Now() - last_pass));
+      pass_seconds_.Observe(absl::ToDoubleSeconds(now - last_pass));
+      if (sample) {
+        utilization_.push_back({now, u});
+        if (utilization_.size() > kUtilizationSamples) utilization_.pop_front();
+      }
     }
     std::vector<AgentAction> actions = controller_->TakeActions();
     if (actions.empty()) continue;

@@ -75,6 +75,15 @@ class HttpServer {
 
   absl::Mutex metrics_mu_;
   Histogram pass_seconds_ ABSL_GUARDED_BY(metrics_mu_);
+  // The dashboard's utilisation chart: one sample every
+  // `kUtilizationEvery`, the last `kUtilizationSamples`.
+  static constexpr absl::Duration kUtilizationEvery = absl::Seconds(5);
+  static constexpr size_t kUtilizationSamples = 720;  // an hour
+  struct UtilizationSample {
+    absl::Time t;
+    Controller::Utilization u;
+  };
+  std::deque<UtilizationSample> utilization_ ABSL_GUARDED_BY(metrics_mu_);
   // (route, method, status) -> requests.
   std::map<std::tuple<std::string, std::string, int>, int64_t> requests_
       ABSL_GUARDED_BY(metrics_mu_);

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The web dashboard end to end (docs/dashboard.md): headless Chromium
+# (Debian's) loads `/` of a running local cluster, runs its JavaScript, and
+# the test asserts on the rendered page: the running job's 8 GPU cells carry
+# its id, the other 8 are idle, the waiting job is in the queue with its
+# pending reason; the job page shows the placement, events and logs.
+# Screenshots go to out/test-artifacts/ (dashboard.png, dashboard-job.png).
+# Usage: tests/dashboard_test.sh PATH_TO_LOOM
+set -u
+LOOM="$(realpath "$1")"
+cd "$(dirname "$0")/.."
+source tests/lib/cluster.sh
+CHROMIUM=/usr/bin/chromium
+[ -x "$CHROMIUM" ] || fail "no $CHROMIUM: install Debian's chromium (scripts/setup.sh --test does)"
+ART="${LOOM_TEST_ARTIFACTS:-$PWD/out/test-artifacts}"
+mkdir -p "$ART"
+# chrome URL OUT ARGS...: runs headless Chromium on URL (JavaScript runs for
+# up to 5 s of virtual time).
+chrome() {
+  timeout 60 "$CHROMIUM" --headless --no-sandbox --disable-gpu --hide-scrollbars \
+    --user-data-dir="$W/chromium" --virtual-time-budget=5000 "${@:2}" "$1" 2> "$W/chromium.err"
+}
+
+write_cluster 2
+start_server
+start_agents 2
+echo "ok: two agents registered"
+BUSY=$("$LOOM" run -g 8 --name busy -- sh -c 'echo hello-from-busy; sleep 600' | grep -o '[0-9]*$') || fail "submit busy"
+WIDE=$("$LOOM" run -g 16 --nodes 2 --name wide -- sleep 1 | grep -o '[0-9]*$') || fail "submit wide"
+for _ in $(seq 100); do
+  "$LOOM" show "$BUSY" -o json | grep -q '"state": *"running"' && break
+  sleep 0.1
+done
+REASON=$("$LOOM" show "$WIDE" -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["reason"])')
+[ -n "$REASON" ] || fail "the waiting job has no reason"
+
+chrome "$LOOM_SERVER/" --dump-dom > "$W/dom.html" || fail "chromium failed: $(tail -5 "$W/chromium.err")"
+grep -q 'data-ready="1"' "$W/dom.html" || fail "the page did not finish rendering: $(head -c 600 "$W/dom.html")"
+busy=$(grep -o "class=\"gpu busy\" style=\"[^\"]*\" data-node=\"h200-[01]\" data-gpu=\"[0-7]\" data-job=\"$BUSY\"" "$W/dom.html" | wc -l)
+[ "$busy" = 8 ] || fail "want 8 GPU cells of job $BUSY, got $busy"
+idle=$(grep -o 'class="gpu idle"' "$W/dom.html" | wc -l)
+[ "$idle" = 8 ] || fail "want 8 idle GPU cells, got $idle"
+[ "$(grep -o 'class="node up"' "$W/dom.html" | wc -l)" = 2 ] || fail "want 2 nodes up"
+grep -q 'id="gpus-allocated">8</b> of <b id="gpus-total">16<' "$W/dom.html" || fail "allocation summary"
+python3 - "$W/dom.html" "$WIDE" "$REASON" <<'PYEOF' || fail "queue row of job $WIDE"
+import html, re, sys
+dom, job, reason = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3]
+row = re.search(r'<tr class="job" data-job="%s">(.*?)</tr>' % job, dom)
+assert row, "no queue row"
+cell = re.search(r'<td class="reason">(.*?)</td>', row.group(1))
+assert cell and html.unescape(cell.group(1)) == reason, (cell and cell.group(1), reason)
+print("queue row:", html.unescape(cell.group(1)))
+PYEOF
+echo "ok: heat map shows job $BUSY on 8 GPUs and 8 idle; job $WIDE waits with its reason"
+
+chrome "$LOOM_SERVER/#/job/$BUSY" --dump-dom > "$W/job.html" || fail "chromium (job page)"
+grep -q "Job $BUSY: busy" "$W/job.html" || fail "job page title: $(head -c 600 "$W/job.html")"
+grep -q 'id="job-placement">1 node(s)' "$W/job.html" || fail "job page placement"
+grep -q "started on 1 node(s)" "$W/job.html" || fail "job page events"
+grep -q "hello-from-busy" "$W/job.html" || fail "job page logs"
+echo "ok: job page shows placement, events and logs"
+
+chrome "$LOOM_SERVER/" --screenshot="$ART/dashboard.png" --window-size=1280,900 > /dev/null
+chrome "$LOOM_SERVER/#/job/$BUSY" --screenshot="$ART/dashboard-job.png" --window-size=1280,900 > /dev/null
+for f in dashboard.png dashboard-job.png; do
+  [ "$(head -c 8 "$ART/$f" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || fail "$ART/$f is not a PNG"
+done
+echo "ok: screenshots in $ART"
+echo "PASS"
