@@ -66,4 +66,13 @@ for f in dashboard.png dashboard-job.png; do
   [ "$(head -c 8 "$ART/$f" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || fail "$ART/$f is not a PNG"
 done
 echo "ok: screenshots in $ART"
+
+# loom top: the same at a glance in the terminal.
+"$LOOM" top --once > "$W/top.out" || fail "loom top"
+grep -q "^GPUs   8/16 allocated (50%)" "$W/top.out" || fail "top totals: $(cat "$W/top.out")"
+grep -q "^Nodes  2, 2 up" "$W/top.out" || fail "top nodes"
+grep -q "^leaf0  #\.$" "$W/top.out" || fail "top node map: $(cat "$W/top.out")"
+grep -q "^$WIDE  *wide  .*next to run" "$W/top.out" || fail "top waiting job"
+grep -q "^$BUSY  *busy  .*one node (h200-0)" "$W/top.out" || fail "top running job"
+echo "ok: loom top"
 echo "PASS"

@@ -654,6 +654,181 @@ int NodeAction(const Verb& v) {
   return kExitOk;
 }
 
+}  // namespace
+
+std::string FormatTop(const Json& nodes_answer, const Json& jobs_answer,
+                      const std::string& server, int width, int rows,
+                      absl::Time now) {
+  const std::vector<Json> nodes = Items(nodes_answer, "nodes");
+  const std::vector<Json> jobs = Items(jobs_answer, "jobs");
+  width = std::max(width, 40);
+  int64_t total = 0, allocated = 0;
+  std::map<std::string, int> states;
+  for (const Json& n : nodes) {
+    total += Int(n, "gpus").value_or(0);
+    allocated += Int(n, "gpus_allocated").value_or(0);
+    ++states[Str(n, "state")];
+  }
+  std::vector<Json> waiting, running;
+  for (const Json& j : jobs) {
+    const std::string s = Str(j, "state");
+    if (s == "pending" || s == "held") waiting.push_back(j);
+    if (s == "running" || s == "stopping") running.push_back(j);
+  }
+  std::string out =
+      absl::StrCat("loom top  ", server, "  ", FormatUtc(now), "\n");
+  const int bar = std::max(10, width - 40);
+  const int filled = total > 0 ? static_cast<int>(bar * allocated / total) : 0;
+  absl::StrAppend(&out, "GPUs   ", allocated, "/", total, " allocated (",
+                  total > 0 ? 100 * allocated / total : 0, "%)  [",
+                  std::string(filled, '#'), std::string(bar - filled, '.'),
+                  "]\n");
+  std::string node_line = absl::StrCat("Nodes  ", nodes.size());
+  for (const char* s : {"up", "suspect", "cordoned", "draining", "drained",
+                        "down", "unknown"}) {
+    if (auto it = states.find(s); it != states.end()) {
+      absl::StrAppend(&node_line, ", ", it->second, " ", s);
+    }
+  }
+  absl::StrAppend(&out, node_line, "\n");
+  absl::StrAppend(&out, "Jobs   ", running.size(), " running, ", waiting.size(),
+                  " waiting\n\n");
+  // The node map, by leaf.
+  absl::StrAppend(&out,
+                  "Nodes by leaf: # full + half - some . idle d drained s "
+                  "suspect X down ? unknown\n");
+  std::vector<std::pair<std::string, std::string>> leaves;
+  for (const Json& n : nodes) {
+    const std::string leaf = Str(n, "leaf");
+    if (leaves.empty() || leaves.back().first != leaf) {
+      leaves.emplace_back(leaf, "");
+    }
+    const std::string s = Str(n, "state");
+    const int64_t g = Int(n, "gpus").value_or(0);
+    const int64_t a = Int(n, "gpus_allocated").value_or(0);
+    char c = '.';
+    if (s == "down") {
+      c = 'X';
+    } else if (s == "unknown") {
+      c = '?';
+    } else if (s == "suspect") {
+      c = 's';
+    } else if (s == "drained" || s == "draining" || s == "cordoned") {
+      c = 'd';
+    } else if (g > 0 && a == g) {
+      c = '#';
+    } else if (g > 0 && 2 * a >= g) {
+      c = '+';
+    } else if (a > 0) {
+      c = '-';
+    }
+    leaves.back().second.push_back(c);
+  }
+  size_t name_width = 0;
+  for (const auto& [leaf, map] : leaves) {
+    name_width = std::max(name_width, leaf.size());
+  }
+  const size_t cell =
+      name_width + 2 + (leaves.empty() ? 0 : leaves.front().second.size()) + 2;
+  const size_t per_line = std::max<size_t>(
+      1, static_cast<size_t>(width) / std::max<size_t>(cell, 1));
+  std::string line;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    std::string entry = leaves[i].first;
+    entry.resize(name_width + 2, ' ');
+    absl::StrAppend(&entry, leaves[i].second);
+    if (i % per_line != 0) line += "  ";
+    line += entry;
+    if (i % per_line == per_line - 1 || i + 1 == leaves.size()) {
+      absl::StrAppend(&out, line, "\n");
+      line.clear();
+    }
+  }
+  auto trim = [&](std::string s) {
+    if (static_cast<int>(s.size()) > width) s.resize(width);
+    return s;
+  };
+  absl::StrAppend(&out, "\nWaiting (", waiting.size(), ")\n");
+  std::vector<std::vector<std::string>> table;
+  for (size_t i = 0; i < waiting.size() && static_cast<int>(i) < rows; ++i) {
+    const Json& j = waiting[i];
+    table.push_back({Cell(j, "id"), Cell(j, "name"), Cell(j, "user"),
+                     Cell(j, "gpus"), Cell(j, "reason")});
+  }
+  if (!table.empty()) {
+    for (absl::string_view l : absl::StrSplit(
+             FormatTable({"JOBID", "NAME", "USER", "GPUS", "REASON"}, table),
+             '\n', absl::SkipEmpty())) {
+      absl::StrAppend(&out, trim(std::string(l)), "\n");
+    }
+  }
+  std::sort(running.begin(), running.end(), [](const Json& a, const Json& b) {
+    return Int(a, "gpus").value_or(0) > Int(b, "gpus").value_or(0);
+  });
+  absl::StrAppend(&out, "\nRunning (", running.size(), ", largest first)\n");
+  table.clear();
+  for (size_t i = 0; i < running.size() && static_cast<int>(i) < rows; ++i) {
+    const Json& j = running[i];
+    std::string time = "-";
+    if (std::optional<absl::Time> start = TimeField(j, "start_time")) {
+      time = FormatElapsed(now - *start);
+    }
+    const Json* placement = Field(j, "placement");
+    table.push_back({Cell(j, "id"), Cell(j, "name"), Cell(j, "user"),
+                     Cell(j, "gpus"), time,
+                     placement != nullptr && placement->is_object()
+                         ? DescribeSwitchSpan(*placement)
+                         : "-"});
+  }
+  if (!table.empty()) {
+    for (absl::string_view l : absl::StrSplit(
+             FormatTable({"JOBID", "NAME", "USER", "GPUS", "TIME", "PLACED ON"},
+                         table),
+             '\n', absl::SkipEmpty())) {
+      absl::StrAppend(&out, trim(std::string(l)), "\n");
+    }
+  }
+  return out;
+}
+
+namespace {
+
+int Top(const Verb& v) {
+  absl::StatusOr<absl::Duration> interval = ParseDuration(v.flags.interval);
+  if (!interval.ok() || *interval < absl::Milliseconds(200)) {
+    return v.Fail(kExitUsage, "--interval: a duration of at least 200ms");
+  }
+  std::unique_ptr<ApiClient> client = MakeClient(v);
+  if (client == nullptr) return kExitUsage;
+  int width = 100;
+  if (std::optional<std::string> cols = v.ctx.getenv("COLUMNS")) {
+    int c = 0;
+    if (absl::SimpleAtoi(*cols, &c) && c >= 40) width = c;
+  }
+  while (true) {
+    absl::StatusOr<Json> nodes = client->ListNodes();
+    if (!nodes.ok()) return v.Fail(kExitFailed, nodes.status());
+    JobFilter filter;
+    filter.states = {"held", "pending", "running", "stopping"};
+    absl::StatusOr<Json> jobs = client->ListJobs(filter);
+    if (!jobs.ok()) return v.Fail(kExitFailed, jobs.status());
+    const std::string screen = FormatTop(
+        *nodes, *jobs, client->server_urls().front(), width, 10, v.ctx.now());
+    if (v.flags.once) {
+      v.out() << screen;
+      return kExitOk;
+    }
+    v.out() << "\x1b[H\x1b[2J" << screen << std::flush;  // clear, home
+    const absl::Time until = absl::Now() + *interval;
+    while (absl::Now() < until) {
+      if (v.ctx.interrupted != nullptr && v.ctx.interrupted->load()) {
+        return kExitOk;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
+}
+
 // `loom chaos ACTION TARGET [VALUE]`: fault injection for drills and tests.
 int Chaos(const Verb& v) {
   const std::string& action = v.flags.chaos_action;
@@ -1332,6 +1507,14 @@ void AddJobCommands(CLI::App& app, JobCommandFlags* f) {
     verb->add_option("node", f->node, "Node name")->required();
   }
 
+  CLI::App* top =
+      AddVerb(app, f, "top",
+              "The cluster at a glance, refreshed until Ctrl-C: GPUs, nodes by "
+              "leaf, waiting jobs and why, the largest running jobs");
+  top->add_flag("--once", f->once, "Print once and exit");
+  top->add_option("--interval", f->interval, "Refresh period")
+      ->capture_default_str();
+
   CLI::App* chaos = AddVerb(
       app, f, "chaos",
       "Inject a fault (drills and tests): kill-agent NODE, freeze NODE "
@@ -1371,6 +1554,7 @@ int RunJobCommand(std::string_view verb, const JobCommandFlags& flags,
   }
   if (verb == "projects") return Projects(v);
   if (verb == "chaos") return Chaos(v);
+  if (verb == "top") return Top(v);
   return v.Fail(kExitUsage, "unknown verb");
 }
 
@@ -1380,7 +1564,7 @@ std::optional<int> RunJobCommands(const JobCommandFlags& flags) {
     CommandContext context;
     context.out = &std::cout;
     context.err = &std::cerr;
-    if (name == "run" && flags.run.wait) {
+    if ((name == "run" && flags.run.wait) || name == "top") {
       // The first Ctrl-C ends the wait (exit 130); a second one kills.
       struct sigaction sa {};
       sa.sa_handler = OnInterrupt;

@@ -68,6 +68,9 @@ struct JobCommandFlags {
   bool stderr_stream = false;
   // cordon, uncordon, drain
   std::string node;
+  // top
+  bool once = false;
+  std::string interval = "2s";
   // chaos ACTION TARGET [VALUE]
   std::string chaos_action;
   std::string chaos_target;
@@ -137,6 +140,15 @@ std::string FormatJobTable(const nlohmann::json& jobs, bool wide,
 // plus POOL LEAF CPUS MEMORY HEARTBEAT before REASON when `wide`.
 std::string FormatNodeTable(const nlohmann::json& nodes, bool wide,
                             absl::Time now);
+
+// The `loom top` screen from `GET /v1/nodes` and `GET /v1/jobs` answers:
+// totals (GPUs, nodes by state, jobs), a map of every node grouped by leaf
+// switch (one character per node: how many of its GPUs are busy, or its
+// state), the waiting jobs with their reasons and the largest running jobs
+// (at most `rows` each). Lines fit `width` columns.
+std::string FormatTop(const nlohmann::json& nodes, const nlohmann::json& jobs,
+                      const std::string& server, int width, int rows,
+                      absl::Time now);
 
 // The `loom projects` table.
 std::string FormatProjectTable(const nlohmann::json& projects);

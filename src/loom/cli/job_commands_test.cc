@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -837,6 +838,58 @@ TEST_F(VerbTest, EveryVerbHasHelp) {
     CliResult r = Run({verb, "--help"});
     EXPECT_EQ(r.rc, 0) << verb;
     EXPECT_THAT(r.out, HasSubstr("--server")) << verb;
+  }
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+TEST(FormatTopTest, TotalsNodeMapAndJobs) {
+  const absl::Time now = absl::FromUnixSeconds(1800000000);
+  nlohmann::json nodes = {{"nodes", nlohmann::json::array()}};
+  const std::vector<std::tuple<const char*, const char*, int>> spec = {
+      {"leaf0", "up", 8},      {"leaf0", "up", 4},     {"leaf0", "up", 1},
+      {"leaf0", "up", 0},      {"leaf1", "down", 0},   {"leaf1", "drained", 0},
+      {"leaf1", "suspect", 0}, {"leaf1", "unknown", 0}};
+  for (const auto& [leaf, state, alloc] : spec) {
+    nodes["nodes"].push_back({{"leaf", leaf},
+                              {"state", state},
+                              {"gpus", 8},
+                              {"gpus_allocated", alloc}});
+  }
+  nlohmann::json jobs = {{"jobs",
+                          {{{"id", 7},
+                            {"name", "big"},
+                            {"user", "ana"},
+                            {"gpus", 12},
+                            {"state", "running"},
+                            {"start_time", "2027-01-15T07:50:00.000Z"},
+                            {"placement",
+                             {{"switch_level", 1},
+                              {"switch", "leaf0"},
+                              {"nodes", 2},
+                              {"tasks", nlohmann::json::array()}}}},
+                           {{"id", 9},
+                            {"name", "wait"},
+                            {"user", "bo"},
+                            {"gpus", 64},
+                            {"state", "pending"},
+                            {"reason", "no room"}}}}};
+  const std::string top =
+      FormatTop(nodes, jobs, "http://127.0.0.1:7070", 80, 10, now);
+  EXPECT_THAT(top, ::testing::HasSubstr("GPUs   13/64 allocated (20%)"));
+  EXPECT_THAT(top,
+              ::testing::HasSubstr(
+                  "Nodes  8, 4 up, 1 suspect, 1 drained, 1 down, 1 unknown"));
+  EXPECT_THAT(top, ::testing::HasSubstr("Jobs   1 running, 1 waiting"));
+  EXPECT_THAT(top, ::testing::HasSubstr("leaf0  #+-.  leaf1  Xds?"));
+  EXPECT_THAT(top, ::testing::ContainsRegex("9 +wait +bo +64 +no room"));
+  EXPECT_THAT(top, ::testing::ContainsRegex("7 +big +ana +12 +"));
+  for (absl::string_view line : absl::StrSplit(top, '\n')) {
+    EXPECT_LE(line.size(), 80u) << line;
   }
 }
 

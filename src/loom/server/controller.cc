@@ -1109,7 +1109,8 @@ Controller::Utilization Controller::CurrentUtilization() const {
     u.allocated_gpus += cluster_.nodes[n].gpus -
                         scheduler_->state().FreeGpus(static_cast<int>(n));
   }
-  u.pending_jobs = scheduler_->pending_count() + static_cast<int>(backoff_.size());
+  u.pending_jobs =
+      scheduler_->pending_count() + static_cast<int>(backoff_.size());
   u.running_jobs = scheduler_->running_count();
   return u;
 }

@@ -354,8 +354,9 @@ void HttpServer::Routes() {
                                {"pending", s.u.pending_jobs},
                                {"running", s.u.running_jobs}});
           }
-          Reply(res, 200, {{"every_s", absl::ToInt64Seconds(kUtilizationEvery)},
-                           {"samples", std::move(samples)}});
+          Reply(res, 200,
+                {{"every_s", absl::ToInt64Seconds(kUtilizationEvery)},
+                 {"samples", std::move(samples)}});
         });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(Metrics(), std::string(kMetricsContentType));
@@ -651,8 +652,9 @@ void HttpServer::SchedulerLoop() {
         sample = utilization_.empty() ||
                  now - utilization_.back().t >= kUtilizationEvery;
       }
-      const Controller::Utilization u =
-          sample ? controller_->CurrentUtilization() : Controller::Utilization{};
+      const Controller::Utilization u = sample
+                                            ? controller_->CurrentUtilization()
+                                            : Controller::Utilization{};
       absl::MutexLock lock(&metrics_mu_);
       pass_seconds_.Observe(absl::ToDoubleSeconds(now - last_pass));
       if (sample) {
