@@ -721,6 +721,8 @@ class Agent::Impl {
   std::thread health_thread_;
   // Finds real GPUs for health checks (null when emulated).
   std::unique_ptr<GpuProbe> owned_probe_;
+  // Real GPUs: the last Xid of each (null when emulated or unavailable).
+  std::unique_ptr<NvmlXidWatcher> xid_watcher_;
   GpuProbe* probe_ = nullptr;
   int expected_gpus_ = 0;
   mutable absl::Mutex health_mu_;
@@ -804,7 +806,7 @@ absl::Status Agent::Impl::Init() {
   }
   std::vector<GpuDevice> real_gpus;
   if (!options_.emulation) {
-    NvmlGpuProbe nvml;
+    NvmlGpuProbe nvml(options_.nvml_library);
     GpuProbe* probe =
         options_.gpu_probe != nullptr ? options_.gpu_probe : &nvml;
     absl::StatusOr<std::vector<GpuDevice>> gpus = probe->Probe();
@@ -817,12 +819,18 @@ absl::Status Agent::Impl::Init() {
     }
     real_gpus = std::move(*gpus);
     if (options_.gpu_probe == nullptr) {
-      owned_probe_ = std::make_unique<NvmlGpuProbe>();
+      owned_probe_ = std::make_unique<NvmlGpuProbe>(options_.nvml_library);
       probe_ = owned_probe_.get();
     } else {
       probe_ = options_.gpu_probe;
     }
     expected_gpus_ = static_cast<int>(real_gpus.size());
+    xid_watcher_ = std::make_unique<NvmlXidWatcher>(options_.nvml_library);
+    if (absl::Status st = xid_watcher_->Start(); !st.ok()) {
+      Log("warn", "",
+          absl::StrCat("Xid errors are not watched: ", Str(st.message())));
+      xid_watcher_.reset();
+    }
     if (real_gpus.empty()) {
       Log("warn", "", "NVML found no GPUs on this host");
     }
@@ -1280,6 +1288,14 @@ void Agent::Impl::HealthLoop() {
     if (probe_ != nullptr) {
       for (std::string& p : CheckGpus(*probe_, expected_gpus_)) {
         problems.push_back(std::move(p));
+      }
+    }
+    if (xid_watcher_ != nullptr) {
+      for (const auto& [gpu, xid] : xid_watcher_->LastXids()) {
+        if (IsHardwareXid(xid)) {
+          problems.push_back(
+              absl::StrCat("GPU ", gpu, ": Xid ", xid, " (a hardware error)"));
+        }
       }
     }
     if (problems != last) {
@@ -2587,6 +2603,9 @@ void Agent::Impl::HandleMetrics(const httplib::Request&,
   }
   std::map<pid_t, GroupUsage> usage;
   if (!options_.fake_tasks) usage = ReadProcessGroupUsage();
+  const std::map<int, int64_t> xids = xid_watcher_ != nullptr
+                                          ? xid_watcher_->LastXids()
+                                          : std::map<int, int64_t>();
   std::vector<GpuMetricsRow> gpus;
   std::vector<TaskUsageRow> tasks;
   for (const auto& node : nodes_) {
@@ -2628,6 +2647,10 @@ void Agent::Impl::HandleMetrics(const httplib::Request&,
       } else {
         for (const GpuDevice& r : real) {
           if (r.index == device.index) row.gpu = r;
+        }
+        if (xid_watcher_ != nullptr) {
+          auto it = xids.find(device.index);
+          row.xid = it == xids.end() ? 0 : it->second;
         }
       }
       gpus.push_back(std::move(row));

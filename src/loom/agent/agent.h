@@ -58,8 +58,10 @@ struct AgentOptions {
   // `gpu_probe`.
   std::optional<GpuEmulation> emulation;
   // Finds real GPUs when `emulation` is unset. Not owned; null: an
-  // `NvmlGpuProbe`.
+  // `NvmlGpuProbe` of `nvml_library`.
   GpuProbe* gpu_probe = nullptr;
+  // NVML, for the default probe and the Xid event watcher (real GPUs).
+  std::string nvml_library = "libnvidia-ml.so.1";
   // The host as reported (hostname; CPUs and memory unless emulated). Unset:
   // `ProbeHost()`.
   std::optional<HostInfo> host;

@@ -1102,6 +1102,55 @@ TEST(GpuProbeTest, NvmlReadsDevicesThroughTheLibrary) {
   EXPECT_EQ((*gpus)[1].sm_clock_mhz, 1980);
 }
 
+TEST(GpuProbeTest, XidWatcherKeepsTheLastXidOfEachGpu) {
+  NvmlXidWatcher missing("/nonexistent/libnvidia-ml.so.1");
+  EXPECT_EQ(missing.Start().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(missing.LastXids().empty());
+  setenv("LOOM_FAKE_NVML_XID", "79", 1);
+  NvmlXidWatcher watcher(LOOM_FAKE_NVML_PATH);
+  ASSERT_TRUE(watcher.Start().ok());
+  EXPECT_TRUE(WaitFor([&] { return watcher.LastXids().size() == 1; }));
+  unsetenv("LOOM_FAKE_NVML_XID");
+  EXPECT_EQ(watcher.LastXids(), (std::map<int, int64_t>{{1, 79}}));
+  watcher.Stop();
+  watcher.Stop();  // idempotent
+  EXPECT_TRUE(IsHardwareXid(79));
+  EXPECT_TRUE(IsHardwareXid(48));
+  EXPECT_FALSE(IsHardwareXid(13));  // an application's illegal access
+  EXPECT_FALSE(IsHardwareXid(31));
+}
+
+TEST(AgentTest, RealGpusReportXidAndTelemetry) {
+  setenv("LOOM_FAKE_NVML_XID", "79", 1);
+  FakeServer server;
+  TempDir dir;
+  NvmlGpuProbe probe(LOOM_FAKE_NVML_PATH);
+  AgentOptions options = BaseOptions(server, dir.path());
+  options.emulation.reset();
+  options.gpu_probe = &probe;
+  options.nvml_library = LOOM_FAKE_NVML_PATH;
+  options.health_interval = absl::Milliseconds(100);
+  std::unique_ptr<Agent> agent = StartAgent(std::move(options));
+  ASSERT_NE(agent, nullptr);
+  EXPECT_TRUE(WaitFor([&] {
+    return HasProblem(server.LastHealth("h200-0"),
+                      "GPU 1: Xid 79 (a hardware error)");
+  }));
+  unsetenv("LOOM_FAKE_NVML_XID");
+  AgentClient client(*agent);
+  httplib::Result res = client.Get("/metrics");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200);
+  EXPECT_THAT(res->body, ::testing::ContainsRegex(
+                             "DCGM_FI_DEV_XID_ERRORS\\{gpu=\"1\",[^}]*"
+                             "emulated=\"false\"\\} 79\n"));
+  EXPECT_THAT(res->body, ::testing::ContainsRegex(
+                             "DCGM_FI_DEV_GPU_UTIL\\{gpu=\"0\",[^}]*\\} 40\n"));
+  EXPECT_THAT(res->body, ::testing::ContainsRegex(
+                             "DCGM_FI_DEV_POWER_USAGE\\{gpu=\"1\",[^}]*\\} "
+                             "250.5\n"));
+}
+
 TEST(HealthCheckTest, GpusMissingOrWithEccErrors) {
   NvmlGpuProbe probe(LOOM_FAKE_NVML_PATH);
   EXPECT_THAT(CheckGpus(probe, 2), ::testing::IsEmpty());

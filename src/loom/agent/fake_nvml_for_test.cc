@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 
 namespace {
 
@@ -112,6 +113,48 @@ int nvmlDeviceGetClockInfo(void* device, int type, unsigned int* mhz) {
   *mhz = 1980;
   return 0;
 }
+
+// Xid events: GPU 1 reports the Xid in LOOM_FAKE_NVML_XID once, then the
+// wait times out (NVML_ERROR_TIMEOUT).
+struct nvmlEventData_st {
+  void* device;
+  unsigned long long event_type;
+  unsigned long long event_data;
+  unsigned int gpu_instance_id;
+  unsigned int compute_instance_id;
+};
+int g_event_set = 0;
+bool g_xid_sent = false;
+
+int nvmlEventSetCreate(void** set) {
+  if (set == nullptr) return 2;
+  *set = &g_event_set;
+  return 0;
+}
+
+int nvmlDeviceRegisterEvents(void* device, unsigned long long types,
+                             void* set) {
+  if (device == nullptr || set == nullptr || (types & 0x8) == 0) return 2;
+  return 0;
+}
+
+int nvmlEventSetWait_v2(void* set, nvmlEventData_st* data, unsigned int ms) {
+  if (set == nullptr || data == nullptr) return 2;
+  const char* xid = std::getenv("LOOM_FAKE_NVML_XID");
+  if (xid != nullptr && !g_xid_sent) {
+    g_xid_sent = true;
+    data->device = &g_devices[1];
+    data->event_type = 0x8;
+    data->event_data = std::strtoull(xid, nullptr, 10);
+    return 0;
+  }
+  struct timespec ts = {static_cast<time_t>(ms / 1000),
+                        static_cast<long>(ms % 1000) * 1000000L};
+  nanosleep(&ts, nullptr);
+  return 10;  // NVML_ERROR_TIMEOUT
+}
+
+int nvmlEventSetFree(void* set) { return set == nullptr ? 2 : 0; }
 
 // Uncorrected volatile ECC errors: GPU 1 reports the count in
 // LOOM_FAKE_NVML_ECC (default 0), so tests can make one GPU unhealthy.

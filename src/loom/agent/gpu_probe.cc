@@ -5,10 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -17,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "loom/common/units.h"
 
 namespace loom {
@@ -241,6 +245,133 @@ absl::StatusOr<std::vector<GpuDevice>> NvmlGpuProbe::Probe() {
   }
   shutdown();
   return gpus;
+}
+
+// --- Xid events ------------------------------------------------------------
+
+namespace {
+
+using NvmlEventSet = struct NvmlEventSetOpaque*;
+struct NvmlEventData {  // nvmlEventData_t
+  NvmlDevice device;
+  unsigned long long event_type;
+  unsigned long long event_data;  // the Xid
+  unsigned int gpu_instance_id;
+  unsigned int compute_instance_id;
+};
+constexpr unsigned long long kNvmlEventTypeXidCriticalError = 0x8;
+constexpr NvmlReturn kNvmlErrorTimeout = 10;
+using NvmlEventSetCreateFn = NvmlReturn (*)(NvmlEventSet*);
+using NvmlRegisterEventsFn = NvmlReturn (*)(NvmlDevice, unsigned long long,
+                                            NvmlEventSet);
+using NvmlEventSetWaitFn = NvmlReturn (*)(NvmlEventSet, NvmlEventData*,
+                                          unsigned int);
+using NvmlEventSetFreeFn = NvmlReturn (*)(NvmlEventSet);
+
+}  // namespace
+
+struct NvmlXidWatcher::State {
+  void* lib = nullptr;
+  NvmlShutdownFn shutdown = nullptr;
+  NvmlEventSetWaitFn wait = nullptr;
+  NvmlEventSetFreeFn free_set = nullptr;
+  NvmlEventSet set = nullptr;
+  std::vector<NvmlDevice> devices;  // by index
+  std::atomic<bool> stop{false};
+  std::thread thread;
+  mutable absl::Mutex mu;
+  std::map<int, int64_t> last ABSL_GUARDED_BY(mu);
+};
+
+NvmlXidWatcher::NvmlXidWatcher(std::string library)
+    : library_(std::move(library)) {}
+
+NvmlXidWatcher::~NvmlXidWatcher() { Stop(); }
+
+absl::Status NvmlXidWatcher::Start() {
+  if (state_ != nullptr) return absl::OkStatus();
+  auto s = std::make_unique<State>();
+  s->lib = dlopen(library_.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (s->lib == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("Xid events: cannot load ", library_));
+  }
+  auto unload = [&](std::string why) {
+    dlclose(s->lib);
+    return absl::UnavailableError(absl::StrCat("Xid events: ", why));
+  };
+  auto init = Symbol<NvmlInitFn>(s->lib, "nvmlInit_v2");
+  s->shutdown = Symbol<NvmlShutdownFn>(s->lib, "nvmlShutdown");
+  auto get_count = Symbol<NvmlGetCountFn>(s->lib, "nvmlDeviceGetCount_v2");
+  auto get_handle =
+      Symbol<NvmlGetHandleFn>(s->lib, "nvmlDeviceGetHandleByIndex_v2");
+  auto create = Symbol<NvmlEventSetCreateFn>(s->lib, "nvmlEventSetCreate");
+  auto reg = Symbol<NvmlRegisterEventsFn>(s->lib, "nvmlDeviceRegisterEvents");
+  s->wait = Symbol<NvmlEventSetWaitFn>(s->lib, "nvmlEventSetWait_v2");
+  s->free_set = Symbol<NvmlEventSetFreeFn>(s->lib, "nvmlEventSetFree");
+  if (init == nullptr || s->shutdown == nullptr || get_count == nullptr ||
+      get_handle == nullptr || create == nullptr || reg == nullptr ||
+      s->wait == nullptr || s->free_set == nullptr) {
+    return unload("the NVML library has no event API");
+  }
+  if (init() != kNvmlSuccess) return unload("nvmlInit_v2 failed");
+  unsigned int count = 0;
+  if (get_count(&count) != kNvmlSuccess || create(&s->set) != kNvmlSuccess) {
+    s->shutdown();
+    return unload("cannot create an event set");
+  }
+  for (unsigned int i = 0; i < count; ++i) {
+    NvmlDevice device = nullptr;
+    if (get_handle(i, &device) != kNvmlSuccess) device = nullptr;
+    s->devices.push_back(device);
+    // GPUs that do not support the event are skipped (NOT_SUPPORTED).
+    if (device != nullptr)
+      (void)reg(device, kNvmlEventTypeXidCriticalError, s->set);
+  }
+  State* raw = s.get();
+  s->thread = std::thread([raw] {
+    while (!raw->stop.load()) {
+      NvmlEventData data{};
+      const NvmlReturn rc = raw->wait(raw->set, &data, 500);
+      if (rc == kNvmlErrorTimeout) continue;
+      if (rc != kNvmlSuccess) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        continue;
+      }
+      if ((data.event_type & kNvmlEventTypeXidCriticalError) == 0) continue;
+      for (size_t i = 0; i < raw->devices.size(); ++i) {
+        if (raw->devices[i] != data.device) continue;
+        absl::MutexLock lock(&raw->mu);
+        raw->last[static_cast<int>(i)] = static_cast<int64_t>(
+            std::min<unsigned long long>(data.event_data, INT64_MAX));
+      }
+    }
+  });
+  state_ = std::move(s);
+  return absl::OkStatus();
+}
+
+void NvmlXidWatcher::Stop() {
+  if (state_ == nullptr) return;
+  state_->stop.store(true);
+  if (state_->thread.joinable()) state_->thread.join();
+  state_->free_set(state_->set);
+  state_->shutdown();
+  dlclose(state_->lib);
+  state_.reset();
+}
+
+std::map<int, int64_t> NvmlXidWatcher::LastXids() const {
+  if (state_ == nullptr) return {};
+  absl::MutexLock lock(&state_->mu);
+  return state_->last;
+}
+
+bool IsHardwareXid(int64_t xid) {
+  for (int64_t x : {48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120}) {
+    if (xid == x) return true;
+  }
+  return false;
 }
 
 absl::StatusOr<GpuEmulation> ParseGpuEmulation(std::string_view text) {

@@ -5,10 +5,13 @@
 // ones (`--emulate 8xH200`) for tests, laptops and the fleet emulator.
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace loom {
@@ -66,6 +69,37 @@ class NvmlGpuProbe : public GpuProbe {
  private:
   const std::string library_;
 };
+
+// Watches NVML's Xid critical-error events (`nvmlEventSetCreate`,
+// `nvmlDeviceRegisterEvents`, `nvmlEventSetWait_v2`) on a thread of its own
+// and keeps the last Xid of each GPU (DCGM's DCGM_FI_DEV_XID_ERRORS).
+//
+// Thread-safety: thread-safe.
+class NvmlXidWatcher {
+ public:
+  explicit NvmlXidWatcher(std::string library = "libnvidia-ml.so.1");
+  ~NvmlXidWatcher();
+  NvmlXidWatcher(const NvmlXidWatcher&) = delete;
+  NvmlXidWatcher& operator=(const NvmlXidWatcher&) = delete;
+
+  // Loads NVML, registers every GPU for Xid events and starts the thread.
+  // `Unavailable` when NVML or its event API is missing or refuses.
+  absl::Status Start();
+  // Stops the thread and unloads NVML. Idempotent.
+  void Stop();
+  // GPU index -> the last Xid seen since `Start`.
+  std::map<int, int64_t> LastXids() const;
+
+ private:
+  struct State;
+  const std::string library_;
+  std::unique_ptr<State> state_;
+};
+
+// Xids that say the GPU itself needs attention (not the application's
+// fault): 48 (double-bit ECC), 62, 63, 64 (row remapping), 74 (NVLink), 79
+// (fallen off the bus), 92, 94, 95 (ECC), 119, 120 (GSP).
+bool IsHardwareXid(int64_t xid);
 
 // What `--emulate COUNTxMODEL[:MEMORY]` asks for, with the node size that
 // goes with the model (overridable by `--emulate-cpus`/`--emulate-memory`).
