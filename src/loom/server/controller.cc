@@ -36,6 +36,14 @@ std::string HostOf(const std::string& address) {
   return colon == std::string::npos ? address : address.substr(0, colon);
 }
 
+// GPU-seconds of the job's current run up to `now` (0 when not started).
+double CurrentRunGpuSeconds(const JobRecord& job, absl::Time now) {
+  if (!job.start_time) return 0;
+  int gpus = 0;
+  for (const TaskRecord& t : job.tasks) gpus += static_cast<int>(t.gpus.size());
+  return gpus * std::max(0.0, absl::ToDoubleSeconds(now - *job.start_time));
+}
+
 bool TaskLive(const TaskRecord& t) {
   return t.state == TaskRecord::State::kLaunching ||
          t.state == TaskRecord::State::kRunning;
@@ -539,13 +547,7 @@ void Controller::FinishJob(JobRecord& job, absl::Time now) {
     }
   }
   job.exit_code = code.value_or(ok ? 0 : 1);
-  if (job.start_time) {
-    int gpus = 0;
-    for (const TaskRecord& t : job.tasks)
-      gpus += static_cast<int>(t.gpus.size());
-    job.gpu_seconds +=
-        gpus * std::max(0.0, absl::ToDoubleSeconds(now - *job.start_time));
-  }
+  job.gpu_seconds += CurrentRunGpuSeconds(job, now);
   if (!job.tasks.empty()) {
     const int master = NodeIndex(job.tasks[0].node);
     if (master >= 0) nodes_[master].master_ports.erase(job.master_port);
@@ -1124,13 +1126,8 @@ void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
   for (const auto& [id, job] : jobs_) {
     ++by_state[{std::string(JobStateName(job.state)), job.spec.project}];
     double s = job.gpu_seconds;
-    if ((job.state == JobState::kRunning || job.state == JobState::kStopping) &&
-        job.start_time) {
-      int gpus = 0;
-      for (const TaskRecord& t : job.tasks) {
-        gpus += static_cast<int>(t.gpus.size());
-      }
-      s += gpus * std::max(0.0, absl::ToDoubleSeconds(now - *job.start_time));
+    if (job.state == JobState::kRunning || job.state == JobState::kStopping) {
+      s += CurrentRunGpuSeconds(job, now);
     }
     gpu_seconds[{job.spec.project, job.spec.user}] += s;
     if (job.state == JobState::kHeld) {
