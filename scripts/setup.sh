@@ -3,7 +3,8 @@
 # Safe to run again; safe while another process runs apt (waits for the lock).
 # Usage: scripts/setup.sh [--test]; --test adds what only the tests need
 # (Debian's python3-torch for the torch.distributed end-to-end test,
-# prometheus for the metrics test, chromium for the dashboard test).
+# prometheus for the metrics test, chromium for the dashboard test, etcd
+# for the etcd store and HA tests).
 set -euo pipefail
 
 SUDO=""
@@ -18,7 +19,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev time curl
 )
 if [ "${1:-}" = "--test" ]; then
-  PACKAGES+=(python3-torch prometheus chromium)
+  PACKAGES+=(python3-torch prometheus chromium etcd-server etcd-client)
 fi
 
 missing=()

@@ -28,9 +28,11 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "loom/store/etcd_state_store.h"
 #include "loom/store/fault_injecting_state_store.h"
 #include "loom/store/memory_state_store.h"
 #include "loom/store/sqlite_state_store.h"
+#include "loom/store/testing/etcd_process.h"
 
 namespace loom {
 namespace {
@@ -106,6 +108,7 @@ class TempDir {
 // One factory per implementation for the typed contract suite. `Make` builds
 // a fresh, empty store named `name` inside `dir`.
 struct MemoryFactory {
+  static constexpr bool kCountsChangeLog = true;
   static absl::StatusOr<std::unique_ptr<StateStore>> Make(
       const TempDir& dir, std::string_view name, int64_t change_log_limit) {
     return std::make_unique<MemoryStateStore>(
@@ -114,6 +117,7 @@ struct MemoryFactory {
 };
 
 struct SqliteFactory {
+  static constexpr bool kCountsChangeLog = true;
   static absl::StatusOr<std::unique_ptr<StateStore>> Make(
       const TempDir& dir, std::string_view name, int64_t change_log_limit) {
     absl::StatusOr<std::unique_ptr<SqliteStateStore>> store =
@@ -126,6 +130,7 @@ struct SqliteFactory {
 
 // The decorator with no faults set must be invisible.
 struct FaultInjectingFactory {
+  static constexpr bool kCountsChangeLog = true;
   static absl::StatusOr<std::unique_ptr<StateStore>> Make(
       const TempDir& dir, std::string_view name, int64_t change_log_limit) {
     return std::make_unique<FaultInjectingStateStore>(
@@ -181,8 +186,68 @@ class StateStoreTest : public ::testing::Test {
   std::unique_ptr<StateStore> store_;
 };
 
-using Factories =
-    ::testing::Types<MemoryFactory, SqliteFactory, FaultInjectingFactory>;
+// A store on a fresh single-member etcd of its own (so that revisions start
+// at 0 as the contract says): the etcd process lives as long as the store.
+class EtcdBackedStore final : public StateStore {
+ public:
+  EtcdBackedStore(testing::EtcdProcess etcd,
+                  std::unique_ptr<EtcdStateStore> store)
+      : etcd_(std::move(etcd)), store_(std::move(store)) {}
+  absl::StatusOr<KeyValue> Get(std::string_view key) override {
+    return store_->Get(key);
+  }
+  absl::StatusOr<std::vector<KeyValue>> List(std::string_view prefix,
+                                             int64_t limit) override {
+    return store_->List(prefix, limit);
+  }
+  absl::StatusOr<int64_t> Commit(
+      const std::vector<Condition>& conditions,
+      const std::vector<Mutation>& mutations) override {
+    return store_->Commit(conditions, mutations);
+  }
+  absl::StatusOr<int64_t> Revision() override { return store_->Revision(); }
+  absl::StatusOr<std::vector<Change>> ChangesSince(std::string_view prefix,
+                                                   int64_t revision,
+                                                   int64_t limit) override {
+    return store_->ChangesSince(prefix, revision, limit);
+  }
+  testing::EtcdProcess& etcd() { return etcd_; }
+  EtcdStateStore& store() { return *store_; }
+
+ private:
+  testing::EtcdProcess etcd_;
+  std::unique_ptr<EtcdStateStore> store_;
+};
+
+absl::StatusOr<std::unique_ptr<EtcdBackedStore>> MakeEtcdStore(
+    const TempDir& dir, std::string_view name, int members = 1) {
+  absl::StatusOr<testing::EtcdProcess> etcd = testing::EtcdProcess::Start(
+      dir.File(absl::StrCat("etcd-", std::string(name))), members);
+  if (!etcd.ok()) return etcd.status();
+  EtcdStateStoreOptions options;
+  options.client.endpoints = etcd->endpoints();
+  options.key_prefix = "/test/data";
+  absl::StatusOr<std::unique_ptr<EtcdStateStore>> store =
+      EtcdStateStore::Connect(options);
+  if (!store.ok()) return store.status();
+  return std::make_unique<EtcdBackedStore>(*std::move(etcd), *std::move(store));
+}
+
+struct EtcdFactory {
+  // etcd's history is bounded by compaction, not by a count of changes
+  // (see EtcdStateStoreTest.CompactedHistoryIsOutOfRange).
+  static constexpr bool kCountsChangeLog = false;
+  static absl::StatusOr<std::unique_ptr<StateStore>> Make(
+      const TempDir& dir, std::string_view name, int64_t change_log_limit) {
+    absl::StatusOr<std::unique_ptr<EtcdBackedStore>> store =
+        MakeEtcdStore(dir, name);
+    if (!store.ok()) return store.status();
+    return std::unique_ptr<StateStore>(std::move(*store));
+  }
+};
+
+using Factories = ::testing::Types<MemoryFactory, SqliteFactory,
+                                   FaultInjectingFactory, EtcdFactory>;
 TYPED_TEST_SUITE(StateStoreTest, Factories);
 
 TYPED_TEST(StateStoreTest, EmptyStore) {
@@ -435,6 +500,9 @@ TYPED_TEST(StateStoreTest, ChangesSinceInOrder) {
 }
 
 TYPED_TEST(StateStoreTest, ChangesSinceOutOfRangeOnceDropped) {
+  if constexpr (!TypeParam::kCountsChangeLog) {
+    GTEST_SKIP() << "this store's history is not bounded by a change count";
+  }
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<StateStore> small,
                        TypeParam::Make(this->dir_, "small", 10));
   for (int i = 1; i <= 30; ++i) {
@@ -929,6 +997,141 @@ TEST(FaultInjectingStateStoreTest, AddsDelay) {
   start = absl::Now();
   ASSERT_OK(store.Get("a"));
   EXPECT_LT(absl::Now() - start, absl::Milliseconds(50));
+}
+
+// --- etcd only ----------------------------------------------------------
+
+// Puts a raw etcd key (outside any store prefix); returns its create
+// revision.
+int64_t PutRaw(EtcdClient& client, const std::string& key,
+               const std::string& value) {
+  absl::StatusOr<nlohmann::json> r = client.Call(
+      "/v3/kv/put",
+      {{"key", EtcdClient::Encode(key)}, {"value", EtcdClient::Encode(value)}});
+  EXPECT_TRUE(r.ok()) << r.status();
+  absl::StatusOr<nlohmann::json> g =
+      client.Call("/v3/kv/range", {{"key", EtcdClient::Encode(key)}});
+  EXPECT_TRUE(g.ok()) << g.status();
+  if (!g.ok() || !g->contains("kvs")) return -1;
+  return EtcdClient::Int((*g)["kvs"][0], "create_revision");
+}
+
+TEST(EtcdStateStoreTest, CompactedHistoryIsOutOfRange) {
+  TempDir dir;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<EtcdBackedStore> store,
+                       MakeEtcdStore(dir, "compact"));
+  for (int i = 1; i <= 10; ++i) {
+    ASSERT_OK(store->Commit({}, {Mutation::Put(absl::StrCat("k", i), "v")}));
+  }
+  // Compact etcd's history up to store revision 6 (etcd's 7).
+  ASSERT_OK(store->store().client().Call(
+      "/v3/kv/compaction", {{"revision", 7}, {"physical", true}}));
+  EXPECT_EQ(store->ChangesSince("", 3, 0).status().code(),
+            absl::StatusCode::kOutOfRange);
+  ASSERT_OK_AND_ASSIGN(std::vector<Change> kept, store->ChangesSince("", 6, 0));
+  EXPECT_THAT(Strs(kept), ElementsAre("put k7=v@7", "put k8=v@8", "put k9=v@9",
+                                      "put k10=v@10"));
+  // Listing still has everything.
+  ASSERT_OK_AND_ASSIGN(std::vector<KeyValue> all, store->List("", 0));
+  EXPECT_EQ(all.size(), 10u);
+}
+
+TEST(EtcdStateStoreTest, PrefixesKeepStoresApart) {
+  TempDir dir;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<EtcdBackedStore> a,
+                       MakeEtcdStore(dir, "shared"));
+  EtcdStateStoreOptions options;
+  options.client.endpoints = a->etcd().endpoints();
+  options.key_prefix = "/other";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<EtcdStateStore> b,
+                       EtcdStateStore::Connect(options));
+  ASSERT_OK(a->Commit({}, {Mutation::Put("/jobs/1", "a")}));
+  ASSERT_OK(b->Commit({}, {Mutation::Put("/jobs/1", "b")}));
+  ASSERT_OK_AND_ASSIGN(std::vector<KeyValue> in_a, a->List("", 0));
+  ASSERT_OK_AND_ASSIGN(std::vector<KeyValue> in_b, b->List("", 0));
+  EXPECT_THAT(Strs(in_a), ElementsAre("/jobs/1=a@1"));
+  EXPECT_THAT(Strs(in_b), ElementsAre("/jobs/1=b@2"));
+  // b's write shows in the shared revision but not in a's changes.
+  ASSERT_OK_AND_ASSIGN(std::vector<Change> changes, a->ChangesSince("", 0, 0));
+  EXPECT_THAT(Strs(changes), ElementsAre("put /jobs/1=a@1"));
+  EXPECT_EQ(*a->Revision(), 2);
+}
+
+TEST(EtcdStateStoreTest, FenceStopsADeposedLeader) {
+  TempDir dir;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<EtcdBackedStore> store,
+                       MakeEtcdStore(dir, "fence"));
+  EtcdClient& client = store->store().client();
+  const int64_t term = PutRaw(client, "/test/leader", "server-a");
+  ASSERT_GT(term, 0);
+  int fenced_calls = 0;
+  std::string fenced_message;
+  store->store().SetFence("/test/leader", term, [&](const absl::Status& st) {
+    ++fenced_calls;
+    fenced_message = std::string(st.message());
+  });
+  ASSERT_OK(store->Commit({}, {Mutation::Put("/jobs/1", "x")}));
+  // Another server takes over: the key is deleted and created again.
+  ASSERT_OK(client.Call("/v3/kv/deleterange",
+                        {{"key", EtcdClient::Encode("/test/leader")}}));
+  ASSERT_GT(PutRaw(client, "/test/leader", "server-b"), term);
+  absl::StatusOr<int64_t> late =
+      store->Commit({}, {Mutation::Put("/jobs/2", "y")});
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(late.status().message(), HasSubstr("fenced"));
+  EXPECT_EQ(store->Get("/jobs/2").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(store->Commit({}, {Mutation::Put("/jobs/3", "z")}).ok());
+  EXPECT_EQ(fenced_calls, 1);
+  EXPECT_THAT(fenced_message, HasSubstr("no longer the leader"));
+  // Conditions are still judged (and reported) after the fence.
+  store->store().SetFence("/test/leader", *store->store().Revision() + 1,
+                          nullptr);
+  absl::StatusOr<int64_t> cas =
+      store->Commit({{"/jobs/1", 99}}, {Mutation::Put("/jobs/1", "w")});
+  EXPECT_EQ(cas.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(cas.status().message(), HasSubstr("/jobs/1"));
+}
+
+TEST(EtcdStateStoreTest, KeepsServingWhenOneOfThreeMembersDies) {
+  TempDir dir;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<EtcdBackedStore> store,
+                       MakeEtcdStore(dir, "three", 3));
+  ASSERT_OK(store->Commit({}, {Mutation::Put("/jobs/1", "before")}));
+  // The member the client talks to goes away.
+  store->etcd().Kill(0);
+  // Until the survivors have a leader (if the dead one led), writes may be
+  // refused as unavailable; they succeed within a few seconds.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  absl::StatusOr<int64_t> r;
+  do {
+    r = store->Commit({}, {Mutation::Put("/jobs/2", "after")});
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable)
+          << r.status();
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  } while (!r.ok() && absl::Now() < deadline);
+  ASSERT_OK(r);
+  EXPECT_NE(store->store().client().CurrentEndpoint(),
+            store->etcd().endpoints()[0]);
+  ASSERT_OK_AND_ASSIGN(std::vector<KeyValue> all, store->List("/jobs/", 0));
+  EXPECT_THAT(Strs(all), ElementsAre(absl::StrCat("/jobs/1=before@1"),
+                                     absl::StrCat("/jobs/2=after@", *r)));
+}
+
+TEST(EtcdStateStoreTest, BadEndpointsFailClearly) {
+  EtcdStateStoreOptions options;
+  options.client.endpoints = {"ftp://127.0.0.1:1"};
+  EXPECT_EQ(EtcdStateStore::Connect(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.client.endpoints = {"http://127.0.0.1:1"};
+  absl::StatusOr<std::unique_ptr<EtcdStateStore>> none =
+      EtcdStateStore::Connect(options);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(none.status().message(), HasSubstr("127.0.0.1:1"));
+  EXPECT_EQ(ParseEtcdEndpoints("http://a:1, http://b:2")->size(), 2u);
+  EXPECT_FALSE(ParseEtcdEndpoints("http://a").ok());
+  EXPECT_FALSE(ParseEtcdEndpoints("").ok());
 }
 
 }  // namespace
