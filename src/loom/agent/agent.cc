@@ -1850,8 +1850,12 @@ Agent::Impl::ServerReply Agent::Impl::Post(Worker& worker,
       errors.push_back(absl::StrCat(url, ": ", DescribeHttpError(res.error())));
       continue;
     }
-    if (res->status == 503 && i + 1 < n) {
-      errors.push_back(absl::StrCat(url, ": HTTP 503 (unavailable)"));
+    // 503: busy or no leader yet; 307: a standby of a replicated
+    // controller (docs/ha.md). The leader is another server of the list.
+    if ((res->status == 503 || res->status == 307) && i + 1 < n) {
+      errors.push_back(absl::StrCat(url, res->status == 307
+                                             ? ": a standby"
+                                             : ": HTTP 503 (unavailable)"));
       continue;
     }
     worker.preferred = idx;

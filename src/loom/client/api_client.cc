@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <optional>
+#include <random>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -17,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "httplib.h"
 
@@ -273,23 +275,33 @@ absl::StatusOr<nlohmann::json> JsonFromReply(const Reply& reply) {
   return j;
 }
 
-// Sends a request to the servers in turn, starting at `*preferred`, and
-// returns the first answer (503 answers move on to the next server while
-// there is one). Transport failures after the request was sent move on only
-// when `retry_after_send`. `send` must fill `Reply::body` itself when it
-// streams.
-absl::StatusOr<Reply> Exchange(const std::vector<std::string>& urls,
-                               size_t* preferred,
-                               const ApiClientOptions& options, bool follow,
-                               bool retry_after_send, const SendFn& send) {
-  std::vector<std::string> failures;
-  std::optional<Reply> unavailable;
-  for (size_t attempt = 0; attempt < urls.size(); ++attempt) {
-    const size_t index = (*preferred + attempt) % urls.size();
-    const std::string& url = urls[index];
+// The leader a standby named in its 307 answer ("" if none).
+std::string LeaderOf(const httplib::Result& result) {
+  return result->get_header_value("X-Loom-Leader");
+}
+
+// One pass over the servers, starting at `*preferred`: returns the first
+// answer. 503 answers (busy, no leader yet) and 307 answers (a standby of a
+// replicated controller) move on to the next server while there is one; a
+// standby's leader that is not in the list is tried last. Transport failures
+// after the request was sent move on only when `retry_after_send`. `send`
+// must fill `Reply::body` itself when it streams. `failures` collects why
+// servers did not answer.
+absl::StatusOr<Reply> ExchangeOnce(const std::vector<std::string>& urls,
+                                   size_t* preferred,
+                                   const ApiClientOptions& options, bool follow,
+                                   bool retry_after_send, const SendFn& send,
+                                   std::vector<std::string>* failures) {
+  std::optional<Reply> fallback;  // the last 503 or 307 answer
+  std::vector<std::string> order;
+  for (size_t i = 0; i < urls.size(); ++i) {
+    order.push_back(urls[(*preferred + i) % urls.size()]);
+  }
+  for (size_t attempt = 0; attempt < order.size(); ++attempt) {
+    const std::string url = order[attempt];
     httplib::Client client(url);
     if (!client.is_valid()) {
-      failures.push_back(absl::StrCat(url, ": not a valid server URL"));
+      failures->push_back(absl::StrCat(url, ": not a valid server URL"));
       continue;
     }
     client.set_connection_timeout(std::chrono::milliseconds(
@@ -312,11 +324,11 @@ absl::StatusOr<Reply> Exchange(const std::vector<std::string>& urls,
         return absl::CancelledError("stopped reading the response");
       }
       if (IsConnectError(e)) {
-        failures.push_back(absl::StrCat(
+        failures->push_back(absl::StrCat(
             url, ": ", DescribeConnectFailure(url, options.connect_timeout)));
         continue;
       }
-      failures.push_back(
+      failures->push_back(
           absl::StrCat(url, ": ", DescribeTransportError(e, options, follow)));
       if (retry_after_send) continue;
       break;
@@ -325,14 +337,57 @@ absl::StatusOr<Reply> Exchange(const std::vector<std::string>& urls,
     reply.status = result->status;
     reply.body = std::move(result->body);
     reply.url = url;
-    if (reply.status == 503 && attempt + 1 < urls.size()) {
-      unavailable = std::move(reply);
+    if (reply.status == 307) {
+      const std::string leader = LeaderOf(result);
+      if (!leader.empty() &&
+          std::find(order.begin(), order.end(), leader) == order.end()) {
+        order.push_back(leader);
+      }
+    }
+    if ((reply.status == 503 || reply.status == 307) &&
+        attempt + 1 < order.size()) {
+      failures->push_back(absl::StrCat(
+          url, reply.status == 307 ? ": a standby" : ": HTTP 503"));
+      fallback = std::move(reply);
       continue;
     }
-    *preferred = index;
+    auto known = std::find(urls.begin(), urls.end(), url);
+    if (known != urls.end()) *preferred = known - urls.begin();
     return reply;
   }
-  if (unavailable.has_value()) return *std::move(unavailable);
+  if (fallback.has_value()) return *std::move(fallback);
+  return absl::UnavailableError("no answer");
+}
+
+// `ExchangeOnce`, again and again while a replicated controller fails over
+// (every server refused, or only standbys and 503s answered) for up to
+// `options.failover_wait`, when several servers are known or a standby
+// answered. Then the last answer, or an error naming every server.
+absl::StatusOr<Reply> Exchange(const std::vector<std::string>& urls,
+                               size_t* preferred,
+                               const ApiClientOptions& options, bool follow,
+                               bool retry_after_send, const SendFn& send) {
+  const absl::Time deadline = absl::Now() + options.failover_wait;
+  std::vector<std::string> failures;
+  while (true) {
+    failures.clear();
+    absl::StatusOr<Reply> reply = ExchangeOnce(
+        urls, preferred, options, follow, retry_after_send, send, &failures);
+    const bool failing_over =
+        reply.ok() ? (reply->status == 307 ||
+                      (reply->status == 503 &&
+                       absl::StrContains(reply->body, "\"no_leader\"")))
+                   : reply.status().code() == absl::StatusCode::kUnavailable &&
+                         urls.size() > 1;
+    if (!failing_over || absl::Now() >= deadline) {
+      if (reply.ok() ||
+          reply.status().code() != absl::StatusCode::kUnavailable) {
+        return reply;
+      }
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
   if (failures.size() == 1) {
     const size_t colon = failures[0].find(": ");
     return absl::UnavailableError(absl::StrCat(
@@ -395,18 +450,22 @@ ApiClient::ApiClient(std::vector<std::string> server_urls,
                      ApiClientOptions options)
     : urls_(std::move(server_urls)), options_(std::move(options)) {}
 
-absl::StatusOr<nlohmann::json> ApiClient::Call(const std::string& method,
-                                               const std::string& path,
-                                               const std::string& body) {
+absl::StatusOr<nlohmann::json> ApiClient::Call(
+    const std::string& method, const std::string& path, const std::string& body,
+    const std::string& idempotency_key) {
   if (urls_.empty()) {
     return absl::FailedPreconditionError("no loom server URL was given");
   }
   httplib::Headers headers = {{"Accept", "application/json"}};
   if (!options_.user.empty()) headers.emplace("X-Loom-User", options_.user);
+  if (!idempotency_key.empty()) {
+    headers.emplace("Idempotency-Key", idempotency_key);
+  }
   const bool is_get = method == "GET";
   absl::StatusOr<Reply> reply =
       Exchange(urls_, &preferred_, options_, /*follow=*/false,
-               /*retry_after_send=*/is_get, [&](httplib::Client& client) {
+               /*retry_after_send=*/is_get || !idempotency_key.empty(),
+               [&](httplib::Client& client) {
                  if (is_get) return client.Get(path, headers);
                  if (body.empty()) return client.Post(path, headers);
                  return client.Post(path, headers, body, "application/json");
@@ -417,9 +476,16 @@ absl::StatusOr<nlohmann::json> ApiClient::Call(const std::string& method,
 
 absl::StatusOr<nlohmann::json> ApiClient::SubmitJob(
     const nlohmann::json& spec) {
+  // A random idempotency key makes the submission safe to send again when
+  // the answer was lost (a server killed after writing the job): the server
+  // that gets it again answers with the job already made.
+  thread_local std::mt19937_64 rng(std::random_device{}() ^
+                                   static_cast<uint64_t>(getpid()) << 32 ^
+                                   absl::ToUnixNanos(absl::Now()));
+  const std::string key = absl::StrFormat("%016x%016x", rng(), rng());
   return Call(
       "POST", "/v1/jobs",
-      spec.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+      spec.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), key);
 }
 
 absl::StatusOr<nlohmann::json> ApiClient::ListJobs(const JobFilter& filter) {

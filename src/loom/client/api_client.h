@@ -27,6 +27,9 @@ struct ApiClientOptions {
   // Sent as the `X-Loom-User` header when not empty: the user that jobs are
   // submitted as unless the spec names one.
   std::string user;
+  // With several servers (a replicated controller), how long a request keeps
+  // trying while none of them answers as the leader (a failover).
+  absl::Duration failover_wait = absl::Seconds(15);
 };
 
 // Filters of `ListJobs`; empty or 0 fields do not filter.
@@ -67,9 +70,11 @@ absl::StatusOr<std::string> NormalizeServerUrl(std::string_view url);
 
 // Talks to one loom server, or to the first reachable of several (a
 // replicated controller). Requests go to the server that last answered;
-// when it cannot be reached, the others are tried in turn. A POST is only
-// retried elsewhere when no connection could be made (so that it is never
-// applied twice).
+// when it cannot be reached, or answers as a standby (307) or 503, the
+// others are tried in turn, and while a replicated controller fails over
+// they are tried again for up to `failover_wait`. A POST is only retried
+// elsewhere when no connection could be made (so that it is never applied
+// twice), except a job submission, which carries an idempotency key.
 //
 // Error mapping: a server error response becomes a status whose code
 // follows `error.code` (invalid_argument and infeasible: InvalidArgument,
@@ -133,9 +138,12 @@ class ApiClient {
 
  private:
   // Sends one request, trying the servers in turn; see the class comment.
+  // With an `idempotency_key` (sent as `Idempotency-Key`) a POST is also
+  // sent again to another server when its answer was lost.
   absl::StatusOr<nlohmann::json> Call(const std::string& method,
                                       const std::string& path,
-                                      const std::string& body);
+                                      const std::string& body,
+                                      const std::string& idempotency_key = "");
   absl::StatusOr<nlohmann::json> NodeAction(std::string_view name,
                                             std::string_view action);
 

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -327,9 +328,12 @@ TEST(ApiClientNoServer, ConnectionRefusedNamesTheUrl) {
 TEST(ApiClientNoServer, AllServersDownListsEach) {
   const std::string a = absl::StrCat("http://127.0.0.1:", UnusedPort());
   const std::string b = absl::StrCat("http://127.0.0.1:", UnusedPort());
-  ApiClient client({a, b});
+  // With several servers the client keeps trying for `failover_wait`.
+  ApiClient client({a, b}, {.failover_wait = absl::Milliseconds(500)});
+  const absl::Time start = absl::Now();
   absl::Status st =
       client.StreamLogs(1, {}, [](std::string_view) { return true; });
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(500));
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(st.message()),
               StartsWith("cannot reach any loom server ("));
@@ -359,6 +363,65 @@ TEST(ApiClientFailover, UnavailableServerIsSkipped) {
   EXPECT_EQ(only.ListProjects().status().code(),
             absl::StatusCode::kUnavailable);
   EXPECT_EQ(only.ListProjects().status().message(), "starting");
+}
+
+// A standby of a replicated controller answers 307 and names the leader;
+// the client goes there, whether the leader is in its list or not.
+TEST(ApiClientFailover, StandbySendsTheClientToTheLeader) {
+  FakeServer leader;
+  std::vector<std::string> keys;
+  leader.server().Post("/v1/jobs", [&](const httplib::Request& req,
+                                       httplib::Response& res) {
+    keys.push_back(req.get_header_value("Idempotency-Key"));
+    JsonReply(res, 201, {{"id", 1}});
+  });
+  leader.Start();
+  FakeServer standby;
+  int redirected = 0;
+  standby.server().Post("/v1/jobs", [&](const httplib::Request&,
+                                        httplib::Response& res) {
+    ++redirected;
+    res.set_header("X-Loom-Leader", leader.url());
+    ErrorReply(res, 307, "not_leader", "this server is a standby");
+  });
+  standby.Start();
+  ApiClient only_standby({standby.url()});
+  absl::StatusOr<nlohmann::json> job = only_standby.SubmitJob({{"tasks", 1}});
+  ASSERT_TRUE(job.ok()) << job.status();
+  ApiClient both({standby.url(), leader.url()});
+  ASSERT_TRUE(both.SubmitJob({{"tasks", 1}}).ok());
+  ASSERT_TRUE(both.SubmitJob({{"tasks", 1}}).ok());  // straight to the leader
+  EXPECT_EQ(redirected, 2);
+  // Every submission carries an idempotency key of its own.
+  ASSERT_EQ(keys.size(), 3u);
+  EXPECT_EQ(keys[0].size(), 32u);
+  EXPECT_NE(keys[0], keys[1]);
+  EXPECT_NE(keys[1], keys[2]);
+}
+
+// While no leader is elected, the client waits and tries again.
+TEST(ApiClientFailover, WaitsOutAnElection) {
+  FakeServer server;
+  int calls = 0;
+  server.server().Get("/v1/projects", [&](const httplib::Request&,
+                                          httplib::Response& res) {
+    if (++calls < 3) {
+      return ErrorReply(res, 503, "no_leader", "no leader elected yet");
+    }
+    JsonReply(res, 200, {{"projects", nlohmann::json::array()}});
+  });
+  server.Start();
+  ApiClient client({server.url()});
+  absl::StatusOr<nlohmann::json> p = client.ListProjects();
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(calls, 3);
+  // Not for ever.
+  ApiClient impatient({server.url()},
+                      {.failover_wait = absl::ZeroDuration()});
+  calls = 0;
+  EXPECT_EQ(impatient.ListProjects().status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(calls, 1);
 }
 
 TEST(NormalizeServerUrl, AcceptsAndRejects) {

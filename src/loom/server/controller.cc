@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <bit>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -16,6 +18,25 @@ namespace loom {
 namespace {
 
 constexpr const char* kNodePrefix = "/nodes/";
+
+std::string RequestKey(const std::string& request_id) {
+  return absl::StrCat("/requests/", request_id);
+}
+
+absl::Status ValidateRequestId(const std::string& id) {
+  if (id.size() > 128) {
+    return absl::InvalidArgumentError(
+        "Idempotency-Key: at most 128 characters");
+  }
+  for (char c : id) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' &&
+        c != '_' && c != '.' && c != ':') {
+      return absl::InvalidArgumentError(
+          "Idempotency-Key: only letters, digits and . _ : - are allowed");
+    }
+  }
+  return absl::OkStatus();
+}
 
 std::string TaskId(JobId job, int index, int restart) {
   return fmt::format("{}.{}.{}", job, index, restart);
@@ -115,6 +136,7 @@ absl::Status Controller::Load(absl::Time now) {
           absl::StrCat("store entry ", kv.key, ": ", rec.status().message()));
     }
     next_id_ = std::max(next_id_, rec->id + 1);
+    if (!rec->request_id.empty()) requests_[rec->request_id] = rec->id;
     JobRecord& job = jobs_[rec->id] = *std::move(rec);
     absl::StatusOr<JobRequest> req =
         ToJobRequest(job.spec, cluster_, job.id, job.submit_time);
@@ -195,7 +217,19 @@ void Controller::UpdateSchedulable(int node) {
 
 absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
                                                   const std::string& user,
-                                                  absl::Time now) {
+                                                  absl::Time now,
+                                                  const std::string& request_id,
+                                                  bool* created) {
+  if (created != nullptr) *created = false;
+  if (!request_id.empty()) {
+    if (absl::Status st = ValidateRequestId(request_id); !st.ok()) return st;
+    absl::MutexLock lock(&mu_);
+    auto seen = requests_.find(request_id);
+    if (seen != requests_.end()) {
+      auto job = jobs_.find(seen->second);
+      if (job != jobs_.end()) return JobJson(job->second, now);
+    }
+  }
   if (spec.user.empty()) spec.user = user.empty() ? "default" : user;
   // Checks need no lock (the cluster is constant).
   absl::StatusOr<JobRequest> req = ToJobRequest(spec, cluster_, 0, now);
@@ -215,16 +249,41 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
   job.spec = std::move(spec);
   job.state = job.spec.hold ? JobState::kHeld : JobState::kPending;
   job.submit_time = now;
+  job.request_id = request_id;
   job.AddEvent(now, job.spec.hold ? "submitted held" : "submitted");
   // The job is on disk before anyone hears of its id; the id is unique
   // because the key must not exist yet. Written without holding `mu_`, so
   // that concurrent submissions share one sync (the store's group commit)
   // and heartbeats do not wait for the disk.
-  absl::StatusOr<int64_t> rev =
-      store_->Commit({{JobKey(id), Condition::kMustNotExist}},
-                     {Mutation::Put(JobKey(id), JobRecordToJson(job).dump())});
+  std::vector<Condition> conditions = {{JobKey(id), Condition::kMustNotExist}};
+  std::vector<Mutation> mutations = {
+      Mutation::Put(JobKey(id), JobRecordToJson(job).dump())};
+  if (!request_id.empty()) {
+    // The key claims the id for good, also across leaders.
+    conditions.push_back({RequestKey(request_id), Condition::kMustNotExist});
+    mutations.push_back(
+        Mutation::Put(RequestKey(request_id), absl::StrCat(id)));
+  }
+  absl::StatusOr<int64_t> rev = store_->Commit(conditions, mutations);
+  if (!rev.ok() && !request_id.empty() &&
+      rev.status().code() == absl::StatusCode::kFailedPrecondition &&
+      absl::StrContains(rev.status().message(), RequestKey(request_id))) {
+    // The same submission raced in from another connection.
+    absl::StatusOr<KeyValue> first = store_->Get(RequestKey(request_id));
+    JobId first_id = 0;
+    if (first.ok() && absl::SimpleAtoi(first->value, &first_id)) {
+      absl::MutexLock lock(&mu_);
+      auto job = jobs_.find(first_id);
+      if (job != jobs_.end()) return JobJson(job->second, now);
+    }
+    return absl::UnavailableError(
+        absl::StrCat("a submission with Idempotency-Key ", request_id,
+                     " is still being written; retry"));
+  }
   if (!rev.ok()) return rev.status();
   absl::MutexLock lock(&mu_);
+  if (created != nullptr) *created = true;
+  if (!request_id.empty()) requests_[request_id] = id;
   if (job.state == JobState::kPending) {
     absl::StatusOr<SubmitOutcome> out = scheduler_->Submit(*req, now);
     if (!out.ok()) return out.status();

@@ -81,8 +81,15 @@ class Controller {
   // Jobs. Errors: InvalidArgument (bad spec, field named),
   // FailedPrecondition with "infeasible:" (can never run), NotFound,
   // Unavailable/Internal (store).
+  //
+  // `request_id` (optional, the client's `Idempotency-Key`: 1-128 of
+  // [A-Za-z0-9._:-]) makes a submission safe to retry: a second submission
+  // with the same id, from any client to any leader, gets the first job back
+  // (`*created` false) instead of a new one.
   absl::StatusOr<nlohmann::json> Submit(JobSpec spec, const std::string& user,
-                                        absl::Time now);
+                                        absl::Time now,
+                                        const std::string& request_id = "",
+                                        bool* created = nullptr);
   absl::StatusOr<nlohmann::json> Cancel(JobId id, absl::Time now);
   absl::StatusOr<nlohmann::json> Release(JobId id, absl::Time now);
   // The job says it saved a checkpoint (`step` when it told one). Only a
@@ -225,6 +232,8 @@ class Controller {
   std::vector<AgentAction> actions_ ABSL_GUARDED_BY(mu_);
   // Jobs changed in memory but not yet written (see `ActionDone`).
   absl::flat_hash_set<JobId> unsaved_ ABSL_GUARDED_BY(mu_);
+  // Idempotency keys of submissions -> their jobs.
+  absl::flat_hash_map<std::string, JobId> requests_ ABSL_GUARDED_BY(mu_);
   // Pending jobs waiting out their restart backoff (`JobRecord::not_before`).
   absl::flat_hash_set<JobId> backoff_ ABSL_GUARDED_BY(mu_);
 

@@ -80,6 +80,36 @@ TEST_F(ControllerTest, SubmitIsDurableAndWaitsForNodes) {
   EXPECT_TRUE(c_->TakeActions().empty());
 }
 
+// A submission retried with the same idempotency key (its answer was lost)
+// gets the first job back, also from a controller started afterwards (a new
+// leader); a bad key is refused.
+TEST_F(ControllerTest, RetriedSubmissionGetsTheSameJob) {
+  bool created = false;
+  auto first = c_->Submit(Gang(8), "alice", T(1), "key-1", &created);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(created);
+  auto again = c_->Submit(Gang(8), "alice", T(2), "key-1", &created);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(created);
+  EXPECT_EQ((*again)["id"], (*first)["id"]);
+  auto other = c_->Submit(Gang(8), "alice", T(3), "key-2", &created);
+  ASSERT_TRUE(other.ok());
+  EXPECT_TRUE(created);
+  EXPECT_NE((*other)["id"], (*first)["id"]);
+  Make();  // a new controller on the same store
+  auto after = c_->Submit(Gang(8), "alice", T(4), "key-1", &created);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_FALSE(created);
+  EXPECT_EQ((*after)["id"], (*first)["id"]);
+  EXPECT_EQ(c_->ListJobs({}, T(5))["jobs"].size(), 2u);
+  EXPECT_EQ(c_->Submit(Gang(8), "alice", T(5), "bad key!").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c_->Submit(Gang(8), "alice", T(5), std::string(129, 'k'))
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(ControllerTest, RejectsBadAndInfeasibleJobs) {
   JobSpec bad = Gang(8);
   bad.gpu_model = "v100";

@@ -281,7 +281,13 @@ HttpServer::HttpServer(Controller* controller, HttpServerOptions options)
 std::string HttpServer::Metrics() {
   std::string text;
   MetricsWriter out(&text);
-  controller_->WriteMetrics(out, absl::Now());
+  const bool leading = leading_;
+  if (leading) controller_->WriteMetrics(out, absl::Now());
+  out.Family("loom_leader",
+             "1 on the server that leads (schedules and launches), 0 on a "
+             "standby.",
+             MetricType::kGauge);
+  out.Sample("loom_leader", {}, leading ? 1 : 0);
   absl::MutexLock lock(&metrics_mu_);
   out.Family("loom_scheduling_pass_seconds",
              "Duration of one scheduling round (liveness checks, restarts "
@@ -335,6 +341,19 @@ void HttpServer::Routes() {
     Reply(res, res.status, {{"error", {{"code", code}, {"message", message}}}});
   });
 
+  s.set_pre_routing_handler(
+      [this](const httplib::Request& req, httplib::Response& res) {
+        return Redirect(req, res) ? httplib::Server::HandlerResponse::Handled
+                                  : httplib::Server::HandlerResponse::Unhandled;
+      });
+  s.Get("/v1/leader", [this](const httplib::Request&, httplib::Response& res) {
+    const std::string leader =
+        options_.leader_url ? options_.leader_url() : std::string();
+    Reply(res, 200,
+          {{"role", leading_ ? "leader" : "standby"},
+           {"leader", leader.empty() ? nlohmann::json(nullptr)
+                                     : nlohmann::json(leader)}});
+  });
   s.set_logger(
       [this](const httplib::Request& req, const httplib::Response& res) {
         absl::MutexLock lock(&metrics_mu_);
@@ -361,8 +380,8 @@ void HttpServer::Routes() {
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(Metrics(), std::string(kMetricsContentType));
   });
-  s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
-    Reply(res, 200, {{"ok", true}});
+  s.Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
+    Reply(res, 200, {{"ok", true}, {"role", leading_ ? "leader" : "standby"}});
   });
 
   s.Post(
@@ -370,9 +389,13 @@ void HttpServer::Routes() {
         absl::StatusOr<JobSpec> spec = ParseJobSpec(req.body, "request body");
         if (!spec.ok()) return ReplyError(res, spec.status());
         const std::string user = req.get_header_value("X-Loom-User");
-        ReplyResult(
-            res, controller_->Submit(*std::move(spec), user, absl::Now()), 201);
-        Wake();
+        bool created = false;
+        absl::StatusOr<nlohmann::json> job = controller_->Submit(
+            *std::move(spec), user, absl::Now(),
+            req.get_header_value("Idempotency-Key"), &created);
+        // A retried submission (same Idempotency-Key) gets its job with 200.
+        ReplyResult(res, job, created ? 201 : 200);
+        if (created) Wake();
       });
   s.Get("/v1/jobs", [this](const httplib::Request& req,
                            httplib::Response& res) {
@@ -593,11 +616,53 @@ absl::StatusOr<int> HttpServer::Start() {
         "cannot listen on ", options_.host, ":", port, " (in use?)"));
   }
   http_thread_ = std::thread([this] { http_->listen_after_bind(); });
+  if (controller_ != nullptr) StartWorkers();
+  return port;
+}
+
+void HttpServer::StartWorkers() {
+  leading_ = true;
   scheduler_thread_ = std::thread([this] { SchedulerLoop(); });
   for (int i = 0; i < options_.dispatch_threads; ++i) {
     dispatchers_.emplace_back([this] { DispatchLoop(); });
   }
-  return port;
+}
+
+void HttpServer::Lead(Controller* controller) {
+  if (leading_ || stopping_) return;
+  controller_ = controller;
+  StartWorkers();
+}
+
+bool HttpServer::Redirect(const httplib::Request& req, httplib::Response& res) {
+  if (leading_) return false;
+  if (req.path == "/healthz" || req.path == "/metrics" ||
+      req.path == "/v1/leader") {
+    return false;
+  }
+  const std::string leader =
+      options_.leader_url ? options_.leader_url() : std::string();
+  if (leader.empty()) {
+    res.set_header("Retry-After", "1");
+    Reply(res, 503,
+          {{"error",
+            {{"code", "no_leader"},
+             {"message",
+              "this server is a standby and no leader is elected yet; "
+              "retry in a moment"}}}});
+    return true;
+  }
+  // 307 keeps the method and body, so a client may simply follow it; loom's
+  // own clients try the next server of their list instead.
+  res.set_header("Location", leader + req.target);
+  res.set_header("X-Loom-Leader", leader);
+  Reply(res, 307,
+        {{"error",
+          {{"code", "not_leader"},
+           {"message",
+            absl::StrCat("this server is a standby; the leader is ", leader)},
+           {"leader", leader}}}});
+  return true;
 }
 
 void HttpServer::Stop() {

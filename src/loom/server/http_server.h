@@ -3,6 +3,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -18,6 +19,8 @@
 
 namespace httplib {
 class Server;
+struct Request;
+struct Response;
 }
 
 namespace loom {
@@ -32,6 +35,10 @@ struct HttpServerOptions {
   // its starts in one transaction.
   absl::Duration min_pass_interval = absl::Milliseconds(10);
   int dispatch_threads = 4;
+  // A standby (no controller yet, see `Lead`): the current leader's API URL,
+  // "" when none is known. Requests a standby cannot answer are redirected
+  // there (307) or refused with 503 while there is no leader.
+  std::function<std::string()> leader_url;
 };
 
 // `loom server`'s HTTP front (REST API of docs/api.md) plus the scheduling
@@ -40,6 +47,10 @@ struct HttpServerOptions {
 // thread pool and keep-alive, and holds the agent heartbeat load on a
 // 2-core machine (see bench/); the controller, not the HTTP layer, is where
 // the work is.
+//
+// With a null controller it starts as a standby of a replicated controller
+// (docs/ha.md): it answers /healthz, /metrics and /v1/leader, and sends
+// every other request to the leader; `Lead` makes it the leader.
 class HttpServer {
  public:
   HttpServer(Controller* controller, HttpServerOptions options);
@@ -51,15 +62,27 @@ class HttpServer {
   void Stop();
   // Wakes the scheduling thread (a submit, an exit, a node change).
   void Wake();
+  // A standby becomes the leader: from now on it serves every route from
+  // `controller` (which must outlive the server) and runs the scheduling and
+  // dispatch threads. Call once, after `Start`.
+  void Lead(Controller* controller);
+  bool leading() const { return leading_; }
 
  private:
   void Routes();
+  void StartWorkers();
+  // A standby's answer to a request it cannot serve (see the class comment);
+  // false for the routes a standby serves itself.
+  bool Redirect(const httplib::Request& req, httplib::Response& res);
   // GET /metrics: the controller's metrics, then this server's.
   std::string Metrics();
   void SchedulerLoop();
   void DispatchLoop();
 
-  Controller* const controller_;
+  // Set once (by the constructor or `Lead`) before `leading_` turns true;
+  // read only by handlers that run while leading.
+  Controller* controller_;
+  std::atomic<bool> leading_{false};
   const HttpServerOptions options_;
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;

@@ -88,6 +88,7 @@ nlohmann::json JobRecordToJson(const JobRecord& j) {
   out["restarts_used"] = j.restarts_used;
   if (j.preempted_by != 0) out["preempted_by"] = j.preempted_by;
   if (j.requeues != 0) out["requeues"] = j.requeues;
+  if (!j.request_id.empty()) out["request_id"] = j.request_id;
   if (j.gpu_seconds != 0) out["gpu_seconds"] = j.gpu_seconds;
   if (j.checkpoint_time) {
     out["checkpoint"] = {{"time", FormatTimestamp(*j.checkpoint_time)},
@@ -156,6 +157,7 @@ absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& in) {
     j.restarts_used = in.value("restarts_used", 0);
     j.preempted_by = in.value("preempted_by", JobId{0});
     j.requeues = in.value("requeues", 0);
+    j.request_id = in.value("request_id", std::string());
     j.gpu_seconds = in.value("gpu_seconds", 0.0);
     if (in.contains("checkpoint") && in["checkpoint"].is_object()) {
       const nlohmann::json& c = in["checkpoint"];

@@ -72,6 +72,9 @@ struct JobRecord {
   JobId preempted_by = 0;
   // Times it was requeued after a preemption or a move (`spec.requeue.max`).
   int requeues = 0;
+  // The client's idempotency key of the submission (`Idempotency-Key`), if
+  // it sent one: a retried submission with the same key gets this job back.
+  std::string request_id;
   // Restarts after failures so far (at most `spec.restart.max`); preemptions
   // do not count. `restart_count` counts every new run (LOOM_RESTART_COUNT).
   int restarts_used = 0;

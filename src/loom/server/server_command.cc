@@ -10,11 +10,14 @@
 #include <iostream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "loom/core/cluster_spec.h"
 #include "loom/server/controller.h"
 #include "loom/server/http_server.h"
+#include "loom/store/etcd_leader_election.h"
+#include "loom/store/etcd_state_store.h"
 #include "loom/store/sqlite_state_store.h"
 
 namespace loom {
@@ -29,6 +32,105 @@ int Fail(const std::string& message) {
   return 2;
 }
 
+// A leader that lost its leadership stops at once, the way Kubernetes'
+// controller-manager and scheduler do: its writes are already refused
+// (fenced), and a fresh start as a standby is simpler and safer than
+// unwinding a controller in the middle of its work.
+[[noreturn]] void LostLeadership(const absl::Status& why) {
+  std::cerr << "loom server: lost leadership: " << why.message()
+            << "; exiting (status 3)" << std::endl;
+  std::_Exit(3);
+}
+
+// `loom server --store etcd`: a standby until it wins the election, then
+// the leader (docs/ha.md).
+int RunReplicated(const ServerFlags& f, Cluster cluster,
+                  const ControllerOptions& copts, HttpServerOptions hopts) {
+  absl::StatusOr<std::vector<std::string>> endpoints =
+      ParseEtcdEndpoints(f.etcd_endpoints);
+  if (!endpoints.ok()) {
+    return Fail(
+        absl::StrCat("--etcd-endpoints: ", endpoints.status().message()));
+  }
+  if (f.etcd_prefix.empty() || f.etcd_prefix[0] != '/' ||
+      f.etcd_prefix.back() == '/') {
+    return Fail("--etcd-prefix: expected /NAME (a leading /, no trailing /)");
+  }
+  if (!(f.leader_lease_s >= 2) || f.leader_lease_s > 60) {
+    return Fail(
+        "--leader-lease: must be 2 to 60 seconds (etcd's minimum "
+        "lease is 2 s)");
+  }
+  if (f.leader_lease_s >= copts.fence_after / absl::Seconds(1)) {
+    std::cerr << "loom server: warning: --leader-lease " << f.leader_lease_s
+              << " s is not below the agents' fence time ("
+              << copts.fence_after / absl::Seconds(1)
+              << " s): agents may kill their tasks during a failover"
+              << std::endl;
+  }
+  const std::string advertise =
+      f.advertise.empty() ? "http://" + f.listen : f.advertise;
+  if (!absl::StartsWith(advertise, "http://") &&
+      !absl::StartsWith(advertise, "https://")) {
+    return Fail("--advertise: expected http://HOST:PORT");
+  }
+  EtcdStateStoreOptions sopts;
+  sopts.client.endpoints = *endpoints;
+  sopts.key_prefix = f.etcd_prefix + "/data";
+  absl::StatusOr<std::unique_ptr<EtcdStateStore>> store =
+      EtcdStateStore::Connect(sopts);
+  if (!store.ok()) return Fail(std::string(store.status().message()));
+  // The election has its own connection pool, so that a slow store call
+  // never delays a lease renewal.
+  absl::StatusOr<std::unique_ptr<EtcdClient>> election_client =
+      EtcdClient::Create(sopts.client);
+  if (!election_client.ok()) {
+    return Fail(std::string(election_client.status().message()));
+  }
+  const std::string leader_key = f.etcd_prefix + "/leader";
+  EtcdLeaderElection election(election_client->get(),
+                              {.key = leader_key,
+                               .value = advertise,
+                               .lease_ttl = absl::Seconds(f.leader_lease_s)});
+  hopts.leader_url = [&election] { return election.Leader(); };
+  HttpServer server(nullptr, hopts);
+  absl::StatusOr<int> bound = server.Start();
+  if (!bound.ok()) return Fail(std::string(bound.status().message()));
+  std::cerr << "loom server: standby on http://" << hopts.host << ":" << *bound
+            << " (cluster " << cluster.name << ", " << cluster.nodes.size()
+            << " nodes, etcd " << f.etcd_endpoints << ", key prefix "
+            << f.etcd_prefix << "); campaigning for " << leader_key
+            << std::endl;
+  absl::StatusOr<int64_t> term = election.Campaign(g_stop);
+  if (!term.ok()) {
+    std::cerr << "loom server: stopping (standby)" << std::endl;
+    server.Stop();
+    return 0;
+  }
+  const absl::Time won = absl::Now();
+  // Every write of this term is conditioned on the leader key still being
+  // this term's: a deposed leader can write nothing.
+  (*store)->SetFence(leader_key, *term, LostLeadership);
+  election.KeepLeading(LostLeadership);
+  absl::StatusOr<std::unique_ptr<Controller>> controller =
+      Controller::Create(std::move(cluster), store->get(), copts, absl::Now());
+  if (!controller.ok()) {
+    std::cerr << "loom server: cannot load the state as the new leader: "
+              << controller.status().message() << std::endl;
+    election.Resign();
+    server.Stop();
+    return 1;
+  }
+  server.Lead(controller->get());
+  std::cerr << "loom server: leading (term " << *term << "), state loaded in "
+            << absl::FormatDuration(absl::Now() - won) << std::endl;
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::cerr << "loom server: stopping; handing over leadership" << std::endl;
+  server.Stop();
+  election.Resign();
+  return 0;
+}
+
 }  // namespace
 
 CLI::App* AddServerCommand(CLI::App& app, ServerFlags* f) {
@@ -37,8 +139,29 @@ CLI::App* AddServerCommand(CLI::App& app, ServerFlags* f) {
   cmd->add_option("--listen", f->listen, "HOST:PORT to serve the API on")
       ->capture_default_str();
   cmd->add_option("--data-dir", f->data_dir,
-                  "Directory for the state database (state.db)")
+                  "Directory for the state database (state.db) and, by "
+                  "default, checkpoints")
       ->required();
+  cmd->add_option("--store", f->store,
+                  "State store: sqlite (DATA_DIR/state.db, one server) or "
+                  "etcd (several servers, one leads; docs/ha.md)")
+      ->check(CLI::IsMember({"sqlite", "etcd"}))
+      ->capture_default_str();
+  cmd->add_option("--etcd-endpoints", f->etcd_endpoints,
+                  "With --store etcd: etcd client URLs, comma-separated "
+                  "(http://HOST:PORT,...)");
+  cmd->add_option("--etcd-prefix", f->etcd_prefix,
+                  "With --store etcd: key prefix of this loom cluster "
+                  "(PREFIX/data/..., PREFIX/leader)")
+      ->capture_default_str();
+  cmd->add_option("--advertise", f->advertise,
+                  "With --store etcd: this server's API URL as other servers "
+                  "send clients to it (default http://LISTEN)");
+  cmd->add_option("--leader-lease", f->leader_lease_s,
+                  "With --store etcd: seconds a silent leader keeps its "
+                  "leadership (etcd lease TTL, at least 2): the bound on "
+                  "failover detection")
+      ->capture_default_str();
   cmd->add_option("--cluster", f->cluster,
                   "Cluster spec: a preset (small, large) or a YAML file")
       ->capture_default_str();
@@ -77,9 +200,6 @@ int RunServer(const ServerFlags& f) {
   if (!cluster.ok()) {
     return Fail(absl::StrCat("--cluster: ", cluster.status().message()));
   }
-  absl::StatusOr<std::unique_ptr<SqliteStateStore>> store =
-      SqliteStateStore::Open(f.data_dir + "/state.db");
-  if (!store.ok()) return Fail(std::string(store.status().message()));
   ControllerOptions copts;
   copts.policy = f.policy;
   if (!(f.heartbeat_timeout_s > 0) || f.heartbeat_timeout_s > 3600) {
@@ -108,20 +228,26 @@ int RunServer(const ServerFlags& f) {
   copts.checkpoint_root = f.checkpoint_root.empty()
                               ? f.data_dir + "/checkpoints"
                               : f.checkpoint_root;
+  HttpServerOptions hopts;
+  hopts.host = f.listen.substr(0, colon);
+  hopts.port = port;
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+  signal(SIGPIPE, SIG_IGN);
+  if (f.store == "etcd") {
+    return RunReplicated(f, *std::move(cluster), copts, hopts);
+  }
+  absl::StatusOr<std::unique_ptr<SqliteStateStore>> store =
+      SqliteStateStore::Open(f.data_dir + "/state.db");
+  if (!store.ok()) return Fail(std::string(store.status().message()));
   absl::StatusOr<std::unique_ptr<Controller>> controller =
       Controller::Create(*std::move(cluster), store->get(), copts, absl::Now());
   if (!controller.ok()) {
     return Fail(std::string(controller.status().message()));
   }
-  HttpServerOptions hopts;
-  hopts.host = f.listen.substr(0, colon);
-  hopts.port = port;
   HttpServer server(controller->get(), hopts);
   absl::StatusOr<int> bound = server.Start();
   if (!bound.ok()) return Fail(std::string(bound.status().message()));
-  signal(SIGINT, OnSignal);
-  signal(SIGTERM, OnSignal);
-  signal(SIGPIPE, SIG_IGN);
   std::cerr << "loom server: listening on http://" << hopts.host << ":"
             << *bound << " (cluster " << (*controller)->cluster().name << ", "
             << (*controller)->cluster().nodes.size() << " nodes, data "

@@ -16,12 +16,21 @@ struct ServerFlags {
   double suspect_after_s = -1;  // -1: 3 s, at most half the timeout
   double fence_after_s = -1;    // -1: 80% of the heartbeat timeout
   std::string checkpoint_root;
+  // State store: "sqlite" (DATA_DIR/state.db, one server) or "etcd" (a
+  // replicated controller: several servers, one leads; docs/ha.md).
+  std::string store = "sqlite";
+  std::string etcd_endpoints;         // http://h:p,http://h:p
+  std::string etcd_prefix = "/loom";  // keys under PREFIX/data, PREFIX/leader
+  std::string advertise;              // this server's URL for clients
+  double leader_lease_s = 3;
 };
 
 CLI::App* AddServerCommand(CLI::App& app, ServerFlags* flags);
 
 // Runs the controller until SIGINT or SIGTERM. Exit code 0 on a clean stop,
-// 2 for bad flags or an unusable data dir, 1 for other failures.
+// 2 for bad flags or an unusable data dir, 3 when a leader lost its
+// leadership (etcd store: it stops at once; a supervisor starts it again as
+// a standby), 1 for other failures.
 int RunServer(const ServerFlags& flags);
 
 }  // namespace loom
