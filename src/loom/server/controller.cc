@@ -419,12 +419,7 @@ nlohmann::json Controller::ListJobs(const JobQuery& f, absl::Time now) const {
   absl::MutexLock lock(&mu_);
   nlohmann::json out = nlohmann::json::array();
   for (const auto& [id, job] : jobs_) {
-    if (!f.states.empty() && std::find(f.states.begin(), f.states.end(),
-                                       job.state) == f.states.end()) {
-      continue;
-    }
-    if (!f.project.empty() && job.spec.project != f.project) continue;
-    if (!f.user.empty() && job.spec.user != f.user) continue;
+    if (!JobMatches(f, job)) continue;
     nlohmann::json j = JobJson(job, now);
     j.erase("events");
     j.erase("spec");
@@ -1060,15 +1055,6 @@ std::vector<AgentAction> Controller::TakeActions() {
 }
 
 nlohmann::json Controller::JobJson(const JobRecord& job, absl::Time now) const {
-  nlohmann::json j;
-  j["id"] = job.id;
-  j["name"] = job.spec.name;
-  j["project"] = job.spec.project;
-  j["user"] = job.spec.user;
-  j["kind"] = std::string(JobKindName(job.spec.kind));
-  j["priority"] = job.spec.priority;
-  j["preemptible"] = job.spec.preemptible;
-  j["state"] = std::string(JobStateName(job.state));
   std::string reason = job.reason;
   if (job.state == JobState::kPending && job.not_before) {
     reason = absl::StrCat(job.reason, "; queued again at ",
@@ -1078,76 +1064,12 @@ nlohmann::json Controller::JobJson(const JobRecord& job, absl::Time now) const {
   } else if (job.state == JobState::kHeld) {
     reason = "held: waiting for `loom release`";
   }
-  j["reason"] = reason;
-  if (const SchedJob* sj = scheduler_->Find(job.id)) {
-    j["tasks"] = sj->request.shape.tasks;
-    j["gpus_per_task"] = sj->request.shape.gpus_per_task;
-    j["gpus"] = sj->request.shape.TotalGpus();
-  } else if (absl::StatusOr<JobRequest> r =
-                 ToJobRequest(job.spec, cluster_, job.id, job.submit_time);
-             r.ok()) {
-    j["tasks"] = r->shape.tasks;
-    j["gpus_per_task"] = r->shape.gpus_per_task;
-    j["gpus"] = r->shape.TotalGpus();
-  }
-  j["gpu_model"] = job.spec.gpu_model;
-  j["submit_time"] = FormatTimestamp(job.submit_time);
-  j["start_time"] = job.start_time
-                        ? nlohmann::json(FormatTimestamp(*job.start_time))
-                        : nlohmann::json(nullptr);
-  j["running_time"] = job.running_time
-                          ? nlohmann::json(FormatTimestamp(*job.running_time))
-                          : nlohmann::json(nullptr);
-  j["end_time"] = job.end_time ? nlohmann::json(FormatTimestamp(*job.end_time))
-                               : nlohmann::json(nullptr);
-  j["exit_code"] =
-      job.exit_code ? nlohmann::json(*job.exit_code) : nlohmann::json(nullptr);
-  j["restart_count"] = job.restart_count;
-  j["requeues"] = job.requeues;
-  j["preempted_by"] = job.preempted_by != 0 ? nlohmann::json(job.preempted_by)
-                                            : nlohmann::json(nullptr);
-  if (job.checkpoint_time) {
-    j["checkpoint"] = {{"time", FormatTimestamp(*job.checkpoint_time)},
-                       {"run", job.checkpoint_run}};
-    if (job.checkpoint_step) j["checkpoint"]["step"] = *job.checkpoint_step;
-  } else {
-    j["checkpoint"] = nullptr;
-  }
-  if (!job.tasks.empty()) {
-    nlohmann::json tasks = nlohmann::json::array();
-    absl::flat_hash_set<std::string> nodes;
-    for (const TaskRecord& t : job.tasks) {
-      nodes.insert(t.node);
-      const int n = NodeIndex(t.node);
-      tasks.push_back(
-          {{"index", t.index},
-           {"node", t.node},
-           {"address", n >= 0 ? HostOf(nodes_[n].address) : ""},
-           {"gpus", t.gpus},
-           {"task_id", t.task_id},
-           {"state",
-            std::string(t.state == TaskRecord::State::kLaunching ? "launching"
-                        : t.state == TaskRecord::State::kRunning ? "running"
-                        : t.state == TaskRecord::State::kExited  ? "exited"
-                                                                 : "lost")},
-           {"exit_code", t.exit_code ? nlohmann::json(*t.exit_code)
-                                     : nlohmann::json(nullptr)}});
-    }
-    j["placement"] = {{"switch_level", job.switch_level},
-                      {"switch", job.switch_name},
-                      {"nodes", nodes.size()},
-                      {"tasks", std::move(tasks)}};
-  } else {
-    j["placement"] = nullptr;
-  }
-  j["spec"] = nlohmann::json::parse(JobSpecToJson(job.spec));
-  nlohmann::json events = nlohmann::json::array();
-  for (const JobEvent& e : job.events) {
-    events.push_back(
-        {{"time", FormatTimestamp(e.time)}, {"message", e.message}});
-  }
-  j["events"] = std::move(events);
-  return j;
+  const SchedJob* sj = scheduler_->Find(job.id);
+  return JobApiJson(job, cluster_, reason, sj ? &sj->request.shape : nullptr,
+                    [this](const std::string& node) {
+                      const int n = NodeIndex(node);
+                      return n >= 0 ? HostOf(nodes_[n].address) : std::string();
+                    });
 }
 
 std::string Controller::NodeStateName(int n) const {

@@ -56,14 +56,6 @@ struct AgentAction {
   nlohmann::json body;  // POST /v1/tasks or /v1/tasks/{id}/stop body
 };
 
-// Filters of `ListJobs`; empty means any.
-struct JobQuery {
-  std::vector<JobState> states;
-  std::string project;
-  std::string user;
-  int limit = 0;
-};
-
 // The controller's brain: jobs, nodes and the scheduler, with every change
 // persisted to the `StateStore` before it is acknowledged. It does no I/O
 // besides the store; time is passed in. Thread-safe: one mutex guards all

@@ -104,10 +104,9 @@ TEST_F(ControllerTest, RetriedSubmissionGetsTheSameJob) {
   EXPECT_EQ(c_->ListJobs({}, T(5))["jobs"].size(), 2u);
   EXPECT_EQ(c_->Submit(Gang(8), "alice", T(5), "bad key!").status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(c_->Submit(Gang(8), "alice", T(5), std::string(129, 'k'))
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      c_->Submit(Gang(8), "alice", T(5), std::string(129, 'k')).status().code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(ControllerTest, RejectsBadAndInfeasibleJobs) {

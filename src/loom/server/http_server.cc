@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "httplib.h"
 #include "loom/core/job_spec.h"
 #include "loom/server/dashboard.h"
@@ -92,6 +93,26 @@ void ReplyResult(httplib::Response& res,
   } else {
     ReplyError(res, r.status());
   }
+}
+
+// The filters of `GET /v1/jobs`.
+absl::StatusOr<JobQuery> JobQueryOf(const httplib::Request& req) {
+  JobQuery f;
+  if (req.has_param("state")) {
+    for (absl::string_view s :
+         absl::StrSplit(req.get_param_value("state"), ',')) {
+      absl::StatusOr<JobState> st = ParseJobState(std::string(s));
+      if (!st.ok()) return st.status();
+      f.states.push_back(*st);
+    }
+  }
+  f.project = req.get_param_value("project");
+  f.user = req.get_param_value("user");
+  if (req.has_param("limit") &&
+      !absl::SimpleAtoi(req.get_param_value("limit"), &f.limit)) {
+    return absl::InvalidArgumentError("limit: not a number");
+  }
+  return f;
 }
 
 absl::StatusOr<nlohmann::json> JsonBody(const httplib::Request& req) {
@@ -397,25 +418,12 @@ void HttpServer::Routes() {
         ReplyResult(res, job, created ? 201 : 200);
         if (created) Wake();
       });
-  s.Get("/v1/jobs", [this](const httplib::Request& req,
-                           httplib::Response& res) {
-    JobQuery f;
-    if (req.has_param("state")) {
-      for (absl::string_view s :
-           absl::StrSplit(req.get_param_value("state"), ',')) {
-        absl::StatusOr<JobState> st = ParseJobState(std::string(s));
-        if (!st.ok()) return ReplyError(res, st.status());
-        f.states.push_back(*st);
-      }
-    }
-    f.project = req.get_param_value("project");
-    f.user = req.get_param_value("user");
-    if (req.has_param("limit") &&
-        !absl::SimpleAtoi(req.get_param_value("limit"), &f.limit)) {
-      return ReplyError(res, absl::InvalidArgumentError("limit: not a number"));
-    }
-    Reply(res, 200, controller_->ListJobs(f, absl::Now()));
-  });
+  s.Get("/v1/jobs",
+        [this](const httplib::Request& req, httplib::Response& res) {
+          absl::StatusOr<JobQuery> f = JobQueryOf(req);
+          if (!f.ok()) return ReplyError(res, f.status());
+          Reply(res, 200, controller_->ListJobs(*f, absl::Now()));
+        });
   s.Get(R"(/v1/jobs/(\d+))",
         [this](const httplib::Request& req, httplib::Response& res) {
           absl::StatusOr<JobId> id = JobIdOf(req);
@@ -634,12 +642,46 @@ void HttpServer::Lead(Controller* controller) {
   StartWorkers();
 }
 
+bool HttpServer::ServeStandbyRead(const httplib::Request& req,
+                                  httplib::Response& res) {
+  if (options_.standby_reads == nullptr || req.method != "GET") return false;
+  const StandbyReader& reads = *options_.standby_reads;
+  absl::string_view path = req.path;
+  if (path == "/v1/jobs") {
+    absl::StatusOr<JobQuery> f = JobQueryOf(req);
+    if (!f.ok()) {
+      ReplyError(res, f.status());
+    } else {
+      ReplyResult(res, reads.ListJobs(*f));
+    }
+  } else if (absl::ConsumePrefix(&path, "/v1/jobs/")) {
+    const bool events = absl::ConsumeSuffix(&path, "/events");
+    JobId id = 0;
+    if (path.empty() ||
+        path.find_first_not_of("0123456789") != absl::string_view::npos ||
+        !absl::SimpleAtoi(path, &id)) {
+      return false;  // logs and other job routes go to the leader
+    }
+    absl::StatusOr<nlohmann::json> job = reads.GetJob(id);
+    if (job.ok() && events) {
+      ReplyResult(res, nlohmann::json{{"events", (*job)["events"]}});
+    } else {
+      ReplyResult(res, job);
+    }
+  } else {
+    return false;
+  }
+  res.set_header("X-Loom-Served-By", "standby");
+  return true;
+}
+
 bool HttpServer::Redirect(const httplib::Request& req, httplib::Response& res) {
   if (leading_) return false;
   if (req.path == "/healthz" || req.path == "/metrics" ||
       req.path == "/v1/leader") {
     return false;
   }
+  if (ServeStandbyRead(req, res)) return true;
   const std::string leader =
       options_.leader_url ? options_.leader_url() : std::string();
   if (leader.empty()) {

@@ -16,12 +16,13 @@
 #include "absl/synchronization/mutex.h"
 #include "loom/common/metrics_text.h"
 #include "loom/server/controller.h"
+#include "loom/server/standby_reader.h"
 
 namespace httplib {
 class Server;
 struct Request;
 struct Response;
-}
+}  // namespace httplib
 
 namespace loom {
 
@@ -39,6 +40,9 @@ struct HttpServerOptions {
   // "" when none is known. Requests a standby cannot answer are redirected
   // there (307) or refused with 503 while there is no leader.
   std::function<std::string()> leader_url;
+  // A standby answers job reads (GET /v1/jobs, /v1/jobs/{id}[/events]) from
+  // the store through this, when set (it must outlive the server).
+  const StandbyReader* standby_reads = nullptr;
 };
 
 // `loom server`'s HTTP front (REST API of docs/api.md) plus the scheduling
@@ -74,6 +78,9 @@ class HttpServer {
   // A standby's answer to a request it cannot serve (see the class comment);
   // false for the routes a standby serves itself.
   bool Redirect(const httplib::Request& req, httplib::Response& res);
+  // A standby's answer to a job read from `options_.standby_reads`; false
+  // for anything else.
+  bool ServeStandbyRead(const httplib::Request& req, httplib::Response& res);
   // GET /metrics: the controller's metrics, then this server's.
   std::string Metrics();
   void SchedulerLoop();

@@ -162,6 +162,93 @@ TEST_F(HttpServerTest, AgentProtocolAndNodes) {
   Post("/v1/nodes/ghost/drain", "", 404);
 }
 
+// A standby (no controller): job reads come from the store, writes and
+// everything else go to the leader (307), or 503 while none is elected; it
+// takes over with `Lead`.
+TEST(HttpServerStandbyTest, ReadsFromTheStoreAndSendsTheRestToTheLeader) {
+  Cluster cluster = testing::MakeCluster({{2, 0}}, 2, 8);
+  MemoryStateStore store;
+  {
+    // The leader wrote two jobs (and an idempotent retry of the first).
+    auto leader =
+        Controller::Create(cluster, &store, ControllerOptions{}, absl::Now());
+    ASSERT_TRUE(leader.ok());
+    auto spec = ParseJobSpec(
+        "name: a\ncommand: [sleep, '1']\nresources: {gpus: 2}\n", "a.yaml");
+    ASSERT_TRUE(spec.ok());
+    ASSERT_TRUE((*leader)->Submit(*spec, "alice", absl::Now(), "k1").ok());
+    ASSERT_TRUE((*leader)->Submit(*spec, "alice", absl::Now(), "k1").ok());
+    ASSERT_TRUE((*leader)->Submit(*spec, "bob", absl::Now()).ok());
+  }
+  std::string leader_url;
+  StandbyReader reads(&cluster, &store);
+  HttpServerOptions o;
+  o.port = 0;
+  o.leader_url = [&] { return leader_url; };
+  o.standby_reads = &reads;
+  HttpServer server(nullptr, o);
+  auto port = server.Start();
+  ASSERT_TRUE(port.ok()) << port.status();
+  httplib::Client c("127.0.0.1", *port);
+
+  auto jobs = c.Get("/v1/jobs?user=alice");
+  ASSERT_TRUE(jobs);
+  EXPECT_EQ(jobs->status, 200) << jobs->body;
+  EXPECT_EQ(jobs->get_header_value("X-Loom-Served-By"), "standby");
+  auto list = nlohmann::json::parse(jobs->body)["jobs"];
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0]["id"], 1);
+  EXPECT_EQ(list[0]["gpus"], 2);
+  auto job = c.Get("/v1/jobs/2/events");
+  ASSERT_TRUE(job);
+  EXPECT_EQ(job->status, 200);
+  EXPECT_EQ(nlohmann::json::parse(job->body)["events"][0]["message"],
+            "submitted");
+  EXPECT_EQ(c.Get("/v1/jobs/9")->status, 404);
+  EXPECT_EQ(c.Get("/v1/jobs?state=nonsense")->status, 400);
+
+  // No leader yet: writes are refused as retryable.
+  auto none = c.Post("/v1/jobs", "{}", "application/json");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 503);
+  EXPECT_NE(none->body.find("no_leader"), std::string::npos);
+  // A leader: writes, nodes and logs go there.
+  leader_url = "http://127.0.0.9:7000";
+  for (auto [method, path] : std::vector<std::pair<std::string, std::string>>{
+           {"POST", "/v1/jobs"},
+           {"POST", "/v1/jobs/1/cancel"},
+           {"GET", "/v1/nodes"},
+           {"GET", "/v1/jobs/1/logs?task=0"},
+           {"POST", "/v1/agents/heartbeat"}}) {
+    auto r =
+        method == "GET" ? c.Get(path) : c.Post(path, "{}", "application/json");
+    ASSERT_TRUE(r) << path;
+    EXPECT_EQ(r->status, 307) << path;
+    EXPECT_EQ(r->get_header_value("Location"), leader_url + path);
+    EXPECT_EQ(r->get_header_value("X-Loom-Leader"), leader_url);
+  }
+  auto health = c.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(nlohmann::json::parse(health->body)["role"], "standby");
+  auto who = c.Get("/v1/leader");
+  ASSERT_TRUE(who);
+  EXPECT_EQ(nlohmann::json::parse(who->body)["leader"], leader_url);
+  EXPECT_NE(c.Get("/metrics")->body.find("loom_leader 0"), std::string::npos);
+
+  // Elected: the same server now serves everything itself.
+  auto controller =
+      Controller::Create(cluster, &store, ControllerOptions{}, absl::Now());
+  ASSERT_TRUE(controller.ok());
+  server.Lead(controller->get());
+  EXPECT_TRUE(server.leading());
+  auto nodes = c.Get("/v1/nodes");
+  ASSERT_TRUE(nodes);
+  EXPECT_EQ(nodes->status, 200);
+  EXPECT_EQ(c.Get("/v1/jobs")->get_header_value("X-Loom-Served-By"), "");
+  EXPECT_NE(c.Get("/metrics")->body.find("loom_leader 1"), std::string::npos);
+  server.Stop();
+}
+
 TEST(RouteOf, TemplatesOfEveryRoute) {
   EXPECT_EQ(RouteOf("/"), "/");
   EXPECT_EQ(RouteOf("/metrics"), "/metrics");

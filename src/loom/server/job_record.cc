@@ -1,5 +1,8 @@
 #include "loom/server/job_record.h"
 
+#include <algorithm>
+
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "fmt/format.h"
 
@@ -206,6 +209,100 @@ absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& in) {
     return absl::InvalidArgumentError(
         absl::StrCat("not a job record: ", e.what()));
   }
+}
+
+bool JobMatches(const JobQuery& f, const JobRecord& job) {
+  if (!f.states.empty() && std::find(f.states.begin(), f.states.end(),
+                                     job.state) == f.states.end()) {
+    return false;
+  }
+  if (!f.project.empty() && job.spec.project != f.project) return false;
+  if (!f.user.empty() && job.spec.user != f.user) return false;
+  return true;
+}
+
+nlohmann::json JobApiJson(
+    const JobRecord& job, const Cluster& cluster, const std::string& reason,
+    const JobShape* shape,
+    const std::function<std::string(const std::string& node)>& host_of) {
+  nlohmann::json j;
+  j["id"] = job.id;
+  j["name"] = job.spec.name;
+  j["project"] = job.spec.project;
+  j["user"] = job.spec.user;
+  j["kind"] = std::string(JobKindName(job.spec.kind));
+  j["priority"] = job.spec.priority;
+  j["preemptible"] = job.spec.preemptible;
+  j["state"] = std::string(JobStateName(job.state));
+  j["reason"] = reason;
+  if (shape != nullptr) {
+    j["tasks"] = shape->tasks;
+    j["gpus_per_task"] = shape->gpus_per_task;
+    j["gpus"] = shape->TotalGpus();
+  } else if (absl::StatusOr<JobRequest> r =
+                 ToJobRequest(job.spec, cluster, job.id, job.submit_time);
+             r.ok()) {
+    j["tasks"] = r->shape.tasks;
+    j["gpus_per_task"] = r->shape.gpus_per_task;
+    j["gpus"] = r->shape.TotalGpus();
+  }
+  j["gpu_model"] = job.spec.gpu_model;
+  j["submit_time"] = FormatTimestamp(job.submit_time);
+  j["start_time"] = job.start_time
+                        ? nlohmann::json(FormatTimestamp(*job.start_time))
+                        : nlohmann::json(nullptr);
+  j["running_time"] = job.running_time
+                          ? nlohmann::json(FormatTimestamp(*job.running_time))
+                          : nlohmann::json(nullptr);
+  j["end_time"] = job.end_time ? nlohmann::json(FormatTimestamp(*job.end_time))
+                               : nlohmann::json(nullptr);
+  j["exit_code"] =
+      job.exit_code ? nlohmann::json(*job.exit_code) : nlohmann::json(nullptr);
+  j["restart_count"] = job.restart_count;
+  j["requeues"] = job.requeues;
+  j["preempted_by"] = job.preempted_by != 0 ? nlohmann::json(job.preempted_by)
+                                            : nlohmann::json(nullptr);
+  if (job.checkpoint_time) {
+    j["checkpoint"] = {{"time", FormatTimestamp(*job.checkpoint_time)},
+                       {"run", job.checkpoint_run}};
+    if (job.checkpoint_step) j["checkpoint"]["step"] = *job.checkpoint_step;
+  } else {
+    j["checkpoint"] = nullptr;
+  }
+  if (!job.tasks.empty()) {
+    nlohmann::json tasks = nlohmann::json::array();
+    absl::flat_hash_set<std::string> nodes;
+    for (const TaskRecord& t : job.tasks) {
+      nodes.insert(t.node);
+      tasks.push_back(
+          {{"index", t.index},
+           {"node", t.node},
+           {"address", host_of(t.node)},
+           {"gpus", t.gpus},
+           {"task_id", t.task_id},
+           {"state",
+            std::string(t.state == TaskRecord::State::kLaunching ? "launching"
+                        : t.state == TaskRecord::State::kRunning ? "running"
+                        : t.state == TaskRecord::State::kExited  ? "exited"
+                                                                 : "lost")},
+           {"exit_code", t.exit_code ? nlohmann::json(*t.exit_code)
+                                     : nlohmann::json(nullptr)}});
+    }
+    j["placement"] = {{"switch_level", job.switch_level},
+                      {"switch", job.switch_name},
+                      {"nodes", nodes.size()},
+                      {"tasks", std::move(tasks)}};
+  } else {
+    j["placement"] = nullptr;
+  }
+  j["spec"] = nlohmann::json::parse(JobSpecToJson(job.spec));
+  nlohmann::json events = nlohmann::json::array();
+  for (const JobEvent& e : job.events) {
+    events.push_back(
+        {{"time", FormatTimestamp(e.time)}, {"message", e.message}});
+  }
+  j["events"] = std::move(events);
+  return j;
 }
 
 }  // namespace loom

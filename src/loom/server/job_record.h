@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -8,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "loom/core/cluster.h"
 #include "loom/core/job.h"
 #include "loom/core/job_spec.h"
 #include "nlohmann/json.hpp"
@@ -109,5 +111,24 @@ absl::StatusOr<absl::Time> ParseTimestamp(std::string_view text);
 // The store key of a job: "/jobs/" + 20-digit zero-padded id, so that key
 // order is id order.
 std::string JobKey(JobId id);
+
+// Filters of a job listing; empty means any.
+struct JobQuery {
+  std::vector<JobState> states;
+  std::string project;
+  std::string user;
+  int limit = 0;
+};
+// Whether `job` passes the filters of `query` (all but `limit`).
+bool JobMatches(const JobQuery& query, const JobRecord& job);
+
+// A job as the API shows it (docs/api.md, `GET /v1/jobs/{id}`): `reason` is
+// the human-readable state reason, `shape` the scheduler's view of the job
+// (null: derived from the spec), `host_of` the host of a node's agent ("" if
+// unknown).
+nlohmann::json JobApiJson(
+    const JobRecord& job, const Cluster& cluster, const std::string& reason,
+    const JobShape* shape,
+    const std::function<std::string(const std::string& node)>& host_of);
 
 }  // namespace loom

@@ -16,6 +16,7 @@
 #include "loom/core/cluster_spec.h"
 #include "loom/server/controller.h"
 #include "loom/server/http_server.h"
+#include "loom/server/standby_reader.h"
 #include "loom/store/etcd_leader_election.h"
 #include "loom/store/etcd_state_store.h"
 #include "loom/store/sqlite_state_store.h"
@@ -93,6 +94,8 @@ int RunReplicated(const ServerFlags& f, Cluster cluster,
                                .value = advertise,
                                .lease_ttl = absl::Seconds(f.leader_lease_s)});
   hopts.leader_url = [&election] { return election.Leader(); };
+  StandbyReader standby_reads(&cluster, store->get());
+  hopts.standby_reads = &standby_reads;
   HttpServer server(nullptr, hopts);
   absl::StatusOr<int> bound = server.Start();
   if (!bound.ok()) return Fail(std::string(bound.status().message()));
@@ -112,8 +115,9 @@ int RunReplicated(const ServerFlags& f, Cluster cluster,
   // this term's: a deposed leader can write nothing.
   (*store)->SetFence(leader_key, *term, LostLeadership);
   election.KeepLeading(LostLeadership);
+  // A copy: the standby reader keeps reading `cluster` until `Lead`.
   absl::StatusOr<std::unique_ptr<Controller>> controller =
-      Controller::Create(std::move(cluster), store->get(), copts, absl::Now());
+      Controller::Create(cluster, store->get(), copts, absl::Now());
   if (!controller.ok()) {
     std::cerr << "loom server: cannot load the state as the new leader: "
               << controller.status().message() << std::endl;
