@@ -4,7 +4,8 @@
 # Usage: scripts/setup.sh [--test]; --test adds what only the tests need
 # (Debian's python3-torch for the torch.distributed end-to-end test,
 # prometheus for the metrics test, chromium for the dashboard test, etcd
-# for the etcd store and HA tests).
+# for the etcd store and HA tests, clang and its libFuzzer runtime for
+# scripts/fuzz.sh).
 set -euo pipefail
 
 SUDO=""
@@ -19,7 +20,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev time curl
 )
 if [ "${1:-}" = "--test" ]; then
-  PACKAGES+=(python3-torch prometheus chromium etcd-server etcd-client)
+  PACKAGES+=(python3-torch prometheus chromium etcd-server etcd-client
+             clang libclang-rt-dev)
 fi
 
 missing=()

@@ -17,4 +17,7 @@ echo "== ASan+UBSan build"
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --output-on-failure -j "$jobs")
 
+echo "== fuzz targets (30 s each; docs/fuzzing.md)"
+./scripts/fuzz.sh 30
+
 echo "== all tests passed"
