@@ -23,13 +23,15 @@
 //
 // Checks: no exception escapes a route; errors are statuses of the codes
 // the server maps to 4xx and 503 answers (never Internal or Unknown); a
-// restarted controller loads what the last one stored.
+// restarted controller loads what the last one stored: every job, and
+// finished jobs in the same state; `/metrics` writes without error.
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
+#include <map>
 #include <memory>
 #include <optional>
 #include <regex>
@@ -177,21 +179,48 @@ class Harness {
     }
   }
 
+  // Job id -> state of every job the controller has.
+  std::map<int64_t, std::string> JobStates() const {
+    std::map<int64_t, std::string> out;
+    const json list = controller_->ListJobs(JobQuery{}, now_);
+    for (const json& j : list["jobs"]) {
+      out[j["id"].get<int64_t>()] = j["state"].get<std::string>();
+    }
+    return out;
+  }
+
+  // A new controller from the store, as a restarted server builds it. It
+  // must know every job the last one acknowledged, and finished jobs must
+  // stay finished as they were.
   void Restart() {
+    std::map<int64_t, std::string> before;
+    if (controller_ != nullptr) before = JobStates();
     controller_.reset();
     absl::StatusOr<std::unique_ptr<Controller>> c =
         Controller::Create(SmallCluster(), &store_, ControllerOptions{}, now_);
     LOOM_FUZZ_CHECK(c.ok(), "a controller cannot load what it stored: " +
                                 c.status().ToString());
     controller_ = *std::move(c);
+    const std::map<int64_t, std::string> after = JobStates();
+    for (const auto& [id, state] : before) {
+      auto it = after.find(id);
+      LOOM_FUZZ_CHECK(it != after.end(),
+                      absl::StrCat("job ", id, " lost by a restart"));
+      if (state == "succeeded" || state == "failed" || state == "cancelled") {
+        LOOM_FUZZ_CHECK(
+            it->second == state,
+            absl::StrCat("job ", id, " was ", state, " before a restart, ",
+                         it->second, " after"));
+      }
+    }
   }
 
   void Tick(const std::string& args) {
     std::vector<std::string> words =
         absl::StrSplit(args, ' ', absl::SkipEmpty());
     int64_t seconds = 1;
-    if (!words.empty() && absl::SimpleAtoi(words[0], &seconds)) {
-      seconds = std::clamp<int64_t>(seconds, 0, 7 * 24 * 3600);
+    if (int64_t n = 0; !words.empty() && absl::SimpleAtoi(words[0], &n)) {
+      seconds = std::clamp<int64_t>(n, 0, 7 * 24 * 3600);
     }
     const bool fail = absl::StrContains(args, "fail");
     now_ += absl::Seconds(seconds);
