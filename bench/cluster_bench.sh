@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Benchmarks of a real loom server with emulated agents, all on loopback.
-# Usage: bench/cluster_bench.sh [latency|heartbeat|slurm|all] [LOOM_BINARY]
+# Usage: bench/cluster_bench.sh [latency|heartbeat|slurm|store|all] [LOOM_BINARY]
 #   latency    submit-to-running latency of 1,000 one-GPU jobs on 4 emulated nodes
 #   heartbeat  2,000 emulated nodes heartbeating every second: server CPU, RSS,
 #              heartbeat latency
 #   slurm      the Slurm comparison workload (2,400 jobs, 14,480 GPUs) on 2,000
 #              emulated 8-GPU nodes, "online" (4 CLI clients) and "burst"
 #              (held, then released at once)
+#   store      SQLite versus a three-member etcd (two servers, one leads):
+#              submissions per second and submit-to-running latency
 # Environment: BENCH_SECONDS (heartbeat window, default 60), BENCH_OUT (a
 # directory to keep the JSON results in; default: a temporary one).
 # See bench/README.md for what each measures and how.
@@ -22,6 +24,7 @@ mkdir -p "$OUT"
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  pkill -9 -f -- "$W/" 2>/dev/null
   wait 2>/dev/null
   rm -rf "$W"
 }
@@ -48,8 +51,10 @@ pools:
 network: {nodes_per_leaf: 16, leaves_per_spine: 8}
 YAML
   fi
+  # STORE_FLAGS: extra server flags (the etcd store in `store`).
+  # shellcheck disable=SC2086
   "$LOOM" server --listen "127.0.0.1:$PORT" --data-dir "$W/server" \
-    --cluster "$cluster" > "$W/server-$name.log" 2>&1 &
+    --cluster "$cluster" ${STORE_FLAGS:-} > "$W/server-$name.log" 2>&1 &
   SERVER=$!
   PIDS+=($SERVER)
   for _ in $(seq 100); do curl -sf "$LOOM_SERVER/healthz" > /dev/null && break; sleep 0.1; done
@@ -277,11 +282,126 @@ PYEOF
   [ $? = 0 ] || fail "slurm analysis"
 }
 
+# start_etcd3: three etcd members on loopback (fast election timings, as in
+# tests/e2e_ha_test.sh); sets ETCD_ENDPOINTS.
+start_etcd3() {
+  local base=$((PORT + 100)) initial="" i
+  ETCD_ENDPOINTS=""
+  for i in 1 2 3; do
+    initial="$initial${initial:+,}m$i=http://127.0.0.1:$((base + 10 * i + 1))"
+    ETCD_ENDPOINTS="$ETCD_ENDPOINTS${ETCD_ENDPOINTS:+,}http://127.0.0.1:$((base + 10 * i))"
+  done
+  for i in 1 2 3; do
+    rm -rf "$W/etcd$i"
+    etcd --name "m$i" --data-dir "$W/etcd$i" --heartbeat-interval=50 --election-timeout=500 \
+      --max-txn-ops=100000 --max-request-bytes=33554432 \
+      --listen-client-urls "http://127.0.0.1:$((base + 10 * i))" \
+      --advertise-client-urls "http://127.0.0.1:$((base + 10 * i))" \
+      --listen-peer-urls "http://127.0.0.1:$((base + 10 * i + 1))" \
+      --initial-advertise-peer-urls "http://127.0.0.1:$((base + 10 * i + 1))" \
+      --initial-cluster "$initial" --initial-cluster-token "loom-bench-$$" \
+      --initial-cluster-state new --logger zap --log-level warn > "$W/etcd$i.log" 2>&1 &
+    PIDS+=($!)
+  done
+  for i in 1 2 3; do
+    for _ in $(seq 200); do
+      curl -sf "http://127.0.0.1:$((base + 10 * i))/health" | grep -q true && break
+      sleep 0.05
+    done
+  done
+}
+
+bench_store() {
+  command -v etcd > /dev/null || fail "etcd not installed (scripts/setup.sh --test)"
+  local total=1000 clients=4 lat=300
+  for i in $(seq "$total"); do
+    printf 'name: s-%d\ncommand: ["true"]\nresources: {gpus: 1}\nhold: true\nenv: {LOOM_FAKE_SECONDS: "0.05"}\n' "$i" > "$W/s-$i.yaml"
+  done
+  for store in sqlite etcd; do
+    if [ "$store" = etcd ]; then
+      start_etcd3
+      STORE_FLAGS="--store etcd --etcd-endpoints $ETCD_ENDPOINTS"
+      echo "== etcd store (three members on loopback; a second, standby server): $total held submissions by $clients clients, then $lat jobs submit-to-running"
+    else
+      STORE_FLAGS=""
+      echo "== SQLite store (synchronous=FULL): $total held submissions by $clients clients, then $lat jobs submit-to-running"
+    fi
+    start_cluster "store-$store" 4
+    if [ "$store" = etcd ]; then
+      "$LOOM" server --listen "127.0.0.1:$((PORT + 60))" --data-dir "$W/server-standby" \
+        --cluster "$W/cluster.yaml" $STORE_FLAGS > "$W/server-standby.log" 2>&1 &
+      PIDS+=($!)
+    fi
+    # Throughput: each client sends its files over one connection, one
+    # after another; held jobs, so only the API and the store are measured.
+    local t0 t1 c
+    t0=$(date +%s.%N)
+    local cpids=()
+    for c in $(seq "$clients"); do
+      files=()
+      for i in $(seq "$c" "$clients" "$total"); do files+=("$W/s-$i.yaml"); done
+      "$LOOM" submit -f "${files[@]}" > "$W/submit-$c.out" 2>&1 &
+      cpids+=($!)
+    done
+    for p in "${cpids[@]}"; do wait "$p" || fail "submit client"; done
+    t1=$(date +%s.%N)
+    "$LOOM" release --all > /dev/null || fail "release"
+    wait_running 0
+    for _ in $(seq 600); do
+      left=$(curl -sf "$LOOM_SERVER/v1/jobs?state=pending,running,held&limit=1" | grep -c '"id"')
+      [ "$left" = 0 ] && break
+      sleep 0.2
+    done
+    # Latency: one client, one job at a time, as `latency` does.
+    local l0 l1
+    l0=$(date +%s.%N)
+    for i in $(seq "$lat"); do
+      "$LOOM" run -g 1 -e LOOM_FAKE_SECONDS=0.2 --name "lat-$i" -- true > /dev/null || fail "submit lat-$i"
+    done
+    l1=$(date +%s.%N)
+    for _ in $(seq 600); do
+      left=$(curl -sf "$LOOM_SERVER/v1/jobs?state=pending,running&limit=1" | grep -c '"id"')
+      [ "$left" = 0 ] && break
+      sleep 0.1
+    done
+    jobs_json "$W/store-$store.json"
+    "$PY" - "$W/store-$store.json" "$t0" "$t1" "$l0" "$l1" "$total" "$OUT/store-$store.json" "$store" <<'PYEOF'
+import datetime, json, sys
+jobs = json.load(open(sys.argv[1]))["jobs"]
+t0, t1, l0, l1, n = map(float, sys.argv[2:7])
+def ts(s):
+    return datetime.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+lat = [j for j in jobs if j["name"].startswith("lat-")]
+run = sorted((ts(j["running_time"]) - ts(j["submit_time"])) * 1000 for j in lat if j.get("running_time"))
+q = lambda v, p: v[min(len(v) - 1, int(p * len(v)))]
+held = [j for j in jobs if j["name"].startswith("s-")]
+res = {"store": sys.argv[8], "submissions": len(held), "submit_seconds": t1 - t0,
+       "submissions_per_s": len(held) / (t1 - t0),
+       "latency_jobs": len(lat), "latency_submit_rate_per_s": len(lat) / (l1 - l0),
+       "submit_to_running_ms": {"p50": q(run, .5), "p90": q(run, .9), "p99": q(run, .99), "max": run[-1]},
+       "succeeded": sum(j["state"] == "succeeded" for j in jobs)}
+json.dump(res, open(sys.argv[7], "w"), indent=1)
+r = res["submit_to_running_ms"]
+print(f"  {res['submissions']} submissions in {res['submit_seconds']:.2f} s: {res['submissions_per_s']:.0f}/s "
+      f"(4 clients, one connection each)")
+print(f"  submit -> running over {len(run)} jobs (one CLI client at {res['latency_submit_rate_per_s']:.0f}/s): "
+      f"p50 {r['p50']:.1f} ms, p90 {r['p90']:.1f} ms, p99 {r['p99']:.1f} ms, max {r['max']:.1f} ms; "
+      f"{res['succeeded']} of {len(jobs)} jobs succeeded")
+if res["succeeded"] != len(jobs) or len(held) != int(n):
+    print(f"  expected {int(n)} held submissions and every job succeeded; got {len(held)}, {res['succeeded']} of {len(jobs)}")
+    sys.exit(1)
+PYEOF
+    [ $? = 0 ] || fail "store analysis ($store)"
+  done
+  STORE_FLAGS=""
+}
+
 case "$what" in
   latency) bench_latency ;;
   heartbeat) bench_heartbeat ;;
   slurm) bench_slurm ;;
-  all) bench_latency; bench_heartbeat; bench_slurm ;;
-  *) echo "usage: $0 [latency|heartbeat|slurm|all] [LOOM_BINARY]"; exit 2 ;;
+  store) bench_store ;;
+  all) bench_latency; bench_heartbeat; bench_slurm; bench_store ;;
+  *) echo "usage: $0 [latency|heartbeat|slurm|store|all] [LOOM_BINARY]"; exit 2 ;;
 esac
 echo "results: $OUT"

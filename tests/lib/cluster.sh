@@ -7,6 +7,9 @@ W=$(mktemp -d)
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  # Tasks still running when their agent was killed (and their supervisors)
+  # outlive it: every process that names the scratch dir goes too.
+  pkill -9 -f -- "$W/" 2>/dev/null
   wait 2>/dev/null
   rm -rf "$W"
 }
