@@ -34,7 +34,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +45,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "fuzz/fuzz_check.h"
 #include "loom/common/metrics_text.h"
@@ -118,6 +118,19 @@ SplitTarget(const std::string& target) {
     }
   }
   return {target.substr(0, q), std::move(params)};
+}
+
+// "/v1/jobs/7/cancel" -> {"jobs", "7", "cancel"}; empty segments are kept
+// (the server's route patterns match none). Empty for paths outside /v1/.
+std::vector<std::string> V1Segments(absl::string_view path) {
+  if (!absl::ConsumePrefix(&path, "/v1/")) return {};
+  return absl::StrSplit(path, '/');
+}
+
+// What `\d+` in a route pattern matches.
+bool IsDigits(absl::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(),
+                                   [](char c) { return c >= '0' && c <= '9'; });
 }
 
 // Route name of job spec parse errors.
@@ -243,12 +256,9 @@ class Harness {
     return id;
   }
 
-  void Post(const std::string& path, const std::string& body) {
-    static const std::regex kJobVerb(
-        R"(/v1/jobs/(\d+)/(cancel|checkpoint|release))");
-    static const std::regex kNodeVerb(
-        R"(/v1/nodes/([^/]+)/(cordon|uncordon|drain))");
-    std::smatch m;
+  void Post(const std::string& target, const std::string& body) {
+    const std::string path = SplitTarget(target).first;
+    const std::vector<std::string> seg = V1Segments(path);
     if (path == "/v1/jobs") {
       absl::StatusOr<JobSpec> spec = ParseJobSpec(body, "request body");
       if (!spec.ok()) return Reply(spec.status(), kParseJobSpecRoute);
@@ -274,19 +284,22 @@ class Harness {
       }
       return Reply(r, path);
     }
-    if (std::regex_match(path, m, kJobVerb)) {
-      absl::StatusOr<JobId> id = JobIdOf(m[1].str());
+    // /v1/jobs/(\d+)/(cancel|checkpoint|release)
+    if (seg.size() == 3 && seg[0] == "jobs" && IsDigits(seg[1])) {
+      absl::StatusOr<JobId> id = JobIdOf(seg[1]);
       if (!id.ok()) return Reply(id.status(), path);
-      if (m[2] == "cancel") {
+      if (seg[2] == "cancel") {
         return Reply(controller_->Cancel(*id, now_), "cancel");
       }
-      if (m[2] == "release") {
+      if (seg[2] == "release") {
         return Reply(controller_->Release(*id, now_), "release");
       }
-      return Checkpoint(*id, body);
+      if (seg[2] == "checkpoint") return Checkpoint(*id, body);
     }
-    if (std::regex_match(path, m, kNodeVerb)) {
-      return Reply(controller_->SetNodeMode(m[1].str(), m[2].str(), now_),
+    // /v1/nodes/([^/]+)/(cordon|uncordon|drain)
+    if (seg.size() == 3 && seg[0] == "nodes" && !seg[1].empty() &&
+        (seg[2] == "cordon" || seg[2] == "uncordon" || seg[2] == "drain")) {
+      return Reply(controller_->SetNodeMode(seg[1], seg[2], now_),
                    "POST /v1/nodes/{name}/{op}");
     }
   }
@@ -328,10 +341,8 @@ class Harness {
   }
 
   void Get(const std::string& target) {
-    static const std::regex kJob(R"(/v1/jobs/(\d+)(/events|/logs)?)");
-    static const std::regex kNode(R"(/v1/nodes/([^/]+))");
     auto [path, params] = SplitTarget(target);
-    std::smatch m;
+    const std::vector<std::string> seg = V1Segments(path);
     if (path == "/v1/jobs") {
       JobQuery q;
       for (const auto& [key, value] : params) {
@@ -350,10 +361,13 @@ class Harness {
         }
       }
       (void)controller_->ListJobs(q, now_).dump();
-    } else if (std::regex_match(path, m, kJob)) {
-      absl::StatusOr<JobId> id = JobIdOf(m[1].str());
+    } else if ((seg.size() == 2 || seg.size() == 3) && seg[0] == "jobs" &&
+               IsDigits(seg[1]) &&
+               (seg.size() == 2 || seg[2] == "events" || seg[2] == "logs")) {
+      // /v1/jobs/(\d+)(/events|/logs)?
+      absl::StatusOr<JobId> id = JobIdOf(seg[1]);
       if (!id.ok()) return Reply(id.status(), "GET /v1/jobs/{id}");
-      if (m[2] == "/logs") {
+      if (seg.size() == 3 && seg[2] == "logs") {
         int64_t task = 0;
         for (const auto& [key, value] : params) {
           if (key == "task" && (!absl::SimpleAtoi(value, &task) || task < 0 ||
@@ -367,15 +381,16 @@ class Harness {
         return;
       }
       absl::StatusOr<json> job = controller_->GetJob(*id, now_);
-      if (job.ok() && m[2] == "/events") {
+      if (job.ok() && seg.size() == 3) {  // events
         (void)json{{"events", (*job)["events"]}}.dump();
         return;
       }
       Reply(job, "GET /v1/jobs/{id}");
     } else if (path == "/v1/nodes") {
       (void)controller_->ListNodes(now_).dump();
-    } else if (std::regex_match(path, m, kNode)) {
-      Reply(controller_->GetNode(m[1].str(), now_), "GET /v1/nodes/{name}");
+    } else if (seg.size() == 2 && seg[0] == "nodes" && !seg[1].empty()) {
+      // /v1/nodes/([^/]+)
+      Reply(controller_->GetNode(seg[1], now_), "GET /v1/nodes/{name}");
     } else if (path == "/v1/projects") {
       (void)controller_->ListProjects(now_).dump();
     } else if (path == "/metrics") {

@@ -39,7 +39,7 @@ for t in "${targets[@]}"; do
   if [ -f "fuzz/dict/${t%_fuzzer}.dict" ]; then
     dict=("-dict=fuzz/dict/${t%_fuzzer}.dict")
   fi
-  "$dir/fuzz/$t" -max_total_time="$seconds" -max_len=8192 -timeout=25 \
+  "$dir/fuzz/$t" -max_total_time="$seconds" -max_len=8192 -timeout=60 \
     -rss_limit_mb=2560 -print_final_stats=1 "${dict[@]}" \
     -artifact_prefix="$run/" "$run/corpus" > "$run/log" 2>&1 &
   pids+=($!)
