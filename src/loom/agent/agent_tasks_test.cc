@@ -731,15 +731,89 @@ TEST_F(TaskLauncherTest, RunsAsAnotherUserWhenRoot) {
   if (::geteuid() != 0 || nobody == nullptr || nobody->pw_uid != 65534) {
     GTEST_SKIP() << "needs root and a user nobody with uid 65534";
   }
+  const gid_t gid = nobody->pw_gid;
+  // The temporary directory is root's (0700): open it up for the user, with
+  // a world-writable place (like /tmp) where it may make directories, and
+  // a place that stays root's.
+  ASSERT_EQ(::chmod(tmp_.path().c_str(), 0755), 0);
+  fs::create_directories(tmp_ / "open");
+  ASSERT_EQ(::chmod((tmp_ / "open").c_str(), 01777), 0);
+  fs::create_directories(tmp_ / "private");
+  ASSERT_EQ(::chmod((tmp_ / "private").c_str(), 0700), 0);
   auto launcher = NewLauncher();
-  TaskSpec spec = Shell("14.0", "id -u; id -g");
+  TaskSpec spec = Shell(
+      "14.0",
+      absl::StrCat("id -u; id -g; pwd; touch ckpt.ok && echo wrote-cwd; ",
+                   "touch ", state_dir(), "/x 2>/dev/null || echo denied"));
   spec.uid = 65534;
+  spec.working_dir = tmp_ / "open/a/work";
+  spec.create_dirs = {tmp_ / "open/ckpt/14", tmp_ / "private/ckpt"};
   ASSERT_TRUE(launcher->Launch(spec).ok());
   std::optional<TaskEvent> event = WaitForEvent(*launcher, "14.0");
   ASSERT_TRUE(event.has_value());
   EXPECT_EQ(event->exit_code, 0);
   EXPECT_EQ(ReadFile(Out("14.0")),
-            absl::StrCat("65534\n", nobody->pw_gid, "\n"));
+            absl::StrCat("65534\n", gid, "\n", tmp_ / "open/a/work",
+                         "\nwrote-cwd\ndenied\n"));
+  // Best effort: the directory it could not make is named in its stderr.
+  EXPECT_EQ(ReadFile(Err("14.0")),
+            absl::StrCat("loom: cannot create directory ",
+                         tmp_ / "private/ckpt", ": EACCES\n"));
+  // The user made its directories, and owns its output files.
+  auto owner = [](const std::string& path) {
+    struct stat st;
+    EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+    return std::make_pair(st.st_uid, st.st_mode & 07777);
+  };
+  EXPECT_EQ(owner(tmp_ / "open/a").first, 65534u);
+  EXPECT_EQ(owner(tmp_ / "open/a/work").first, 65534u);
+  EXPECT_EQ(owner(tmp_ / "open/ckpt/14").first, 65534u);
+  EXPECT_EQ(owner(Out("14.0")), std::make_pair(uid_t{65534}, 0600u));
+  EXPECT_EQ(owner(Err("14.0")), std::make_pair(uid_t{65534}, 0600u));
+  EXPECT_FALSE(fs::exists(tmp_ / "private/ckpt"));
+}
+
+TEST_F(TaskLauncherTest, AnotherUsersTaskOnlyGoesWhereThatUserMay) {
+  struct passwd* nobody = ::getpwnam("nobody");
+  if (::geteuid() != 0 || nobody == nullptr || nobody->pw_uid != 65534) {
+    GTEST_SKIP() << "needs root and a user nobody with uid 65534";
+  }
+  ASSERT_EQ(::chmod(tmp_.path().c_str(), 0755), 0);
+  fs::create_directories(tmp_ / "private");
+  ASSERT_EQ(::chmod((tmp_ / "private").c_str(), 0700), 0);
+  auto launcher = NewLauncher();
+  // Root could enter it; the task's user cannot.
+  TaskSpec spec = Shell("15.0", "true");
+  spec.uid = 65534;
+  spec.working_dir = tmp_ / "private";
+  absl::StatusOr<TaskHandle> handle = launcher->Launch(spec);
+  ASSERT_FALSE(handle.ok());
+  EXPECT_TRUE(absl::IsPermissionDenied(handle.status())) << handle.status();
+  EXPECT_THAT(handle.status().message(),
+              HasSubstr(absl::StrCat("chdir ", tmp_ / "private")));
+  // Nor is a directory made for it by root where it could not make one.
+  spec.task_id = "15.1";
+  spec.working_dir = tmp_ / "private/new";
+  handle = launcher->Launch(spec);
+  ASSERT_FALSE(handle.ok());
+  EXPECT_THAT(handle.status().message(),
+              HasSubstr(absl::StrCat("create working directory ",
+                                     tmp_ / "private/new")));
+  EXPECT_FALSE(fs::exists(tmp_ / "private/new"));
+  EXPECT_TRUE(launcher->List().empty());
+}
+
+TEST_F(TaskLauncherTest, CreatesDirectoriesForTheTask) {
+  auto launcher = NewLauncher();
+  TaskSpec spec = Shell("16.0", "test -d ckpt/16 && echo yes");
+  spec.create_dirs = {tmp_ / "work/ckpt/16", "relative/ignored"};
+  ASSERT_TRUE(launcher->Launch(spec).ok());
+  std::optional<TaskEvent> event = WaitForEvent(*launcher, "16.0");
+  ASSERT_TRUE(event.has_value());
+  EXPECT_EQ(event->exit_code, 0);
+  EXPECT_EQ(ReadFile(Out("16.0")), "yes\n");
+  EXPECT_EQ(ReadFile(Err("16.0")), "");
+  EXPECT_FALSE(fs::exists(tmp_ / "work/relative"));
 }
 
 // --- cgroups ---

@@ -112,8 +112,10 @@ absl::Status ValidateSpec(const TaskSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat(prefix, "cpu limit must be positive"));
   }
-  for (const std::string* path :
-       {&spec.working_dir, &spec.stdout_path, &spec.stderr_path}) {
+  std::vector<const std::string*> paths = {&spec.working_dir, &spec.stdout_path,
+                                           &spec.stderr_path};
+  for (const std::string& dir : spec.create_dirs) paths.push_back(&dir);
+  for (const std::string* path : paths) {
     if (path->find('\0') != std::string::npos) {
       return absl::InvalidArgumentError(
           absl::StrCat(prefix, "a path contains a NUL byte"));
@@ -133,11 +135,31 @@ int AboveStdio(int fd) {
   return moved;
 }
 
+struct Identity {
+  bool change = false;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;
+};
+
+// Opens a task's output file for appending, creating it if missing. A file
+// created for a task that runs as another user is given to that user (mode
+// 0600: only the user and root read it); an existing one is left as it is.
 absl::Status OpenOutput(const std::string& task_id, const std::string& path,
-                        ScopedFd& fd) {
+                        const Identity& identity, ScopedFd& fd) {
   const std::string& target = path.empty() ? std::string("/dev/null") : path;
-  int raw =
-      ::open(target.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  constexpr int kFlags = O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC;
+  int raw = -1;
+  if (identity.change && !path.empty()) {
+    raw = ::open(target.c_str(), kFlags | O_EXCL | O_NOFOLLOW, 0600);
+    if (raw >= 0) {
+      (void)::fchown(raw, identity.uid, identity.gid);
+    } else if (errno == EEXIST) {
+      raw = ::open(target.c_str(), kFlags, 0644);
+    }
+  } else {
+    raw = ::open(target.c_str(), kFlags, 0644);
+  }
   if (raw < 0) return TaskErrno(task_id, errno, absl::StrCat("open ", target));
   raw = AboveStdio(raw);
   if (raw < 0) return TaskErrno(task_id, errno, "fcntl");
@@ -157,13 +179,6 @@ std::vector<std::string> ExecCandidates(const std::string& program,
   }
   return out;
 }
-
-struct Identity {
-  bool change = false;
-  uid_t uid = 0;
-  gid_t gid = 0;
-  std::vector<gid_t> groups;
-};
 
 absl::StatusOr<Identity> ResolveIdentity(const TaskSpec& spec) {
   Identity id;
@@ -257,6 +272,8 @@ std::string DescribeStage(SpawnStage stage, const TaskSpec& spec,
       return absl::StrCat("exec ", spec.argv[0]);
     case SpawnStage::kChdir:
       return absl::StrCat("chdir ", working_dir);
+    case SpawnStage::kMkdir:
+      return absl::StrCat("create working directory ", working_dir);
     case SpawnStage::kSetuid:
       return absl::StrCat("setuid ", identity.uid);
     case SpawnStage::kSetgid:
@@ -378,14 +395,15 @@ absl::StatusOr<ShimTaskLauncher::Task> ShimTaskLauncher::LaunchUnlocked(
                                TaskPrefix(id) + "resolve working directory");
   }
   const std::string working_dir = wd.lexically_normal().string();
-  const bool created = fs::create_directories(working_dir, ec);
-  if (ec) {
-    return absl::ErrnoToStatus(
-        ec.value(),
-        absl::StrCat(TaskPrefix(id), "create working directory ", working_dir));
-  }
-  if (created && identity->change) {
-    (void)::chown(working_dir.c_str(), identity->uid, identity->gid);
+  // Another user's task makes its directory itself, after the switch (see
+  // spawn.cc): root never creates a directory for it at a path it chose.
+  if (!identity->change) {
+    fs::create_directories(working_dir, ec);
+    if (ec) {
+      return absl::ErrnoToStatus(
+          ec.value(), absl::StrCat(TaskPrefix(id), "create working directory ",
+                                   working_dir));
+    }
   }
 
   // Descriptors the task inherits.
@@ -393,8 +411,14 @@ absl::StatusOr<ShimTaskLauncher::Task> ShimTaskLauncher::LaunchUnlocked(
   if (devnull.get() < 0) return TaskErrno(id, errno, "open /dev/null");
   ScopedFd out;
   ScopedFd err;
-  if (absl::Status s = OpenOutput(id, spec.stdout_path, out); !s.ok()) return s;
-  if (absl::Status s = OpenOutput(id, spec.stderr_path, err); !s.ok()) return s;
+  if (absl::Status s = OpenOutput(id, spec.stdout_path, *identity, out);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = OpenOutput(id, spec.stderr_path, *identity, err);
+      !s.ok()) {
+    return s;
+  }
 
   // cgroups.
   CgroupPlacement placement;
@@ -428,6 +452,10 @@ absl::StatusOr<ShimTaskLauncher::Task> ShimTaskLauncher::LaunchUnlocked(
       ExecCandidates(spec.argv[0], path_it != env.end() ? path_it->second
                                                         : kDefaultSearchPath);
   plan.working_dir = working_dir;
+  plan.create_working_dir = identity->change;
+  for (const std::string& dir : spec.create_dirs) {
+    if (absl::StartsWith(dir, "/")) plan.create_dirs.push_back(dir);
+  }
   plan.cgroup_procs_files = placement.procs_files;
   plan.devnull_fd = devnull.get();
   plan.stdout_fd = out.get();

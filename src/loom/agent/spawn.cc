@@ -1,8 +1,11 @@
 #include "loom/agent/spawn.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
+#include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -52,6 +55,8 @@ const char* SpawnStageName(SpawnStage stage) {
       return "setuid";
     case SpawnStage::kExec:
       return "exec";
+    case SpawnStage::kMkdir:
+      return "create working directory";
   }
   return "start";
 }
@@ -147,6 +152,37 @@ bool WriteFileAtomic(const char* tmp, const char* path, const char* dir,
   return true;
 }
 
+// `mkdir -p path` with the caller's credentials (mode 0777 less the umask).
+// Returns 0, or the errno of the last component (ENOTDIR when it exists and
+// is not a directory).
+int MakeDirs(const char* path) {
+  char buf[PATH_MAX];
+  size_t len = 0;
+  for (; path[len] != '\0'; ++len) {
+    if (len + 1 >= sizeof(buf)) return ENAMETOOLONG;
+    buf[len] = path[len];
+  }
+  buf[len] = '\0';
+  for (size_t i = 1; i < len; ++i) {
+    if (buf[i] != '/') continue;
+    buf[i] = '\0';
+    (void)::mkdir(buf, 0777);  // exists, or the last mkdir tells why not
+    buf[i] = '/';
+  }
+  if (::mkdir(buf, 0777) == 0) return 0;
+  const int err = errno;
+  if (err != EEXIST) return err;
+  struct stat st;
+  if (::stat(buf, &st) != 0) return errno;
+  return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+}
+
+void WriteText(int fd, const char* text) {
+  size_t n = 0;
+  while (text[n] != '\0') ++n;
+  (void)WriteAll(fd, text, n);
+}
+
 uint64_t StartTicks(pid_t pid) {
   char buf[2048];
   ssize_t len = ReadProcStat(pid, buf, sizeof(buf));
@@ -182,9 +218,6 @@ uint64_t StartTicks(pid_t pid) {
       ::dup2(plan.stderr_fd, STDERR_FILENO) < 0) {
     ChildFail(plan, SpawnStage::kStdio, errno);
   }
-  if (::chdir(plan.working_dir.c_str()) != 0) {
-    ChildFail(plan, SpawnStage::kChdir, errno);
-  }
   if (plan.change_ids) {
     // Raw system calls: glibc's wrappers synchronise credentials across
     // threads, which a forked child of a threaded process must not do.
@@ -196,6 +229,26 @@ uint64_t StartTicks(pid_t pid) {
     }
     if (::syscall(SYS_setuid, plan.uid) != 0) {
       ChildFail(plan, SpawnStage::kSetuid, errno);
+    }
+  }
+  // Directories are made and entered as the task's user: it runs only where
+  // that user may go (and where root may not, e.g. NFS with root_squash).
+  if (plan.create_working_dir) {
+    if (const int err = MakeDirs(plan.working_dir.c_str()); err != 0) {
+      ChildFail(plan, SpawnStage::kMkdir, err);
+    }
+  }
+  if (::chdir(plan.working_dir.c_str()) != 0) {
+    ChildFail(plan, SpawnStage::kChdir, errno);
+  }
+  for (const std::string& dir : plan.create_dirs) {
+    if (const int err = MakeDirs(dir.c_str()); err != 0) {
+      const char* name = ::strerrorname_np(err);
+      WriteText(STDERR_FILENO, "loom: cannot create directory ");
+      WriteText(STDERR_FILENO, dir.c_str());
+      WriteText(STDERR_FILENO, ": ");
+      WriteText(STDERR_FILENO, name != nullptr ? name : "error");
+      WriteText(STDERR_FILENO, "\n");
     }
   }
 

@@ -28,6 +28,7 @@ enum class SpawnStage : int32_t {
   kSetgid,
   kSetuid,
   kExec,
+  kMkdir,  // creating the working directory as the task's user
 };
 
 const char* SpawnStageName(SpawnStage stage);
@@ -56,6 +57,13 @@ struct SpawnPlan {
   // Paths to try with execve, in order (the PATH search done up front).
   std::vector<std::string> exec_paths;
   std::string working_dir;  // absolute
+  // The child creates `working_dir` (with parents) after switching users,
+  // so that a task never gets a directory made by root at a path it chose.
+  bool create_working_dir = false;
+  // Directories (absolute) the child creates, with parents, as the task's
+  // user once it is in its working directory; failures are written to the
+  // task's stderr and do not stop the launch.
+  std::vector<std::string> create_dirs;
   // cgroup.procs files the child writes its pid into.
   std::vector<std::string> cgroup_procs_files;
 

@@ -32,10 +32,14 @@ struct TaskSpec {
   // `RANK`, ... Keys must be non-empty and contain no '='.
   std::map<std::string, std::string> env;
   // Created (with parents) if missing. Empty: the agent's current directory.
-  // Relative paths are taken from the agent's current directory.
+  // Relative paths are taken from the agent's current directory. A task that
+  // runs as another user creates it (and enters it) as that user, after the
+  // switch: a directory that user cannot create or enter fails the launch.
   std::string working_dir;
   // Opened with O_APPEND|O_CREAT (mode 0644) by the agent before the task
-  // starts; empty means /dev/null. Both may name the same file.
+  // starts; empty means /dev/null. Both may name the same file. A file
+  // created for a task that runs as another user belongs to that user (mode
+  // 0600); an existing file is left as it is.
   std::string stdout_path;
   std::string stderr_path;
   // When `uid` is set and differs from the agent's, the task runs as that
@@ -44,6 +48,12 @@ struct TaskSpec {
   // defaults to the user's primary group from the passwd database.
   std::optional<uid_t> uid;
   std::optional<gid_t> gid;
+  // Absolute paths of directories the task's process creates (with parents,
+  // as the task's user) before exec, e.g. its checkpoint directory. Best
+  // effort: a failure is written to the task's stderr ("loom: cannot create
+  // directory /ckpt/42: EACCES") and the task starts anyway. Relative paths
+  // are ignored.
+  std::vector<std::string> create_dirs;
   // Optional memory and CPU limits, applied through the launcher's
   // `CgroupManager` when the host allows it (see `TaskInfo::cgroup_note`).
   TaskLimits limits;
