@@ -254,6 +254,13 @@ absl::StatusOr<LaunchRequest> ParseLaunchRequest(const json& body,
                      Dump(*id)));
   }
   r.task_id = id->get<std::string>();
+  if (const json* user = find("user")) {
+    if (!user->is_string() || !no_nul(user->get<std::string>()) ||
+        user->get<std::string>().size() > 256) {
+      return FieldError(field, "user", "must be a user name");
+    }
+    r.user = user->get<std::string>();
+  }
   if (absl::Status s = get_int("job_id", 0, INT64_MAX, &r.job_id); !s.ok()) {
     return s;
   }
@@ -650,7 +657,12 @@ class Agent::Impl {
                                   std::string* field);
   bool RollBackLaunch(Node& node, const std::string& task_id);
   TaskSpec BuildSpec(const Node& node, const LaunchRequest& request,
-                     const Proc& proc, int k) const;
+                     const Proc& proc, int k, const UserAccount* account) const;
+  // The account `r.user` runs as, or null for the agent's own user (when it
+  // cannot switch users, or the request names none). `FailedPrecondition`
+  // for a user the node does not have.
+  absl::StatusOr<std::optional<UserAccount>> TaskUser(
+      const Node& node, const LaunchRequest& r) const;
   void ReportSoon(Node& node);
   static Summary Summarize(const Unit& unit);
   json StatusJson(const Node& node, const Unit& unit, bool detailed) const;
@@ -705,6 +717,8 @@ class Agent::Impl {
 
   // Constant after `Init`.
   AgentOptions options_;
+  // Tasks run as the users their launches name (`run_as_user`, and root).
+  bool switch_users_ = false;
   std::string address_;
   int port_ = 0;
   std::vector<std::unique_ptr<Node>> nodes_;
@@ -833,6 +847,16 @@ absl::Status Agent::Impl::Init() {
     }
     if (real_gpus.empty()) {
       Log("warn", "", "NVML found no GPUs on this host");
+    }
+  }
+
+  if (options_.run_as_user && !options_.fake_tasks) {
+    switch_users_ = options_.can_switch_users.value_or(::geteuid() == 0);
+    if (!options_.lookup_user) options_.lookup_user = LookUpSystemUser;
+    if (!switch_users_) {
+      Log("info", "",
+          absl::StrCat("not running as root: tasks run as uid ", ::geteuid(),
+                       ", not as the users who submit them"));
     }
   }
 
@@ -1562,8 +1586,25 @@ void Agent::Impl::ReportSoon(Node& node) {
   sched_cv_.SignalAll();
 }
 
+absl::StatusOr<std::optional<UserAccount>> Agent::Impl::TaskUser(
+    const Node& node, const LaunchRequest& r) const {
+  if (!switch_users_ || r.user.empty()) return std::nullopt;
+  absl::StatusOr<UserAccount> account = options_.lookup_user(r.user);
+  if (absl::IsNotFound(account.status())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("user '", r.user, "' does not exist on node ", node.name));
+  }
+  if (!account.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("node ", node.name, ": cannot look up user '", r.user,
+                     "': ", Str(account.status().message())));
+  }
+  return *std::move(account);
+}
+
 TaskSpec Agent::Impl::BuildSpec(const Node& node, const LaunchRequest& r,
-                                const Proc& proc, int k) const {
+                                const Proc& proc, int k,
+                                const UserAccount* account) const {
   TaskSpec spec;
   spec.task_id = proc.launcher_id;
   spec.argv = r.argv;
@@ -1583,6 +1624,11 @@ TaskSpec Agent::Impl::BuildSpec(const Node& node, const LaunchRequest& r,
   spec.stdout_path = proc.stdout_path;
   spec.stderr_path = proc.stderr_path;
   spec.limits = r.limits;
+  // Made by the task as its user, so that it owns it.
+  if (auto it = spec.env.find("LOOM_CHECKPOINT_DIR"); it != spec.env.end()) {
+    spec.create_dirs.push_back(it->second);
+  }
+  if (account != nullptr) RunSpecAs(*account, spec);
   return spec;
 }
 
@@ -1596,6 +1642,14 @@ absl::StatusOr<json> Agent::Impl::LaunchUnit(Node& node, const LaunchRequest& r,
                        " GPUs (indices 0 to ",
                        static_cast<int>(node.gpus.size()) - 1, "); got ", g));
     }
+  }
+  absl::StatusOr<std::optional<UserAccount>> account = TaskUser(node, r);
+  if (!account.ok()) {
+    if (field != nullptr) *field = "user";
+    Log("warn", node.name,
+        absl::StrCat("launch of task ", r.task_id,
+                     " failed: ", Str(account.status().message())));
+    return account.status();
   }
   const int count = r.processes;
   Unit unit;
@@ -1657,8 +1711,8 @@ absl::StatusOr<json> Agent::Impl::LaunchUnit(Node& node, const LaunchRequest& r,
   int failed_k = 0;
   std::vector<pid_t> pids;
   for (int k = 0; k < count; ++k) {
-    absl::StatusOr<TaskHandle> handle =
-        node.launcher->Launch(BuildSpec(node, r, procs[k], k));
+    absl::StatusOr<TaskHandle> handle = node.launcher->Launch(BuildSpec(
+        node, r, procs[k], k, account->has_value() ? &**account : nullptr));
     if (!handle.ok()) {
       failure = handle.status();
       failed_k = k;

@@ -25,6 +25,7 @@
 #include "loom/agent/cgroup.h"
 #include "loom/agent/gpu_probe.h"
 #include "loom/agent/task_launcher.h"
+#include "loom/agent/user_account.h"
 #include "nlohmann/json.hpp"
 
 namespace loom {
@@ -67,6 +68,17 @@ struct AgentOptions {
   std::optional<HostInfo> host;
   // Tasks are not run (`--fake-tasks`): see `FakeTaskLauncher`.
   bool fake_tasks = false;
+  // Run each task as the user its launch request names (`"user"`): that
+  // user's uid, primary gid, groups, `HOME`; an unknown user fails the
+  // launch (docs/agent.md, "Users"). Only an agent running as root can;
+  // otherwise tasks run as the agent's user, and the agent says so once at
+  // start. Not for fake tasks. `--run-as-user=false` turns it off.
+  bool run_as_user = true;
+  // Whether this process can switch users; unset: when it runs as root
+  // (`geteuid() == 0`). Tests set it.
+  std::optional<bool> can_switch_users;
+  // Finds the user of a launch request; null: `LookUpSystemUser`.
+  UserLookup lookup_user;
   // Heartbeat every this long; zero: what the server's registration reply
   // says (`heartbeat_interval_ms`), 1 s when it says nothing.
   absl::Duration heartbeat_interval = absl::ZeroDuration();
@@ -113,6 +125,9 @@ struct AgentOptions {
 struct LaunchRequest {
   std::string node;  // empty: not given
   std::string task_id;
+  // The job's user, whom the task runs as (`AgentOptions::run_as_user`);
+  // empty: not given (the agent's own user).
+  std::string user;
   int64_t job_id = 0;
   int64_t task_index = 0;
   std::vector<std::string> argv;

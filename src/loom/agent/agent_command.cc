@@ -81,6 +81,12 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentFlags* f) {
   agent->add_flag("--fake-tasks", f->fake_tasks,
                   "Run no processes: a task lasts LOOM_FAKE_SECONDS of its "
                   "env (default 60) and exits 0 (scale tests)");
+  agent
+      ->add_option("--run-as-user", f->run_as_user,
+                   "Run each task as the user who submitted its job (needs "
+                   "root; otherwise tasks run as the agent's user): true or "
+                   "false")
+      ->capture_default_str();
   agent->add_option("--heartbeat-interval", f->heartbeat_interval,
                     "Heartbeat period, e.g. 1s or 500ms (default: what the "
                     "server says at registration)");
@@ -185,6 +191,7 @@ absl::StatusOr<AgentOptions> AgentOptionsFromFlags(const AgentFlags& f) {
   }
 
   options.fake_tasks = f.fake_tasks;
+  options.run_as_user = f.run_as_user;
   if (!f.heartbeat_interval.empty()) {
     absl::StatusOr<absl::Duration> d = ParseDuration(f.heartbeat_interval);
     if (!d.ok() || *d < absl::Milliseconds(10) || *d > absl::Minutes(10)) {

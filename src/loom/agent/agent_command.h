@@ -22,6 +22,7 @@ struct AgentFlags {
   std::string name_prefix;         // --name-prefix (default: --name)
   int names_from = 0;              // --names-from K
   bool fake_tasks = false;         // --fake-tasks
+  bool run_as_user = true;         // --run-as-user=true|false
   std::string heartbeat_interval;  // --heartbeat-interval ("": the server's)
   std::string stop_signal = "TERM";     // --stop-signal
   std::string stop_grace = "10s";       // --stop-grace, --stop-signal-grace
