@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Tasks run as the user who submitted their job (docs/agent.md, "Users"). A
+# server and one agent (h200-0 on 127.0.0.2, real processes) run as root; a
+# job of the test user `loomtest` (created here if missing, removed at the
+# end if it was) must run with that user's uid, must not be able to write
+# into the agent's data directory, /root or another job's log file, and must
+# own a writable checkpoint directory. A job of a user the node does not have
+# fails, and `loom show` says which user.
+# Needs root (the agent only switches users as root; CI runs as root): as
+# another user it says why and passes without running.
+# Usage: tests/e2e_run_as_user_test.sh PATH_TO_LOOM
+set -u
+LOOM="$(realpath "$1")"
+cd "$(dirname "$0")/.."
+if [ "$(id -u)" != 0 ]; then
+  echo "SKIP: needs root (the agent switches users only when it runs as root; CI runs as root)"
+  exit 0
+fi
+source tests/lib/cluster.sh
+
+TEST_USER=loomtest
+CREATED_USER=0
+cleanup_user() {
+  # Every process of a user this test created is the test's.
+  [ "$CREATED_USER" = 1 ] && pkill -9 -u "$TEST_USER" 2>/dev/null
+  cleanup
+  [ "$CREATED_USER" = 1 ] && userdel "$TEST_USER" 2>/dev/null
+}
+trap cleanup_user EXIT
+if ! id -u "$TEST_USER" > /dev/null 2>&1; then
+  useradd --system --no-create-home --home-dir /nonexistent \
+    --shell /usr/sbin/nologin "$TEST_USER" || fail "useradd $TEST_USER"
+  CREATED_USER=1
+fi
+TEST_UID=$(id -u "$TEST_USER")
+# The task starts in the user's home directory, or in / when it has none.
+TEST_HOME=$(getent passwd "$TEST_USER" | cut -d: -f6)
+TEST_PWD=/
+[ -d "$TEST_HOME" ] && TEST_PWD=$TEST_HOME
+
+PY=python3
+jget() {
+  "$LOOM" show "$1" -o json 2>/dev/null |
+    "$PY" -c "import json,sys; j=json.load(sys.stdin); print($2)" 2>/dev/null
+}
+wait_for() {
+  local n=$(($1 * 10))
+  shift
+  for _ in $(seq "$n"); do
+    "$@" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+state_is() { [ "$(jget "$1" "j['state']")" = "$2" ]; }
+submit() { "$LOOM" submit -f "$1" 2>&1 | grep -o '[0-9]*$'; }
+
+# The scratch directory is mktemp's (0700): let the test user through, so
+# that every denial below comes from the permissions of the agent's own
+# files. The checkpoint root is a shared scratch area, like /tmp (1777).
+chmod 755 "$W"
+mkdir -p "$W/ckpt" && chmod 1777 "$W/ckpt"
+write_cluster 1
+start_server --checkpoint-root "$W/ckpt"
+start_agents 1
+AGENT_DIR="$W/agent0"
+
+# A job of root's, whose log file the test user's job then tries to write.
+cat > "$W/root.yaml" <<YAML
+name: roots
+user: root
+resources: {gpus: 1}
+command: ["/bin/sh", "-c", "echo root-job-output; id -u"]
+YAML
+ROOT_JOB=$(submit "$W/root.yaml") || fail "submit root's job"
+wait_for 20 state_is "$ROOT_JOB" succeeded || fail "root's job: $("$LOOM" show "$ROOT_JOB")"
+[ "$("$LOOM" logs "$ROOT_JOB")" = "$(printf 'root-job-output\n0')" ] ||
+  fail "root's job output: $("$LOOM" logs "$ROOT_JOB")"
+OTHER_LOG="$AGENT_DIR/logs/$ROOT_JOB.0.0.out"
+[ -f "$OTHER_LOG" ] || fail "no log file $OTHER_LOG: $(ls "$AGENT_DIR/logs")"
+
+# The test user's job: each line says what it could do.
+cat > "$W/user.yaml" <<YAML
+name: as-user
+user: $TEST_USER
+resources: {gpus: 1}
+env: {AGENT_DIR: "$AGENT_DIR", OTHER_LOG: "$OTHER_LOG"}
+command:
+  - /bin/sh
+  - -c
+  - |
+    echo "uid=\$(id -u) user=\$USER logname=\$LOGNAME home=\$HOME pwd=\$(pwd)"
+    try() { what=\$1; shift; if "\$@" 2>/dev/null; then echo "\$what=written"; else echo "\$what=denied"; fi; }
+    try agent-dir touch "\$AGENT_DIR/x"
+    try agent-logs touch "\$AGENT_DIR/logs/x"
+    try agent-tasks touch "\$AGENT_DIR/tasks/x"
+    try other-log sh -c 'echo hacked >> "\$OTHER_LOG"'
+    try root-home touch /root/x
+    try etc touch /etc/loom-x
+    try checkpoint touch "\$LOOM_CHECKPOINT_DIR/step"
+    echo "checkpoint-owner=\$(stat -c %U "\$LOOM_CHECKPOINT_DIR")"
+    echo "log-owner=\$(stat -L -c %U /proc/\$\$/fd/1)"
+YAML
+USER_JOB=$(submit "$W/user.yaml") || fail "submit the test user's job"
+wait_for 20 state_is "$USER_JOB" succeeded || fail "the test user's job: $("$LOOM" show "$USER_JOB")"
+"$LOOM" logs "$USER_JOB" > "$W/user.out" || fail "loom logs $USER_JOB"
+"$LOOM" logs "$USER_JOB" --stderr > "$W/user.err"
+expect() {
+  grep -qx -- "$1" "$W/user.out" ||
+    fail "expected '$1' in the output of job $USER_JOB: $(cat "$W/user.out") / stderr: $(cat "$W/user.err")"
+}
+expect "uid=$TEST_UID user=$TEST_USER logname=$TEST_USER home=$TEST_HOME pwd=$TEST_PWD"
+echo "ok: the job of $TEST_USER ran as uid $TEST_UID (id -u), with its USER, LOGNAME and HOME"
+for what in agent-dir agent-logs agent-tasks other-log root-home etc; do expect "$what=denied"; done
+grep -q hacked "$OTHER_LOG" && fail "the test user's job wrote into root's job's log"
+for f in "$AGENT_DIR/x" "$AGENT_DIR/logs/x" "$AGENT_DIR/tasks/x" /root/x /etc/loom-x; do
+  [ -e "$f" ] && fail "the test user's job created $f"
+done
+echo "ok: it could not write into the agent's data, logs or task state, another job's log, /root or /etc"
+expect "checkpoint=written"
+expect "checkpoint-owner=$TEST_USER"
+[ "$(stat -c %U "$W/ckpt/$USER_JOB")" = "$TEST_USER" ] || fail "checkpoint directory owner: $(ls -ld "$W/ckpt/$USER_JOB")"
+[ "$(stat -c %U "$W/ckpt/$USER_JOB/step")" = "$TEST_USER" ] || fail "checkpoint file owner"
+expect "log-owner=$TEST_USER"
+USER_LOG="$AGENT_DIR/logs/$USER_JOB.0.0.out"
+[ "$(stat -c '%U %a' "$USER_LOG")" = "$TEST_USER 600" ] || fail "log file: $(ls -l "$USER_LOG")"
+[ "$(stat -c %U "$OTHER_LOG")" = root ] || fail "root's log file changed owner"
+echo "ok: its checkpoint directory ($W/ckpt/$USER_JOB) and log files are its own"
+
+# A user the node does not have: the launch fails, and the job says why.
+cat > "$W/nobody.yaml" <<YAML
+name: ghost
+user: loom-no-such-user
+resources: {gpus: 1}
+command: ["/bin/true"]
+YAML
+GHOST=$(submit "$W/nobody.yaml") || fail "submit the ghost job"
+wait_for 20 state_is "$GHOST" failed || fail "ghost job: $("$LOOM" show "$GHOST")"
+"$LOOM" show "$GHOST" > "$W/ghost.show"
+grep -q "user 'loom-no-such-user' does not exist on node h200-0" "$W/ghost.show" ||
+  fail "loom show does not name the user: $(cat "$W/ghost.show")"
+grep -q "launch of task 0 on h200-0 failed" "$W/ghost.show" ||
+  fail "loom show has no failed launch: $(cat "$W/ghost.show")"
+grep "user 'loom-no-such-user'" "$W/ghost.show" | head -1 | sed 's/^ */  loom show: /'
+echo "ok: a job of a user the node lacks failed and says so"
+echo "all checks passed"
