@@ -20,7 +20,11 @@ source tests/lib/cluster.sh
 
 TEST_USER=loomtest
 CREATED_USER=0
+# What the job tries to create outside its directories (removed at the end
+# should a broken agent let it).
+PROBE="loom-e2e-probe-$$"
 cleanup_user() {
+  rm -f "/root/$PROBE" "/etc/$PROBE"
   # Every process of a user this test created is the test's.
   [ "$CREATED_USER" = 1 ] && pkill -9 -u "$TEST_USER" 2>/dev/null
   cleanup
@@ -84,19 +88,19 @@ cat > "$W/user.yaml" <<YAML
 name: as-user
 user: $TEST_USER
 resources: {gpus: 1}
-env: {AGENT_DIR: "$AGENT_DIR", OTHER_LOG: "$OTHER_LOG"}
+env: {AGENT_DIR: "$AGENT_DIR", OTHER_LOG: "$OTHER_LOG", PROBE: "$PROBE"}
 command:
   - /bin/sh
   - -c
   - |
     echo "uid=\$(id -u) user=\$USER logname=\$LOGNAME home=\$HOME pwd=\$(pwd)"
     try() { what=\$1; shift; if "\$@" 2>/dev/null; then echo "\$what=written"; else echo "\$what=denied"; fi; }
-    try agent-dir touch "\$AGENT_DIR/x"
-    try agent-logs touch "\$AGENT_DIR/logs/x"
-    try agent-tasks touch "\$AGENT_DIR/tasks/x"
+    try agent-dir touch "\$AGENT_DIR/\$PROBE"
+    try agent-logs touch "\$AGENT_DIR/logs/\$PROBE"
+    try agent-tasks touch "\$AGENT_DIR/tasks/\$PROBE"
     try other-log sh -c 'echo hacked >> "\$OTHER_LOG"'
-    try root-home touch /root/x
-    try etc touch /etc/loom-x
+    try root-home touch "/root/\$PROBE"
+    try etc touch "/etc/\$PROBE"
     try checkpoint touch "\$LOOM_CHECKPOINT_DIR/step"
     echo "checkpoint-owner=\$(stat -c %U "\$LOOM_CHECKPOINT_DIR")"
     echo "log-owner=\$(stat -L -c %U /proc/\$\$/fd/1)"
@@ -113,7 +117,7 @@ expect "uid=$TEST_UID user=$TEST_USER logname=$TEST_USER home=$TEST_HOME pwd=$TE
 echo "ok: the job of $TEST_USER ran as uid $TEST_UID (id -u), with its USER, LOGNAME and HOME"
 for what in agent-dir agent-logs agent-tasks other-log root-home etc; do expect "$what=denied"; done
 grep -q hacked "$OTHER_LOG" && fail "the test user's job wrote into root's job's log"
-for f in "$AGENT_DIR/x" "$AGENT_DIR/logs/x" "$AGENT_DIR/tasks/x" /root/x /etc/loom-x; do
+for f in "$AGENT_DIR/$PROBE" "$AGENT_DIR/logs/$PROBE" "$AGENT_DIR/tasks/$PROBE" "/root/$PROBE" "/etc/$PROBE"; do
   [ -e "$f" ] && fail "the test user's job created $f"
 done
 echo "ok: it could not write into the agent's data, logs or task state, another job's log, /root or /etc"
