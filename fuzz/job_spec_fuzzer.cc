@@ -2,9 +2,10 @@
 // and what `POST /v1/jobs` accepts as its body, YAML or JSON. Checks the
 // parser's contract (job_spec.h): any bytes give a spec or an
 // InvalidArgument that names the source (in UTF-8, as the server sends it in
-// JSON), never an exception; a spec survives
-// the storage round trip (`JobSpecToJson`) unchanged; resolving it against a
-// cluster (`ToJobRequest`) gives a request or an InvalidArgument.
+// JSON), never an exception; a spec survives the storage round trip
+// unchanged (`JobSpecToJson`, and nlohmann's rewriting of it in a job
+// record); resolving it against a cluster (`ToJobRequest`) gives a request
+// or an InvalidArgument.
 
 #include <cstddef>
 #include <cstdint>
@@ -43,6 +44,17 @@ void FuzzOne(std::string_view text) {
   LOOM_FUZZ_CHECK(again.ok(), again.status().ToString() + "\n" + json);
   LOOM_FUZZ_CHECK(*again == *spec, "round trip changed the spec:\n" + json +
                                        "\n" + JobSpecToJson(*again));
+  // The server stores the spec inside a job record: parsed by nlohmann,
+  // written out again with the record, read back with `ParseJobSpec`
+  // (src/loom/server/job_record.cc).
+  const nlohmann::json parsed = nlohmann::json::parse(json, nullptr, false);
+  LOOM_FUZZ_CHECK(!parsed.is_discarded() && parsed.is_object(),
+                  "JobSpecToJson wrote what nlohmann cannot read:\n" + json);
+  const std::string stored = parsed.dump();
+  absl::StatusOr<JobSpec> loaded = ParseJobSpec(stored, "fuzz");
+  LOOM_FUZZ_CHECK(loaded.ok(), loaded.status().ToString() + "\n" + stored);
+  LOOM_FUZZ_CHECK(*loaded == *spec,
+                  "the stored spec reads back different:\n" + stored);
   absl::StatusOr<JobRequest> req =
       ToJobRequest(*spec, SmallCluster(), 1, absl::UnixEpoch());
   if (!req.ok()) {
