@@ -33,6 +33,10 @@ fail() { echo "FAIL: $*"; tail -5 "$W"/*.log 2>/dev/null; exit 1; }
 PORT=$((20000 + RANDOM % 20000))
 export LOOM_SERVER="http://127.0.0.1:$PORT"
 AGENT_PORT=$((PORT + 1))
+# Each server writes its first admin token here; the fleet joins with a join
+# token (docs/security.md).
+export LOOM_TOKEN_FILE="$W/admin.token"
+AUTH=()
 
 # start_cluster NAME NODES: a fresh server and one fleet emulator of NODES
 # 8-GPU nodes running fake tasks; waits until every node is up.
@@ -53,18 +57,24 @@ YAML
   fi
   # STORE_FLAGS: extra server flags (the etcd store in `store`).
   # shellcheck disable=SC2086
+  rm -f "$W/admin.token" "$W/join.token"
   "$LOOM" server --listen "127.0.0.1:$PORT" --data-dir "$W/server" \
-    --cluster "$cluster" ${STORE_FLAGS:-} > "$W/server-$name.log" 2>&1 &
+    --cluster "$cluster" --admin-token-file "$W/admin.token" ${STORE_FLAGS:-} \
+    > "$W/server-$name.log" 2>&1 &
   SERVER=$!
   PIDS+=($SERVER)
-  for _ in $(seq 100); do curl -sf "$LOOM_SERVER/healthz" > /dev/null && break; sleep 0.1; done
+  for _ in $(seq 100); do [ -s "$W/admin.token" ] && break; sleep 0.1; done
+  AUTH=(-H "Authorization: Bearer $(cat "$W/admin.token")")
+  for _ in $(seq 100); do curl -sf "${AUTH[@]}" "$LOOM_SERVER/v1/whoami" > /dev/null && break; sleep 0.1; done
+  "$LOOM" token create --join > "$W/join.token" 2> /dev/null || fail "join token"
   "$LOOM" agent --server "$LOOM_SERVER" --listen "127.0.0.2:$AGENT_PORT" \
     --emulate-nodes "$nodes" --emulate 8xH200 --name-prefix h200 --fake-tasks \
-    --heartbeat-interval 1s --data-dir "$W/fleet" > "$W/fleet-$name.log" 2>&1 &
+    --heartbeat-interval 1s --data-dir "$W/fleet" --join-token-file "$W/join.token" \
+    > "$W/fleet-$name.log" 2>&1 &
   FLEET=$!
   PIDS+=($FLEET)
   for _ in $(seq 600); do
-    up=$(curl -sf "$LOOM_SERVER/v1/nodes" | grep -o '"state":"up"' | wc -l)
+    up=$(curl -sf "${AUTH[@]}" "$LOOM_SERVER/v1/nodes" | grep -o '"state":"up"' | wc -l)
     [ "$up" = "$nodes" ] && return 0
     sleep 0.1
   done
@@ -77,7 +87,7 @@ stop_cluster() {
 }
 
 # jobs_json FILE: every job the server knows.
-jobs_json() { curl -sf "$LOOM_SERVER/v1/jobs" > "$1" || fail "GET /v1/jobs"; }
+jobs_json() { curl -sf "${AUTH[@]}" "$LOOM_SERVER/v1/jobs" > "$1" || fail "GET /v1/jobs"; }
 
 # wait_running N: until N jobs have every task running (`running_time` set).
 # Polls lightly (one pending job at a time, then the full list every 0.5 s)
@@ -85,11 +95,11 @@ jobs_json() { curl -sf "$LOOM_SERVER/v1/jobs" > "$1" || fail "GET /v1/jobs"; }
 # server's timestamps, not from when the poll noticed.
 wait_running() {
   for _ in $(seq 3000); do
-    curl -sf "$LOOM_SERVER/v1/jobs?state=pending,held&limit=1" | grep -q '"id"' || break
+    curl -sf "${AUTH[@]}" "$LOOM_SERVER/v1/jobs?state=pending,held&limit=1" | grep -q '"id"' || break
     sleep 0.2
   done
   for _ in $(seq 600); do
-    n=$(curl -sf "$LOOM_SERVER/v1/jobs?state=running" | grep -o '"running_time":"' | wc -l)
+    n=$(curl -sf "${AUTH[@]}" "$LOOM_SERVER/v1/jobs?state=running" | grep -o '"running_time":"' | wc -l)
     [ "$n" -ge "$1" ] && return 0
     sleep 0.5
   done
@@ -111,7 +121,7 @@ bench_latency() {
   done
   local t1=$(date +%s.%N)
   for _ in $(seq 600); do
-    pending=$(curl -sf "$LOOM_SERVER/v1/jobs?state=pending,running" | grep -o '"id":' | wc -l)
+    pending=$(curl -sf "${AUTH[@]}" "$LOOM_SERVER/v1/jobs?state=pending,running" | grep -o '"id":' | wc -l)
     [ "$pending" = 0 ] && break
     sleep 0.1
   done
@@ -329,6 +339,7 @@ bench_store() {
     start_cluster "store-$store" 4
     if [ "$store" = etcd ]; then
       "$LOOM" server --listen "127.0.0.1:$((PORT + 60))" --data-dir "$W/server-standby" \
+        --admin-token-file "$W/standby-admin.token" \
         --cluster "$W/cluster.yaml" $STORE_FLAGS > "$W/server-standby.log" 2>&1 &
       PIDS+=($!)
     fi
@@ -348,7 +359,7 @@ bench_store() {
     "$LOOM" release --all > /dev/null || fail "release"
     wait_running 0
     for _ in $(seq 600); do
-      left=$(curl -sf "$LOOM_SERVER/v1/jobs?state=pending,running,held&limit=1" | grep -c '"id"')
+      left=$(curl -sf "${AUTH[@]}" "$LOOM_SERVER/v1/jobs?state=pending,running,held&limit=1" | grep -c '"id"')
       [ "$left" = 0 ] && break
       sleep 0.2
     done
@@ -360,7 +371,7 @@ bench_store() {
     done
     l1=$(date +%s.%N)
     for _ in $(seq 600); do
-      left=$(curl -sf "$LOOM_SERVER/v1/jobs?state=pending,running&limit=1" | grep -c '"id"')
+      left=$(curl -sf "${AUTH[@]}" "$LOOM_SERVER/v1/jobs?state=pending,running&limit=1" | grep -c '"id"')
       [ "$left" = 0 ] && break
       sleep 0.1
     done

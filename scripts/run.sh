@@ -12,6 +12,8 @@ cd "$(dirname "$0")/.."
 LOOM="$PWD/build/src/loom/cli/loom"
 PORT="${LOOM_DEV_PORT:-7070}"
 export LOOM_SERVER="http://127.0.0.1:$PORT"
+# `loom dev` writes its admin token there at the first start.
+export LOOM_TOKEN_FILE="$PWD/out/dev/admin.token"
 mkdir -p out
 
 # In the background: wait for the four nodes, submit the samples, show the tour.
@@ -32,13 +34,16 @@ mkdir -p out
   "$LOOM" queue --all
   cat <<TOUR
 
-Try, in another terminal (export LOOM_SERVER=$LOOM_SERVER; PATH=\$PATH:$(dirname "$LOOM")):
+Try, in another terminal (export LOOM_SERVER=$LOOM_SERVER LOOM_TOKEN_FILE=$LOOM_TOKEN_FILE;
+PATH=\$PATH:$(dirname "$LOOM")):
+  loom whoami                      # the admin token loom dev made (docs/security.md)
   loom queue                       # squeue-like; pending jobs say why
   loom show 3                      # wide-eval: waiting for whole H200 nodes
   loom logs -f 2 --task 1          # gang-train, rank 1
   loom release 4                   # the held A100 sweep
   loom run -g 2 --wait -- sh -c 'echo GPUs \$CUDA_VISIBLE_DEVICES'
   loom cordon h200-2; loom nodes   # take a node out of scheduling
+The dashboard: http://127.0.0.1:$PORT/#token=\$(cat \$LOOM_TOKEN_FILE)
 Ctrl-C here stops the cluster.
 TOUR
 ) &

@@ -34,7 +34,14 @@ done
 REASON=$("$LOOM" show "$WIDE" -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["reason"])')
 [ -n "$REASON" ] || fail "the waiting job has no reason"
 
-chrome "$LOOM_SERVER/" --dump-dom > "$W/dom.html" || fail "chromium failed: $(tail -5 "$W/chromium.err")"
+# Without a token the page asks for one (and shows no data).
+timeout 60 "$CHROMIUM" --headless --no-sandbox --disable-gpu --user-data-dir="$W/chromium-anon" \
+  --virtual-time-budget=3000 --dump-dom "$LOOM_SERVER/" > "$W/anon.html" 2> /dev/null
+grep -q 'id="login" style="padding' "$W/anon.html" || fail "the page did not ask for a token: $(head -c 600 "$W/anon.html")"
+grep -q 'class="gpu ' "$W/anon.html" && fail "the page showed GPUs without a token"
+echo "ok: without a token the dashboard asks for one"
+TOKEN=$(cat "$W/admin.token")
+chrome "$LOOM_SERVER/#token=$TOKEN" --dump-dom > "$W/dom.html" || fail "chromium failed: $(tail -5 "$W/chromium.err")"
 grep -q 'data-ready="1"' "$W/dom.html" || fail "the page did not finish rendering: $(head -c 600 "$W/dom.html")"
 busy=$(grep -o "class=\"gpu busy\" style=\"[^\"]*\" data-node=\"h200-[01]\" data-gpu=\"[0-7]\" data-job=\"$BUSY\"" "$W/dom.html" | wc -l)
 [ "$busy" = 8 ] || fail "want 8 GPU cells of job $BUSY, got $busy"
@@ -53,15 +60,15 @@ print("queue row:", html.unescape(cell.group(1)))
 PYEOF
 echo "ok: heat map shows job $BUSY on 8 GPUs and 8 idle; job $WIDE waits with its reason"
 
-chrome "$LOOM_SERVER/#/job/$BUSY" --dump-dom > "$W/job.html" || fail "chromium (job page)"
+chrome "$LOOM_SERVER/#token=$TOKEN&/job/$BUSY" --dump-dom > "$W/job.html" || fail "chromium (job page)"
 grep -q "Job $BUSY: busy" "$W/job.html" || fail "job page title: $(head -c 600 "$W/job.html")"
 grep -q 'id="job-placement">1 node(s)' "$W/job.html" || fail "job page placement"
 grep -q "started on 1 node(s)" "$W/job.html" || fail "job page events"
 grep -q "hello-from-busy" "$W/job.html" || fail "job page logs"
 echo "ok: job page shows placement, events and logs"
 
-chrome "$LOOM_SERVER/" --screenshot="$ART/dashboard.png" --window-size=1280,900 > /dev/null
-chrome "$LOOM_SERVER/#/job/$BUSY" --screenshot="$ART/dashboard-job.png" --window-size=1280,900 > /dev/null
+chrome "$LOOM_SERVER/#token=$TOKEN" --screenshot="$ART/dashboard.png" --window-size=1280,900 > /dev/null
+chrome "$LOOM_SERVER/#token=$TOKEN&/job/$BUSY" --screenshot="$ART/dashboard-job.png" --window-size=1280,900 > /dev/null
 for f in dashboard.png dashboard-job.png; do
   [ "$(head -c 8 "$ART/$f" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || fail "$ART/$f is not a PNG"
 done

@@ -18,6 +18,8 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*"; cat "$W/dev.out" "$W"/dev/*.log 2>/dev/null | tail -30; exit 1; }
 PORT=$((20000 + RANDOM % 20000))
 export LOOM_SERVER="http://127.0.0.1:$PORT"
+# `loom dev` makes an admin token there and prints where (docs/security.md).
+export LOOM_TOKEN_FILE="$W/dev/admin.token"
 
 start_dev() {
   : > "$W/dev.out"
@@ -43,6 +45,8 @@ stop_dev() {
 }
 
 start_dev
+grep -q "export LOOM_TOKEN_FILE=$W/dev/admin.token" "$W/dev.out" || fail "loom dev did not say where its admin token is"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$LOOM_SERVER/v1/jobs")" = 401 ] || fail "the dev server answered without a token"
 "$LOOM" nodes -o json > "$W/nodes.json"
 [ "$(grep -c '"up"' "$W/nodes.json")" = 4 ] || fail "nodes: $(cat "$W/nodes.json")"
 for a in 127.0.0.2 127.0.0.3 127.0.0.4 127.0.0.5; do

@@ -52,7 +52,7 @@ echo "ok: a failed run was restarted with LOOM_RESTART_COUNT=1"
 before=$("$LOOM" queue --all -o json | grep -c '"id"')
 out=$("$LOOM" run -g 64 -- true 2>&1); rc=$?
 [ $rc = 1 ] && grep -q "whole cluster holds 2" <<<"$out" || fail "infeasible job: rc=$rc $out"
-out=$(curl -s -X POST "$LOOM_SERVER/v1/jobs" -d '{"name": "x", "command": ["true"], "resources": {"gpus": "lots"}}')
+out=$(curl -s "${AUTH[@]}" -X POST "$LOOM_SERVER/v1/jobs" -d '{"name": "x", "command": ["true"], "resources": {"gpus": "lots"}}')
 grep -q '"field":"resources.gpus"' <<<"$out" || fail "bad field not named: $out"
 after=$("$LOOM" queue --all -o json | grep -c '"id"')
 [ "$before" = "$after" ] || fail "a refused job was stored"

@@ -191,7 +191,7 @@ grep -q "GPU index from 0 to 7" "$W/bad.out" || fail "bad GPU message: $(cat "$W
 grep -q "unknown chaos action" "$W/bad.out" || fail "unknown action message"
 "$LOOM" chaos freeze no-such-node > "$W/bad.out" 2>&1 && fail "unknown node accepted"
 grep -q "no node 'no-such-node'" "$W/bad.out" || fail "unknown node message: $(cat "$W/bad.out")"
-code=$(curl -s -o /dev/null -w '%{http_code}' -X POST --data 'nope' "$LOOM_SERVER/v1/chaos")
+code=$(curl -s "${AUTH[@]}" -o /dev/null -w '%{http_code}' -X POST --data 'nope' "$LOOM_SERVER/v1/chaos")
 [ "$code" = 400 ] || fail "garbage chaos body: HTTP $code"
 kill -0 "$SERVER" || fail "server died"
 echo "ok: bad chaos input refused"

@@ -18,7 +18,9 @@ elapsed() { $PY -c "print(f'{$2 - $1:.2f}')"; }
 
 write_cluster 2
 # Three etcd members on loopback, with the fast timings of COMPONENTS.md.
-EBASE=$((30000 + RANDOM % 20000))
+# Below the kernel's ephemeral ports (32768+) and the range of PORT, so that
+# no other test's connection or server holds them.
+EBASE=$((10000 + RANDOM % 9000))
 INITIAL="" EP=""
 for i in 1 2 3; do
   INITIAL="$INITIAL${INITIAL:+,}m$i=http://127.0.0.1:$((EBASE + 10 * i + 1))"
@@ -42,7 +44,8 @@ for i in 1 2 3; do
     curl -sf "http://127.0.0.1:$((EBASE + 10 * i))/health" | grep -q true && break
     sleep 0.05
   done
-  curl -sf "http://127.0.0.1:$((EBASE + 10 * i))/health" | grep -q true || fail "etcd member $i did not start"
+  curl -sf "http://127.0.0.1:$((EBASE + 10 * i))/health" | grep -q true ||
+    fail "etcd member $i did not start: $(tail -3 "$W/etcd$i.log")"
 done
 echo "ok: three etcd members up ($EP)"
 
@@ -53,7 +56,7 @@ export LOOM_SERVER="$URL_A,$URL_B"
 start_ha_server() {
   "$LOOM" server --store etcd --etcd-endpoints "$EP" --leader-lease 2 \
     --listen "127.0.0.1:$2" --data-dir "$W/server-$1" --cluster "$W/cluster.yaml" \
-    --heartbeat-timeout 10 >> "$W/server-$1.log" 2>&1 &
+    --heartbeat-timeout 10 --admin-token-file "$W/admin.token" >> "$W/server-$1.log" 2>&1 &
   eval "SERVER_$1=$!"
   PIDS+=($!)
 }
@@ -72,18 +75,20 @@ wait_role() {
 
 start_ha_server A "$PORT"
 wait_role "$URL_A" leader 10 || fail "server A did not lead"
+after_server_start
 start_ha_server B "$((PORT + 50))"
 wait_role "$URL_B" standby 10 || fail "server B did not start as a standby"
 echo "ok: A leads, B stands by"
-redirect=$(curl -s -o /dev/null -w '%{http_code} %{redirect_url}' -X POST -d '{}' "$URL_B/v1/jobs")
+redirect=$(curl -s "${AUTH[@]}" -o /dev/null -w '%{http_code} %{redirect_url}' -X POST -d '{}' "$URL_B/v1/jobs")
 [ "$redirect" = "307 $URL_A/v1/jobs" ] || fail "standby answered a submission with '$redirect', not a redirect to A"
-curl -sf "$URL_B/metrics" | grep -qx 'loom_leader 0' || fail "standby's loom_leader is not 0"
-curl -sf "$URL_A/metrics" | grep -qx 'loom_leader 1' || fail "leader's loom_leader is not 1"
+curl -sf "${AUTH[@]}" "$URL_B/metrics" | grep -qx 'loom_leader 0' || fail "standby's loom_leader is not 0"
+curl -sf "${AUTH[@]}" "$URL_A/metrics" | grep -qx 'loom_leader 1' || fail "leader's loom_leader is not 1"
 echo "ok: the standby redirects writes to the leader (307) and says loom_leader 0"
 
 for i in 0 1; do
   "$LOOM" agent --server "$URL_A,$URL_B" --listen "127.0.0.$((i + 2)):$((PORT + 1 + i))" \
-    --name "h200-$i" --data-dir "$W/agent$i" --emulate 8xH200 > "$W/agent$i.log" 2>&1 &
+    --name "h200-$i" --data-dir "$W/agent$i" --emulate 8xH200 \
+    --join-token-file "$W/join.token" > "$W/agent$i.log" 2>&1 &
   PIDS+=($!)
 done
 for _ in $(seq 100); do
@@ -218,7 +223,7 @@ wait_role "$URL_A" standby 10 || fail "A did not come back as a standby"
 leader=$(curl -sf "$URL_A/v1/leader" | $PY -c 'import json,sys; print(json.load(sys.stdin)["leader"])')
 [ "$leader" = "$URL_B" ] || fail "A says the leader is $leader, not $URL_B"
 # The standby answers job reads itself, from the store: the same jobs.
-curl -sf -D "$W/standby.headers" "$URL_A/v1/jobs" | $PY -c 'import json,sys; print(len(json.load(sys.stdin)["jobs"]))' > "$W/standby.count"
+curl -sf "${AUTH[@]}" -D "$W/standby.headers" "$URL_A/v1/jobs" | $PY -c 'import json,sys; print(len(json.load(sys.stdin)["jobs"]))' > "$W/standby.count"
 grep -qi '^X-Loom-Served-By: standby' "$W/standby.headers" || fail "the standby did not serve the job list itself"
 [ "$(cat "$W/standby.count")" = $((CLIENTS * PER_CLIENT + 11)) ] || fail "the standby lists $(cat "$W/standby.count") jobs"
 echo "ok: the standby serves job reads from the store ($(cat "$W/standby.count") jobs)"

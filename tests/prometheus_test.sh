@@ -26,6 +26,7 @@ cat > "$W/prometheus.yml" <<YAML
 global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}
 scrape_configs:
   - job_name: loom-server
+    authorization: {credentials_file: "$W/admin.token"}
     static_configs: [{targets: ["127.0.0.1:$PORT"]}]
   - job_name: loom-agent
     static_configs: [{targets: ["127.0.0.2:$((PORT + 1))", "127.0.0.3:$((PORT + 2))"]}]

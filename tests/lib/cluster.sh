@@ -2,7 +2,10 @@
 # emulating 8-GPU nodes, each on its own loopback address (127.0.0.2, ...).
 # Source it after setting LOOM to the loom binary; it sets W (a scratch dir
 # removed on exit), PORT, LOOM_SERVER and SERVER (the server's pid), and
-# kills every process it started when the script exits.
+# kills every process it started when the script exits. The server writes
+# its first admin token to $W/admin.token: LOOM_TOKEN_FILE points the CLI at
+# it, AUTH=(-H "Authorization: Bearer ...") is for curl, and agents join
+# with the join token in $W/join.token (docs/security.md).
 W=$(mktemp -d)
 PIDS=()
 cleanup() {
@@ -22,6 +25,21 @@ fail() {
 
 PORT=$((20000 + RANDOM % 20000))
 export LOOM_SERVER="http://127.0.0.1:$PORT"
+export LOOM_TOKEN_FILE="$W/admin.token"
+AUTH=()
+
+# after_server_start: once the first server answers, AUTH for curl and a
+# join token for the agents.
+after_server_start() {
+  for _ in $(seq 50); do [ -s "$W/admin.token" ] && break; sleep 0.1; done
+  [ -s "$W/admin.token" ] || fail "the server wrote no admin token"
+  AUTH=(-H "Authorization: Bearer $(cat "$W/admin.token")")
+  if [ ! -s "$W/join.token" ]; then
+    "$LOOM" token create --join --description "test agents" > "$W/join.token" 2> /dev/null ||
+      fail "cannot make a join token"
+    chmod 600 "$W/join.token"
+  fi
+}
 
 # write_cluster NODES: a cluster file of NODES 8-GPU H200 nodes.
 write_cluster() {
@@ -37,12 +55,12 @@ YAML
 # HEARTBEAT_TIMEOUT (seconds, default 5) is passed as --heartbeat-timeout.
 start_server() {
   "$LOOM" server --listen "127.0.0.1:$PORT" --data-dir "$W/server" \
-    --cluster "$W/cluster.yaml" --heartbeat-timeout "${HEARTBEAT_TIMEOUT:-5}" "$@" \
-    >> "$W/server.log" 2>&1 &
+    --cluster "$W/cluster.yaml" --heartbeat-timeout "${HEARTBEAT_TIMEOUT:-5}" \
+    --admin-token-file "$W/admin.token" "$@" >> "$W/server.log" 2>&1 &
   SERVER=$!
   PIDS+=($SERVER)
   for _ in $(seq 100); do
-    curl -sf "$LOOM_SERVER/healthz" > /dev/null && return 0
+    curl -sf "$LOOM_SERVER/healthz" > /dev/null && { after_server_start; return 0; }
     sleep 0.1
   done
   fail "server did not start"
@@ -54,7 +72,8 @@ AGENT_PIDS=()
 start_agents() {
   for i in $(seq 0 $(($1 - 1))); do
     "$LOOM" agent --server "$LOOM_SERVER" --listen "127.0.0.$((i + 2)):$((PORT + 1 + i))" \
-      --name "h200-$i" --data-dir "$W/agent$i" --emulate 8xH200 > "$W/agent$i.log" 2>&1 &
+      --name "h200-$i" --data-dir "$W/agent$i" --emulate 8xH200 \
+      --join-token-file "$W/join.token" > "$W/agent$i.log" 2>&1 &
     PIDS+=($!)
     AGENT_PIDS[$i]=$!
   done

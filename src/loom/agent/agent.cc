@@ -17,6 +17,7 @@
 #include <climits>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <set>
@@ -602,6 +603,9 @@ class Agent::Impl {
     std::atomic<uint32_t> failed_gpus{0};  // bit i: emulated GPU i failed
     // Used by the node's worker thread only.
     std::string last_problem;
+    // This node's credential (a `node` token; "" until it joined), read
+    // from and written to `<root>/credential`. Guarded by `Impl::sched_mu_`.
+    std::string credential;
   };
 
   struct Worker {
@@ -683,7 +687,14 @@ class Agent::Impl {
   void ScheduleNext(Node& node, absl::Duration delay);
   void Backoff(Node& node);
   void Problem(Node& node, const std::string& message);
-  ServerReply Post(Worker& worker, const std::string& path, const json& body);
+  ServerReply Post(Worker& worker, const std::string& path, const json& body,
+                   const std::string& bearer = "");
+  // Whether a request to the agent API carries a key of this agent's server
+  // (docs/security.md); answers 401 and returns false otherwise.
+  bool Authorized(const httplib::Request& req, httplib::Response& res);
+  // Remembers the server's key for this agent (from a registration answer)
+  // and keeps it in `<root>/agent_key`.
+  void AcceptServerKey(Node& node, const std::string& key);
   static std::string ReplyMessage(const ServerReply& reply);
   void HandleServerReply(Node& node, const json& reply,
                          const std::vector<std::string>& reported_ended);
@@ -743,6 +754,13 @@ class Agent::Impl {
   std::vector<std::string> host_problems_ ABSL_GUARDED_BY(health_mu_);
   // Injected delay of every agent API answer but `/v1/faults` (slow agent).
   std::atomic<int64_t> api_delay_ms_{0};
+  // The keys this agent's server presents (one per node; the same server
+  // for all). Empty: requests need none (a server without authentication).
+  absl::Mutex keys_mu_;
+  std::set<std::string> server_keys_ ABSL_GUARDED_BY(keys_mu_);
+  // Set when the agent takes part in authentication (it has a join token or
+  // a credential): until a key is known, the API refuses requests.
+  std::atomic<bool> auth_expected_{false};
   std::vector<std::unique_ptr<Worker>> workers_;
 
   mutable absl::Mutex sched_mu_;
@@ -915,6 +933,22 @@ absl::Status Agent::Impl::InitNode(Node& node, const HostInfo& host,
                   ? absl::StrCat(options_.data_dir, "/nodes/", node.name)
                   : options_.data_dir;
   node.tasks_dir = absl::StrCat(node.root, "/tasks");
+  {
+    std::ifstream cred(absl::StrCat(node.root, "/credential"));
+    std::string line;
+    if (cred && std::getline(cred, line) && !line.empty()) {
+      absl::MutexLock lock(&sched_mu_);
+      node.credential = line;
+    }
+    std::ifstream key(absl::StrCat(node.root, "/agent_key"));
+    if (key && std::getline(key, line) && !line.empty()) {
+      absl::MutexLock lock(&keys_mu_);
+      server_keys_.insert(line);
+    }
+    if (!node.credential.empty() || !options_.join_token.empty()) {
+      auth_expected_ = true;
+    }
+  }
   node.units_dir = options_.fake_tasks ? "" : absl::StrCat(node.root, "/units");
   node.logs_dir = absl::StrCat(node.root, "/logs");
   for (const std::string& dir :
@@ -1890,16 +1924,19 @@ void Agent::Impl::Problem(Node& node, const std::string& message) {
 
 Agent::Impl::ServerReply Agent::Impl::Post(Worker& worker,
                                            const std::string& path,
-                                           const json& body) {
+                                           const json& body,
+                                           const std::string& bearer) {
   ServerReply reply;
   const std::string payload = Dump(body);
   const size_t n = worker.clients.size();
   std::vector<std::string> errors;
+  httplib::Headers headers;
+  if (!bearer.empty()) headers.emplace("Authorization", "Bearer " + bearer);
   for (size_t i = 0; i < n; ++i) {
     const size_t idx = (worker.preferred + i) % n;
     const std::string& url = options_.server_urls[idx];
-    httplib::Result res =
-        worker.clients[idx]->Post(path.c_str(), payload, "application/json");
+    httplib::Result res = worker.clients[idx]->Post(
+        path.c_str(), headers, payload, "application/json");
     if (!res) {
       errors.push_back(absl::StrCat(url, ": ", DescribeHttpError(res.error())));
       continue;
@@ -1979,7 +2016,14 @@ void Agent::Impl::Register(Worker& worker, Node& node) {
   std::vector<std::string> ended;
   const json body = RegistrationBody(node, &ended);
   const absl::Time sent = absl::Now();
-  ServerReply reply = Post(worker, "/v1/agents/register", body);
+  std::string bearer;
+  {
+    absl::MutexLock lock(&sched_mu_);
+    bearer = node.credential;
+  }
+  const bool joining = bearer.empty();
+  if (joining) bearer = options_.join_token;
+  ServerReply reply = Post(worker, "/v1/agents/register", body, bearer);
   if (!reply.answered) {
     Problem(node, absl::StrCat("cannot register: no server answers (",
                                reply.error, "); retrying"));
@@ -1987,11 +2031,53 @@ void Agent::Impl::Register(Worker& worker, Node& node) {
     return;
   }
   if (reply.status != 200) {
+    std::string hint;
+    if (reply.status == 401 && joining) {
+      hint = options_.join_token.empty()
+                 ? " (this node has no credential: start the agent with "
+                   "--join-token-file, a token from `loom token create "
+                   "--join`)"
+                 : " (the join token is not valid: expired, used or revoked?)";
+    } else if (reply.status == 401) {
+      hint = absl::StrCat(
+          " (this node's credential in ", node.root,
+          "/credential was refused: revoked? Remove the file and join again "
+          "with a new join token)");
+    }
     Problem(node, absl::StrCat("registration refused by ", reply.url, ": HTTP ",
-                               reply.status, ": ", ReplyMessage(reply),
+                               reply.status, ": ", ReplyMessage(reply), hint,
                                "; retrying"));
     Backoff(node);
     return;
+  }
+  if (reply.body.is_object()) {
+    if (reply.body.contains("agent_key") &&
+        reply.body["agent_key"].is_string()) {
+      AcceptServerKey(node, reply.body["agent_key"].get<std::string>());
+    }
+    if (reply.body.contains("credential") &&
+        reply.body["credential"].is_string()) {
+      const std::string credential = reply.body["credential"];
+      const std::string path = absl::StrCat(node.root, "/credential");
+      const std::string tmp = path + ".tmp";
+      const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      bool saved = false;
+      if (fd >= 0) {
+        const std::string text = credential + "\n";
+        saved = write(fd, text.data(), text.size()) ==
+                    static_cast<ssize_t>(text.size()) &&
+                fsync(fd) == 0;
+        close(fd);
+        saved = saved && rename(tmp.c_str(), path.c_str()) == 0;
+      }
+      if (!saved) {
+        Log("warn", node.name,
+            absl::StrCat("cannot save the node credential in ", path,
+                         ": the node must join again after a restart"));
+      }
+      absl::MutexLock lock(&sched_mu_);
+      node.credential = credential;
+    }
   }
   absl::Duration interval = options_.heartbeat_interval;
   if (interval <= absl::ZeroDuration()) {
@@ -2044,7 +2130,12 @@ void Agent::Impl::Heartbeat(Worker& worker, Node& node) {
                      {"health", HealthJson(node)},
                      {"tasks", TaskStatuses(node, &ended)}};
   const absl::Time sent = absl::Now();
-  ServerReply reply = Post(worker, "/v1/agents/heartbeat", body);
+  std::string bearer;
+  {
+    absl::MutexLock lock(&sched_mu_);
+    bearer = node.credential;
+  }
+  ServerReply reply = Post(worker, "/v1/agents/heartbeat", body, bearer);
   {
     absl::MutexLock lock(&stats_mu_);
     if (!reply.answered || reply.status != 200) {
@@ -2223,6 +2314,55 @@ std::optional<json> ObjectBody(const httplib::Request& req,
 
 }  // namespace
 
+bool Agent::Impl::Authorized(const httplib::Request& req,
+                             httplib::Response& res) {
+  std::string presented = req.get_header_value("Authorization");
+  if (absl::StartsWithIgnoreCase(presented, "Bearer ")) {
+    presented = presented.substr(7);
+  } else {
+    presented.clear();
+  }
+  {
+    absl::MutexLock lock(&keys_mu_);
+    if (server_keys_.empty() && !auth_expected_) return true;
+    for (const std::string& key : server_keys_) {
+      if (presented.size() == key.size()) {
+        unsigned char diff = 0;
+        for (size_t i = 0; i < key.size(); ++i) {
+          diff |= static_cast<unsigned char>(presented[i] ^ key[i]);
+        }
+        if (diff == 0) return true;
+      }
+    }
+    if (server_keys_.empty()) {
+      SendError(res, 503, "unavailable",
+                "this agent has not registered with its server yet", "");
+      return false;
+    }
+  }
+  res.set_header("WWW-Authenticate", "Bearer realm=\"loom-agent\"");
+  SendError(res, 401, "unauthenticated",
+            "only this agent's loom server may call it (missing or wrong "
+            "server key)",
+            "");
+  return false;
+}
+
+void Agent::Impl::AcceptServerKey(Node& node, const std::string& key) {
+  {
+    absl::MutexLock lock(&keys_mu_);
+    if (!server_keys_.insert(key).second) return;
+  }
+  auth_expected_ = true;
+  const std::string path = absl::StrCat(node.root, "/agent_key");
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd >= 0) {
+    const std::string text = key + "\n";
+    (void)!write(fd, text.data(), text.size());
+    close(fd);
+  }
+}
+
 void Agent::Impl::InstallRoutes() {
   using httplib::Request;
   using httplib::Response;
@@ -2237,12 +2377,20 @@ void Agent::Impl::InstallRoutes() {
       Guarded(res, [&] { (this->*handler)(req, res); });
     };
   };
-  server_->Post("/v1/tasks", route(&Impl::HandleLaunch));
-  server_->Get("/v1/tasks", route(&Impl::HandleList));
-  server_->Post(R"(/v1/tasks/([^/]+)/stop)", route(&Impl::HandleStop));
-  server_->Get(R"(/v1/tasks/([^/]+)/logs)", route(&Impl::HandleLogs));
-  server_->Get(R"(/v1/tasks/([^/]+))", route(&Impl::HandleGet));
-  server_->Post("/v1/faults", route(&Impl::HandleFaults));
+  // Public: health, telemetry and heartbeat statistics, like node-exporter.
+  // Everything else needs the server's key.
+  auto secured = [this,
+                  route](void (Impl::*handler)(const Request&, Response&)) {
+    return [this, inner = route(handler)](const Request& req, Response& res) {
+      if (Authorized(req, res)) inner(req, res);
+    };
+  };
+  server_->Post("/v1/tasks", secured(&Impl::HandleLaunch));
+  server_->Get("/v1/tasks", secured(&Impl::HandleList));
+  server_->Post(R"(/v1/tasks/([^/]+)/stop)", secured(&Impl::HandleStop));
+  server_->Get(R"(/v1/tasks/([^/]+)/logs)", secured(&Impl::HandleLogs));
+  server_->Get(R"(/v1/tasks/([^/]+))", secured(&Impl::HandleGet));
+  server_->Post("/v1/faults", secured(&Impl::HandleFaults));
   server_->Get("/v1/stats", route(&Impl::HandleStats));
   server_->Get("/metrics", route(&Impl::HandleMetrics));
   server_->Get("/healthz", [](const Request&, Response& res) {

@@ -37,6 +37,10 @@ using TaskLauncherFactory =
         const std::string& node, const std::string& state_dir)>;
 
 struct AgentOptions {
+  // A bootstrap token (`loom token create --join`) for nodes that have no
+  // credential yet (docs/security.md). A node that joins gets a credential
+  // of its own, kept in `<node dir>/credential` and used from then on.
+  std::string join_token;
   // The loom servers, normalised (`NormalizeAgentServerUrl`); at least one.
   // Requests go to the one that answered last; the others are tried in
   // order when it cannot be reached or answers 503.

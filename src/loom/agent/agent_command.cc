@@ -6,6 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
 
 #include "absl/strings/ascii.h"
@@ -111,6 +113,12 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentFlags* f) {
       ->add_option("--health-timeout", f->health_timeout,
                    "A --health-check command running longer fails")
       ->capture_default_str();
+  agent->add_option("--join-token-file", f->join_token_file,
+                    "File with a bootstrap token (`loom token create "
+                    "--join`): how a node without a credential joins");
+  agent->add_option("--join-token", f->join_token,
+                    "The bootstrap token itself (visible in `ps`: prefer "
+                    "--join-token-file or $LOOM_JOIN_TOKEN)");
   agent
       ->add_option("--min-free-disk", f->min_free_disk,
                    "The node is unhealthy with less free space under "
@@ -121,6 +129,21 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentFlags* f) {
 
 absl::StatusOr<AgentOptions> AgentOptionsFromFlags(const AgentFlags& f) {
   AgentOptions options;
+  options.join_token = f.join_token;
+  if (!f.join_token_file.empty()) {
+    std::ifstream in(f.join_token_file);
+    std::getline(in, options.join_token);
+    if (!in && options.join_token.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--join-token-file: cannot read ", f.join_token_file));
+    }
+  } else if (options.join_token.empty()) {
+    if (const char* env = std::getenv("LOOM_JOIN_TOKEN"); env != nullptr) {
+      options.join_token = env;
+    }
+  }
+  options.join_token =
+      std::string(absl::StripAsciiWhitespace(options.join_token));
   for (absl::string_view url :
        absl::StrSplit(f.servers, ',', absl::SkipWhitespace())) {
     absl::StatusOr<std::string> normal =

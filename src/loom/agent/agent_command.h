@@ -12,6 +12,8 @@ namespace loom {
 // Flags of `loom agent`; see docs/agent.md.
 struct AgentFlags {
   std::string servers;             // --server URL[,URL...]
+  std::string join_token;          // --join-token (or $LOOM_JOIN_TOKEN)
+  std::string join_token_file;     // --join-token-file
   std::string listen;              // --listen HOST:PORT
   std::string name;                // --name (default: the hostname)
   std::string data_dir;            // --data-dir

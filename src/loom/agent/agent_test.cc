@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -133,6 +134,21 @@ class FakeServer {
     absl::MutexLock lock(&mu_);
     return attempts_;
   }
+  // As `loom server` with authentication: a registration bearing
+  // `join_token` gets `credential`; every registration gets `agent_key`.
+  void set_auth(std::string join_token, std::string credential,
+                std::string agent_key) {
+    absl::MutexLock lock(&mu_);
+    join_token_ = std::move(join_token);
+    credential_ = std::move(credential);
+    agent_key_ = std::move(agent_key);
+  }
+  // The `Authorization` header of the latest call to `path`.
+  std::string LastBearer(const std::string& path) const {
+    absl::MutexLock lock(&mu_);
+    auto it = bearers_.find(path);
+    return it == bearers_.end() ? "" : it->second;
+  }
   // Told to agents at registration (`fence_after_ms`); 0: not sent.
   void set_fence_after_ms(int ms) {
     absl::MutexLock lock(&mu_);
@@ -188,6 +204,7 @@ class FakeServer {
     const json body = json::parse(req.body, nullptr, false);
     absl::MutexLock lock(&mu_);
     ++attempts_;
+    bearers_[req.path] = req.get_header_value("Authorization");
     if (reject_registrations_ > 0) {
       --reject_registrations_;
       res.status = reject_status_;
@@ -201,6 +218,11 @@ class FakeServer {
     Record(node, body.value("tasks", json::array()));
     json out = {{"heartbeat_interval_ms", 100}, {"stop", TakeStops(node)}};
     if (fence_after_ms_ > 0) out["fence_after_ms"] = fence_after_ms_;
+    if (!agent_key_.empty()) out["agent_key"] = agent_key_;
+    if (!join_token_.empty() &&
+        req.get_header_value("Authorization") == "Bearer " + join_token_) {
+      out["credential"] = credential_;
+    }
     res.set_content(out.dump(), "application/json");
   }
 
@@ -209,6 +231,7 @@ class FakeServer {
     absl::MutexLock lock(&mu_);
     const std::string node = body.value("name", "");
     ++heartbeats_[node];
+    bearers_[req.path] = req.get_header_value("Authorization");
     if (auto it = reject_heartbeat_.find(node); it != reject_heartbeat_.end()) {
       res.status = it->second;
       reject_heartbeat_.erase(it);
@@ -243,6 +266,10 @@ class FakeServer {
   std::map<std::string, std::vector<std::string>> stops_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int> reject_heartbeat_ ABSL_GUARDED_BY(mu_);
   bool auto_ack_ ABSL_GUARDED_BY(mu_) = false;
+  std::string join_token_ ABSL_GUARDED_BY(mu_);
+  std::string credential_ ABSL_GUARDED_BY(mu_);
+  std::string agent_key_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> bearers_ ABSL_GUARDED_BY(mu_);
   int fence_after_ms_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, json> last_health_ ABSL_GUARDED_BY(mu_);
   int reject_registrations_ ABSL_GUARDED_BY(mu_) = 0;
@@ -1259,6 +1286,57 @@ TEST(AgentTest, FencesItsTasksWhenHeartbeatsGoUnanswered) {
   ASSERT_TRUE(WaitFor(
       [&] { return StateIs(server.LastStatus("h200-0", "9.0.0"), "exited"); }));
   EXPECT_EQ(server.LastStatus("h200-0", "9.0.0")["signal"], SIGKILL);
+}
+
+// A node joins with the join token, keeps the credential it gets (0600) for
+// its heartbeats and later starts, and its API accepts only its server's
+// key (health and metrics stay open).
+TEST(AgentTest, JoinsWithATokenAndAcceptsOnlyItsServer) {
+  FakeServer server;
+  server.set_auth("join-secret", "node-credential", "server-key");
+  TempDir dir;
+  AgentOptions options = BaseOptions(server, dir.path());
+  options.join_token = "join-secret";
+  std::unique_ptr<Agent> agent = StartAgent(options);
+  ASSERT_NE(agent, nullptr);
+  ASSERT_TRUE(WaitFor([&] { return server.heartbeat_count("h200-0") >= 1; }));
+  EXPECT_EQ(server.LastBearer("/v1/agents/register"), "Bearer join-secret");
+  EXPECT_EQ(server.LastBearer("/v1/agents/heartbeat"),
+            "Bearer node-credential");
+  const std::string file = absl::StrCat(dir.path(), "/credential");
+  struct stat st {};
+  ASSERT_EQ(stat(file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  httplib::Client c("127.0.0.1", agent->port());
+  auto anonymous = c.Get("/v1/tasks");
+  ASSERT_TRUE(anonymous);
+  EXPECT_EQ(anonymous->status, 401);
+  auto wrong = c.Get("/v1/tasks", {{"Authorization", "Bearer not-the-key"}});
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 401);
+  auto launch =
+      c.Post("/v1/tasks", Launch("1.0.0", {"true"}).dump(), "application/json");
+  ASSERT_TRUE(launch);
+  EXPECT_EQ(launch->status, 401);
+  auto right = c.Get("/v1/tasks", {{"Authorization", "Bearer server-key"}});
+  ASSERT_TRUE(right);
+  EXPECT_EQ(right->status, 200);
+  EXPECT_EQ(c.Get("/healthz")->status, 200);
+  EXPECT_EQ(c.Get("/metrics")->status, 200);
+  agent.reset();
+
+  // Restarted without the join token: it uses its credential, and its API
+  // is closed from the start (the key was kept too).
+  options.join_token.clear();
+  const int before = server.registration_count("h200-0");
+  agent = StartAgent(options);
+  ASSERT_NE(agent, nullptr);
+  httplib::Client c2("127.0.0.1", agent->port());
+  EXPECT_EQ(c2.Get("/v1/tasks")->status, 401);
+  ASSERT_TRUE(
+      WaitFor([&] { return server.registration_count("h200-0") > before; }));
+  EXPECT_EQ(server.LastBearer("/v1/agents/register"), "Bearer node-credential");
 }
 
 TEST(AgentTest, RegistersAgainWhenTheServerForgetsTheNode) {

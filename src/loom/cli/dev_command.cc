@@ -111,6 +111,24 @@ int NodesUp(httplib::Client& client) {
   return up;
 }
 
+// The first line of a file, or "" (missing or unreadable).
+std::string ReadLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// Writes `text` to `path` with mode 0600.
+bool WriteSecret(const std::string& path, const std::string& text) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) return false;
+  const bool ok =
+      write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  close(fd);
+  return ok;
+}
+
 volatile sig_atomic_t g_stop = 0;
 void OnStop(int) { g_stop = 1; }
 
@@ -199,6 +217,10 @@ int RunDev(const DevFlags& f) {
   signal(SIGPIPE, SIG_IGN);
   std::vector<Child> children;
   const std::string url = absl::StrCat("http://127.0.0.1:", f.port);
+  // The server writes the first admin token here (once: later starts on
+  // this directory keep it); the agents join with a join token made below.
+  const std::string admin_token = (dir / "admin.token").string();
+  const std::string join_token = (dir / "join.token").string();
   auto start = [&](std::string name, std::vector<std::string> args,
                    std::string log) {
     absl::StatusOr<pid_t> pid = SpawnSelf(args, log);
@@ -231,7 +253,8 @@ int RunDev(const DevFlags& f) {
   if (!start("server",
              {"server", "--listen", absl::StrCat("127.0.0.1:", f.port),
               "--data-dir", (dir / "server").string(), "--cluster", cluster,
-              "--policy", f.policy, "--heartbeat-timeout", "5"},
+              "--policy", f.policy, "--heartbeat-timeout", "5",
+              "--admin-token-file", admin_token},
              (dir / "server.log").string())) {
     return 1;
   }
@@ -240,11 +263,31 @@ int RunDev(const DevFlags& f) {
   client.set_read_timeout(5);
   for (int i = 0; i < 100 && NodesUp(client) < 0; ++i) {
     if (const Child* c = exited()) return fail("the server stopped", c);
+    const std::string token = ReadLine(admin_token);
+    if (!token.empty()) {
+      client.set_default_headers({{"Authorization", "Bearer " + token}});
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (NodesUp(client) < 0) {
-    return fail(absl::StrCat("the server does not answer at ", url),
+    return fail(absl::StrCat("the server does not answer at ", url, " (or ",
+                             admin_token, " is not its admin token)"),
                 &children[0]);
+  }
+  {
+    auto r = client.Post(
+        "/v1/tokens",
+        nlohmann::json{{"role", "join"},
+                       {"description", "made by `loom dev` for its agents"}}
+            .dump(),
+        "application/json");
+    nlohmann::json made =
+        r ? nlohmann::json::parse(r->body, nullptr, false) : nlohmann::json();
+    if (!r || r->status != 201 || !made.is_object() ||
+        !made.contains("token") ||
+        !WriteSecret(join_token, made["token"].get<std::string>() + "\n")) {
+      return fail("cannot make a join token for the agents", &children[0]);
+    }
   }
   for (int i = 0; i < nodes; ++i) {
     const bool h200 = i < f.h200_nodes;
@@ -261,7 +304,9 @@ int RunDev(const DevFlags& f) {
         "--data-dir",
         (dir / "agents" / name).string(),
         "--emulate",
-        h200 ? "8xH200" : "8xA100"};
+        h200 ? "8xH200" : "8xA100",
+        "--join-token-file",
+        join_token};
     if (f.fake_tasks) args.push_back("--fake-tasks");
     if (!start("agent " + name, args,
                (dir / "agents" / (name + ".log")).string())) {
@@ -287,6 +332,8 @@ int RunDev(const DevFlags& f) {
       << " x 8 A100 emulated nodes on 127.0.0.2-" << 1 + nodes
       << "; state and logs under " << dir.string() << "\n"
       << "  export LOOM_SERVER=" << url << "\n"
+      << "  export LOOM_TOKEN_FILE=" << admin_token
+      << "    # the admin token (docs/security.md)\n"
       << "  loom nodes; loom queue\n"
       << "  loom run -g 2 --wait -- sh -c 'echo GPUs $CUDA_VISIBLE_DEVICES'\n"
       << "Ctrl-C stops the cluster (running tasks go on; the next "

@@ -287,6 +287,13 @@ std::unique_ptr<ApiClient> MakeClient(const Verb& v) {
   }
   ApiClientOptions options;
   options.user = CurrentUser(v.ctx.getenv);
+  absl::StatusOr<std::string> token =
+      DiscoverToken(v.flags.token_file, v.ctx.getenv);
+  if (!token.ok()) {
+    v.Fail(kExitUsage, token.status());
+    return nullptr;
+  }
+  options.token = *std::move(token);
   return std::make_unique<ApiClient>(std::move(servers->urls), options);
 }
 
@@ -885,6 +892,108 @@ int Chaos(const Verb& v) {
   return kExitOk;
 }
 
+int WhoAmI(const Verb& v) {
+  std::unique_ptr<ApiClient> client = MakeClient(v);
+  if (client == nullptr) return kExitUsage;
+  absl::StatusOr<Json> me = client->WhoAmI();
+  if (!me.ok()) return v.Fail(kExitFailed, me.status());
+  if (!v.PrintStructured(*me)) {
+    v.out() << Cell(*me, "user") << " (" << Cell(*me, "role") << "; token "
+            << Cell(*me, "token") << "; projects "
+            << (me->contains("projects") && !(*me)["projects"].empty()
+                    ? absl::StrJoin(
+                          (*me)["projects"].get<std::vector<std::string>>(),
+                          ",")
+                    : std::string("-"))
+            << ")\n";
+  }
+  return kExitOk;
+}
+
+int Token(const Verb& v) {
+  const JobCommandFlags& f = v.flags;
+  std::unique_ptr<ApiClient> client = MakeClient(v);
+  if (client == nullptr) return kExitUsage;
+  if (f.token_action == "list") {
+    absl::StatusOr<Json> tokens = client->ListTokens();
+    if (!tokens.ok()) return v.Fail(kExitFailed, tokens.status());
+    if (v.PrintStructured(*tokens)) return kExitOk;
+    std::vector<std::vector<std::string>> rows;
+    for (const Json& t : Items(*tokens, "tokens")) {
+      std::string state = t.value("revoked", false) ? "revoked"
+                          : t.value("used", false)  ? "used"
+                                                    : "active";
+      std::optional<int64_t> expires = Int(t, "expires");
+      if (state == "active" && expires &&
+          absl::FromUnixSeconds(*expires) <= v.ctx.now()) {
+        state = "expired";
+      }
+      std::string projects = "-";
+      if (t.contains("projects") && t["projects"].is_array() &&
+          !t["projects"].empty()) {
+        projects =
+            absl::StrJoin(t["projects"].get<std::vector<std::string>>(), ",");
+      }
+      rows.push_back(
+          {Cell(t, "id"), Cell(t, "role"),
+           t.value("user", std::string()).empty() ? "-" : Cell(t, "user"),
+           projects, state,
+           expires ? absl::FormatTime("%Y-%m-%dT%H:%M:%SZ",
+                                      absl::FromUnixSeconds(*expires),
+                                      absl::UTCTimeZone())
+                   : "-",
+           t.value("description", std::string()).empty()
+               ? "-"
+               : Cell(t, "description")});
+    }
+    v.out() << FormatTable(
+        {"ID", "ROLE", "USER", "PROJECTS", "STATE", "EXPIRES", "DESCRIPTION"},
+        rows);
+    return kExitOk;
+  }
+  if (f.token_action == "revoke") {
+    if (!f.token_node.empty()) {
+      absl::StatusOr<Json> r = client->RevokeNode(f.token_node);
+      if (!r.ok()) return v.Fail(kExitFailed, r.status());
+      v.out() << "revoked the credential of node " << f.token_node << "\n";
+      return kExitOk;
+    }
+    if (f.token_id.empty()) {
+      return v.Fail(kExitUsage, "token revoke: give a token ID or --node NAME");
+    }
+    absl::StatusOr<Json> r = client->RevokeToken(f.token_id);
+    if (!r.ok()) return v.Fail(kExitFailed, r.status());
+    v.out() << "revoked token " << f.token_id << "\n";
+    return kExitOk;
+  }
+  if (f.token_action != "create") {
+    return v.Fail(kExitUsage, absl::StrCat("token: '", f.token_action,
+                                           "' is not create, list or revoke"));
+  }
+  Json request = {{"role", f.token_join ? std::string("join") : f.token_role},
+                  {"user", f.token_user},
+                  {"projects", f.token_projects},
+                  {"once", f.token_once},
+                  {"description", f.token_description}};
+  if (!f.token_ttl.empty()) {
+    absl::StatusOr<absl::Duration> ttl = ParseDuration(f.token_ttl);
+    if (!ttl.ok()) {
+      return v.Fail(kExitUsage,
+                    absl::StrCat("--ttl: ", ttl.status().message()));
+    }
+    request["ttl_seconds"] = absl::ToDoubleSeconds(*ttl);
+  }
+  absl::StatusOr<Json> made = client->CreateToken(request);
+  if (!made.ok()) return v.Fail(kExitFailed, made.status());
+  if (v.PrintStructured(*made)) return kExitOk;
+  // The token alone on stdout (for `> file` and $(...)); the rest on stderr.
+  v.out() << Str(*made, "token") << "\n";
+  v.err() << "token " << Cell(*made, "id") << " (" << Cell(*made, "role")
+          << (f.token_join ? "" : absl::StrCat(" ", f.token_user))
+          << "): shown only now; keep it secret\n";
+  return kExitOk;
+}
+
 int Projects(const Verb& v) {
   std::unique_ptr<ApiClient> client = MakeClient(v);
   if (client == nullptr) return kExitUsage;
@@ -906,6 +1015,10 @@ void AddServerFlag(CLI::App* verb, JobCommandFlags* f) {
                    "Server URL(s), comma-separated (default: $LOOM_SERVER, "
                    "then `server:` in $LOOM_CONFIG or "
                    "~/.config/loom/config.yaml)");
+  verb->add_option("--token-file", f->token_file,
+                   "File holding the API token (default: $LOOM_TOKEN, "
+                   "$LOOM_TOKEN_FILE, `token_file:` in the config file, "
+                   "~/.config/loom/token)");
 }
 
 void AddOutputFlag(CLI::App* verb, JobCommandFlags* f,
@@ -1532,6 +1645,36 @@ void AddJobCommands(CLI::App& app, JobCommandFlags* f) {
       AddVerb(app, f, "projects", "List projects: quota, weight, usage");
   AddOutputFlag(projects, f, {"json", "yaml"});
 
+  CLI::App* whoami =
+      AddVerb(app, f, "whoami", "Show who the API token belongs to");
+  AddOutputFlag(whoami, f, {"json", "yaml"});
+
+  CLI::App* token = AddVerb(
+      app, f, "token",
+      "API tokens (admin): create [--role R --user U --project P... | --join "
+      "[--once]] [--ttl D], list, revoke ID | revoke --node NAME");
+  token->add_option("action", f->token_action, "create, list or revoke")
+      ->required()
+      ->check(CLI::IsMember({"create", "list", "revoke"}));
+  token->add_option("id", f->token_id, "revoke: the token's ID");
+  token->add_option("--role", f->token_role, "create: admin, operator, user")
+      ->capture_default_str();
+  token->add_option("--user", f->token_user, "create: the user's name");
+  token->add_option("--project", f->token_projects,
+                    "create: a project the user may submit to (repeat; * for "
+                    "all)");
+  token->add_option("--ttl", f->token_ttl,
+                    "create: lifetime (1h, 7d, ...); default none");
+  token->add_flag("--join", f->token_join,
+                  "create: a bootstrap token for agents to join with");
+  token->add_flag("--once", f->token_once,
+                  "create --join: redeemable by one node only");
+  token->add_option("--description", f->token_description,
+                    "create: a note shown by `token list`");
+  token->add_option("--node", f->token_node,
+                    "revoke: the node whose credential to revoke");
+  AddOutputFlag(token, f, {"json", "yaml"});
+
   for (const auto& [name, verb] : f->verbs) {
     if (name != "run") verb->footer(kExitFooter);
   }
@@ -1553,6 +1696,8 @@ int RunJobCommand(std::string_view verb, const JobCommandFlags& flags,
     return NodeAction(v);
   }
   if (verb == "projects") return Projects(v);
+  if (verb == "whoami") return WhoAmI(v);
+  if (verb == "token") return Token(v);
   if (verb == "chaos") return Chaos(v);
   if (verb == "top") return Top(v);
   return v.Fail(kExitUsage, "unknown verb");

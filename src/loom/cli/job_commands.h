@@ -45,8 +45,9 @@ struct RunFlags {
 // Flags of all the client verbs; only the fields of the verb that was parsed
 // are meaningful.
 struct JobCommandFlags {
-  std::string server;  // --server URL[,URL]
-  std::string output;  // -o: "", json, yaml, wide
+  std::string server;      // --server URL[,URL]
+  std::string token_file;  // --token-file
+  std::string output;      // -o: "", json, yaml, wide
   // submit
   std::vector<std::string> files;  // -f, in order
   bool hold = false;
@@ -75,6 +76,17 @@ struct JobCommandFlags {
   std::string chaos_action;
   std::string chaos_target;
   std::string chaos_value;
+  // token create|list|revoke [ID]
+  std::string token_action;
+  std::string token_id;
+  std::string token_role = "user";
+  std::string token_user;
+  std::vector<std::string> token_projects;
+  std::string token_ttl;
+  bool token_join = false;
+  bool token_once = false;
+  std::string token_node;
+  std::string token_description;
 
   // Filled by `AddJobCommands`: each verb's name and subcommand.
   std::vector<std::pair<std::string, CLI::App*>> verbs;

@@ -458,6 +458,9 @@ absl::StatusOr<nlohmann::json> ApiClient::Call(
   }
   httplib::Headers headers = {{"Accept", "application/json"}};
   if (!options_.user.empty()) headers.emplace("X-Loom-User", options_.user);
+  if (!options_.token.empty()) {
+    headers.emplace("Authorization", "Bearer " + options_.token);
+  }
   if (!idempotency_key.empty()) {
     headers.emplace("Idempotency-Key", idempotency_key);
   }
@@ -525,6 +528,31 @@ absl::StatusOr<nlohmann::json> ApiClient::ReportCheckpoint(int64_t id,
               step >= 0 ? nlohmann::json{{"step", step}}.dump() : "{}");
 }
 
+absl::StatusOr<nlohmann::json> ApiClient::ListTokens() {
+  return Call("GET", "/v1/tokens", "");
+}
+
+absl::StatusOr<nlohmann::json> ApiClient::CreateToken(
+    const nlohmann::json& request) {
+  return Call("POST", "/v1/tokens", request.dump());
+}
+
+absl::StatusOr<nlohmann::json> ApiClient::RevokeToken(std::string_view id) {
+  return Call("POST",
+              absl::StrCat("/v1/tokens/", Escape(std::string(id)), "/revoke"),
+              "");
+}
+
+absl::StatusOr<nlohmann::json> ApiClient::RevokeNode(std::string_view node) {
+  return Call("POST",
+              absl::StrCat("/v1/nodes/", Escape(std::string(node)), "/revoke"),
+              "");
+}
+
+absl::StatusOr<nlohmann::json> ApiClient::WhoAmI() {
+  return Call("GET", "/v1/whoami", "");
+}
+
 absl::StatusOr<nlohmann::json> ApiClient::JobEvents(int64_t id) {
   return Call("GET", absl::StrCat("/v1/jobs/", id, "/events"), "");
 }
@@ -542,6 +570,9 @@ absl::Status ApiClient::StreamLogs(int64_t id, const LogRequest& request,
   if (request.follow) absl::StrAppend(&path, "&follow=1");
   httplib::Headers headers = {{"Accept", "text/plain"}};
   if (!options_.user.empty()) headers.emplace("X-Loom-User", options_.user);
+  if (!options_.token.empty()) {
+    headers.emplace("Authorization", "Bearer " + options_.token);
+  }
 
   int status = 0;
   std::string error_body;

@@ -27,6 +27,9 @@ struct ApiClientOptions {
   // Sent as the `X-Loom-User` header when not empty: the user that jobs are
   // submitted as unless the spec names one.
   std::string user;
+  // The bearer token sent on every request ("" sends none); see
+  // `DiscoverToken`.
+  std::string token;
   // With several servers (a replicated controller), how long a request keeps
   // trying while none of them answers as the leader (a failover).
   absl::Duration failover_wait = absl::Seconds(15);
@@ -133,6 +136,16 @@ class ApiClient {
 
   // GET /v1/projects. Returns {"projects": [...]}.
   absl::StatusOr<nlohmann::json> ListProjects();
+
+  // Tokens (admin): GET /v1/tokens, POST /v1/tokens (`request` as in
+  // docs/api.md; the answer holds the token, shown once), POST
+  // /v1/tokens/{id}/revoke, POST /v1/nodes/{name}/revoke (a node's
+  // credential). GET /v1/whoami (any token).
+  absl::StatusOr<nlohmann::json> ListTokens();
+  absl::StatusOr<nlohmann::json> CreateToken(const nlohmann::json& request);
+  absl::StatusOr<nlohmann::json> RevokeToken(std::string_view id);
+  absl::StatusOr<nlohmann::json> RevokeNode(std::string_view node);
+  absl::StatusOr<nlohmann::json> WhoAmI();
 
   const std::vector<std::string>& server_urls() const { return urls_; }
 

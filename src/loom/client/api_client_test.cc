@@ -370,20 +370,20 @@ TEST(ApiClientFailover, UnavailableServerIsSkipped) {
 TEST(ApiClientFailover, StandbySendsTheClientToTheLeader) {
   FakeServer leader;
   std::vector<std::string> keys;
-  leader.server().Post("/v1/jobs", [&](const httplib::Request& req,
-                                       httplib::Response& res) {
-    keys.push_back(req.get_header_value("Idempotency-Key"));
-    JsonReply(res, 201, {{"id", 1}});
-  });
+  leader.server().Post(
+      "/v1/jobs", [&](const httplib::Request& req, httplib::Response& res) {
+        keys.push_back(req.get_header_value("Idempotency-Key"));
+        JsonReply(res, 201, {{"id", 1}});
+      });
   leader.Start();
   FakeServer standby;
   int redirected = 0;
-  standby.server().Post("/v1/jobs", [&](const httplib::Request&,
-                                        httplib::Response& res) {
-    ++redirected;
-    res.set_header("X-Loom-Leader", leader.url());
-    ErrorReply(res, 307, "not_leader", "this server is a standby");
-  });
+  standby.server().Post(
+      "/v1/jobs", [&](const httplib::Request&, httplib::Response& res) {
+        ++redirected;
+        res.set_header("X-Loom-Leader", leader.url());
+        ErrorReply(res, 307, "not_leader", "this server is a standby");
+      });
   standby.Start();
   ApiClient only_standby({standby.url()});
   absl::StatusOr<nlohmann::json> job = only_standby.SubmitJob({{"tasks", 1}});
@@ -403,21 +403,20 @@ TEST(ApiClientFailover, StandbySendsTheClientToTheLeader) {
 TEST(ApiClientFailover, WaitsOutAnElection) {
   FakeServer server;
   int calls = 0;
-  server.server().Get("/v1/projects", [&](const httplib::Request&,
-                                          httplib::Response& res) {
-    if (++calls < 3) {
-      return ErrorReply(res, 503, "no_leader", "no leader elected yet");
-    }
-    JsonReply(res, 200, {{"projects", nlohmann::json::array()}});
-  });
+  server.server().Get(
+      "/v1/projects", [&](const httplib::Request&, httplib::Response& res) {
+        if (++calls < 3) {
+          return ErrorReply(res, 503, "no_leader", "no leader elected yet");
+        }
+        JsonReply(res, 200, {{"projects", nlohmann::json::array()}});
+      });
   server.Start();
   ApiClient client({server.url()});
   absl::StatusOr<nlohmann::json> p = client.ListProjects();
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(calls, 3);
   // Not for ever.
-  ApiClient impatient({server.url()},
-                      {.failover_wait = absl::ZeroDuration()});
+  ApiClient impatient({server.url()}, {.failover_wait = absl::ZeroDuration()});
   calls = 0;
   EXPECT_EQ(impatient.ListProjects().status().code(),
             absl::StatusCode::kUnavailable);

@@ -94,6 +94,67 @@ absl::StatusOr<std::vector<std::string>> ParseConfigServers(
   return ParseServerUrls(joined, where);
 }
 
+namespace {
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path,
+                                          std::string_view source) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        std::string(source), ": cannot read the token file ", path));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string token(absl::StripAsciiWhitespace(text.str()));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        std::string(source), ": the token file ", path, " is empty"));
+  }
+  return token;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> DiscoverToken(std::string_view flag,
+                                          const GetEnvFn& getenv) {
+  if (!flag.empty()) return ReadTokenFile(std::string(flag), "--token-file");
+  if (std::optional<std::string> env = getenv("LOOM_TOKEN");
+      env.has_value() && !env->empty()) {
+    return std::string(absl::StripAsciiWhitespace(*env));
+  }
+  if (std::optional<std::string> env = getenv("LOOM_TOKEN_FILE");
+      env.has_value() && !env->empty()) {
+    return ReadTokenFile(*env, "LOOM_TOKEN_FILE");
+  }
+  std::optional<std::string> home = getenv("HOME");
+  std::string config;
+  if (std::optional<std::string> env = getenv("LOOM_CONFIG");
+      env.has_value() && !env->empty()) {
+    config = *env;
+  } else if (home.has_value() && !home->empty()) {
+    config = absl::StrCat(*home, "/.config/loom/config.yaml");
+  }
+  if (!config.empty()) {
+    std::ifstream in(config);
+    if (in) {
+      try {
+        YAML::Node root = YAML::Load(in);
+        if (root.IsMap() && root["token_file"]) {
+          return ReadTokenFile(root["token_file"].as<std::string>(),
+                               absl::StrCat(config, ": token_file"));
+        }
+      } catch (const YAML::Exception& e) {
+        return absl::InvalidArgumentError(absl::StrCat(config, ": ", e.what()));
+      }
+    }
+  }
+  if (home.has_value() && !home->empty()) {
+    const std::string path = absl::StrCat(*home, "/.config/loom/token");
+    if (std::ifstream(path)) return ReadTokenFile(path, path);
+  }
+  return std::string();
+}
+
 absl::StatusOr<ServerList> DiscoverServers(std::string_view flag,
                                            const GetEnvFn& getenv) {
   if (!flag.empty()) {

@@ -45,4 +45,14 @@ absl::StatusOr<std::vector<std::string>> ParseConfigServers(
 absl::StatusOr<ServerList> DiscoverServers(std::string_view flag,
                                            const GetEnvFn& getenv);
 
+// Finds the API token, in order: the file `flag` (`--token-file`) when not
+// empty, `LOOM_TOKEN` (the token itself), the file `LOOM_TOKEN_FILE`, the
+// file named by `token_file:` in the config file, then
+// `$HOME/.config/loom/token` when it exists. Returns "" when none is
+// configured (the server then answers 401 with how to get one), and
+// InvalidArgument naming a file that cannot be read or is empty. The token
+// is never part of an error message.
+absl::StatusOr<std::string> DiscoverToken(std::string_view flag,
+                                          const GetEnvFn& getenv);
+
 }  // namespace loom

@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "httplib.h"
@@ -59,6 +60,14 @@ nlohmann::json ErrorJson(const absl::Status& st, int* http_status) {
         status = 409;
         code = "failed_precondition";
       }
+      break;
+    case absl::StatusCode::kPermissionDenied:
+      status = 403;
+      code = "permission_denied";
+      break;
+    case absl::StatusCode::kUnauthenticated:
+      status = 401;
+      code = "unauthenticated";
       break;
     case absl::StatusCode::kAlreadyExists:
       status = 409;
@@ -134,8 +143,9 @@ absl::StatusOr<JobId> JobIdOf(const httplib::Request& req) {
 // Fault injection (`POST /v1/chaos`, docs/fault-tolerance.md): turns an
 // action into a call to the agent that serves the node or task, and returns
 // what to answer.
-absl::StatusOr<nlohmann::json> Chaos(Controller& controller,
-                                     const nlohmann::json& body) {
+absl::StatusOr<nlohmann::json> Chaos(
+    Controller& controller, const nlohmann::json& body,
+    const std::function<std::string(const std::string&)>& agent_auth) {
   auto text_field = [&](const char* key) -> std::string {
     auto it = body.find(key);
     return it != body.end() && it->is_string() ? it->get<std::string>() : "";
@@ -215,7 +225,12 @@ absl::StatusOr<nlohmann::json> Chaos(Controller& controller,
   httplib::Client agent("http://" + *address);
   agent.set_connection_timeout(3);
   agent.set_read_timeout(10);
-  httplib::Result r = agent.Post(path, fault.dump(), "application/json");
+  httplib::Headers headers;
+  if (const std::string key = agent_auth(node); !key.empty()) {
+    headers.emplace("Authorization", key);
+  }
+  httplib::Result r =
+      agent.Post(path, headers, fault.dump(), "application/json");
   if (!r) {
     return absl::UnavailableError(
         absl::StrCat("the agent of ", node, " at ", *address,
@@ -241,51 +256,98 @@ absl::StatusOr<nlohmann::json> Chaos(Controller& controller,
 
 }  // namespace
 
+const std::vector<RouteRule>& RouteTable() {
+  static const std::vector<RouteRule> kTable = {
+      {"GET", "/", Access::kPublic},
+      {"GET", "/healthz", Access::kPublic},
+      {"GET", "/v1/leader", Access::kPublic},
+      {"GET", "/metrics", Access::kOperator},
+      {"GET", "/v1/utilization", Access::kHuman},
+      {"GET", "/v1/whoami", Access::kAnyone},
+      {"POST", "/v1/jobs", Access::kHuman},
+      {"GET", "/v1/jobs", Access::kHuman},
+      {"POST", "/v1/jobs/release", Access::kHuman},
+      {"GET", "/v1/jobs/{id}", Access::kHuman},
+      {"GET", "/v1/jobs/{id}/events", Access::kHuman},
+      {"POST", "/v1/jobs/{id}/cancel", Access::kHuman},
+      {"POST", "/v1/jobs/{id}/release", Access::kHuman},
+      {"POST", "/v1/jobs/{id}/checkpoint", Access::kJobOrHuman},
+      {"GET", "/v1/jobs/{id}/logs", Access::kHuman},
+      {"GET", "/v1/nodes", Access::kHuman},
+      {"GET", "/v1/nodes/{name}", Access::kHuman},
+      {"POST", "/v1/nodes/{name}/cordon", Access::kOperator},
+      {"POST", "/v1/nodes/{name}/uncordon", Access::kOperator},
+      {"POST", "/v1/nodes/{name}/drain", Access::kOperator},
+      {"POST", "/v1/nodes/{name}/revoke", Access::kAdmin},
+      {"GET", "/v1/projects", Access::kHuman},
+      {"POST", "/v1/chaos", Access::kOperator},
+      {"GET", "/v1/tokens", Access::kAdmin},
+      {"POST", "/v1/tokens", Access::kAdmin},
+      {"POST", "/v1/tokens/{token}/revoke", Access::kAdmin},
+      {"POST", "/v1/agents/register", Access::kAgent},
+      {"POST", "/v1/agents/heartbeat", Access::kNode},
+  };
+  return kTable;
+}
+
+namespace {
+
+// Whether `path` (no query) fits `route`: "{id}" is a decimal number,
+// "{token}" lowercase hex, "{name}" any one segment.
+bool RouteMatches(absl::string_view route, absl::string_view path) {
+  std::vector<absl::string_view> want =
+      absl::StrSplit(route, '/', absl::SkipEmpty());
+  std::vector<absl::string_view> have =
+      absl::StrSplit(path, '/', absl::SkipEmpty());
+  if (want.size() != have.size()) return false;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const absl::string_view w = want[i], h = have[i];
+    if (w == "{id}") {
+      if (h.empty() || h.size() > 18 ||
+          h.find_first_not_of("0123456789") != absl::string_view::npos) {
+        return false;
+      }
+    } else if (w == "{token}") {
+      if (h.empty() || h.size() > 64 ||
+          h.find_first_not_of("0123456789abcdef") != absl::string_view::npos) {
+        return false;
+      }
+    } else if (w == "{name}") {
+      if (h.empty()) return false;
+    } else if (w != h) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The httplib pattern of a route template.
+std::string RoutePattern(absl::string_view route) {
+  return absl::StrReplaceAll(route, {{"{id}", R"((\d+))"},
+                                     {"{token}", "([0-9a-f]+)"},
+                                     {"{name}", "([^/]+)"}});
+}
+
+}  // namespace
+
+const RouteRule* FindRoute(std::string_view method, std::string_view full) {
+  absl::string_view path(full.data(), full.size());
+  const size_t q = path.find('?');
+  if (q != absl::string_view::npos) path = path.substr(0, q);
+  for (const RouteRule& r : RouteTable()) {
+    if (r.method == method && RouteMatches(r.route, path)) return &r;
+  }
+  return nullptr;
+}
+
 std::string RouteOf(std::string_view full) {
   absl::string_view path(full.data(), full.size());
   const size_t q = path.find('?');
   if (q != absl::string_view::npos) path = path.substr(0, q);
-  std::vector<absl::string_view> parts =
-      absl::StrSplit(path, '/', absl::SkipEmpty());
-  auto is = [&](size_t i, absl::string_view s) {
-    return i < parts.size() && parts[i] == s;
-  };
-  if (parts.empty()) return "/";
-  if (parts.size() == 1 && (is(0, "healthz") || is(0, "metrics"))) {
-    return absl::StrCat("/", parts[0]);
-  }
-  if (!is(0, "v1") || parts.size() < 2) return "other";
-  const absl::string_view kind = parts[1];
-  if (kind == "jobs") {
-    if (parts.size() == 2) return "/v1/jobs";
-    if (parts.size() == 3) {
-      return is(2, "release") ? "/v1/jobs/release" : "/v1/jobs/{id}";
-    }
-    if (parts.size() == 4) {
-      for (absl::string_view verb :
-           {"cancel", "release", "checkpoint", "logs", "events"}) {
-        if (is(3, verb)) return absl::StrCat("/v1/jobs/{id}/", verb);
-      }
-    }
-    return "other";
-  }
-  if (kind == "nodes") {
-    if (parts.size() == 2) return "/v1/nodes";
-    if (parts.size() == 3) return "/v1/nodes/{name}";
-    if (parts.size() == 4) {
-      for (absl::string_view verb : {"cordon", "uncordon", "drain"}) {
-        if (is(3, verb)) return absl::StrCat("/v1/nodes/{name}/", verb);
-      }
-    }
-    return "other";
-  }
-  if (parts.size() == 2 &&
-      (kind == "projects" || kind == "chaos" || kind == "utilization")) {
-    return absl::StrCat("/v1/", kind);
-  }
-  if (kind == "agents" && parts.size() == 3 &&
-      (is(2, "register") || is(2, "heartbeat"))) {
-    return absl::StrCat("/v1/agents/", parts[2]);
+  if (path.empty()) path = "/";
+  // Literal routes first ("/v1/jobs/release" over "/v1/jobs/{id}").
+  for (const RouteRule& r : RouteTable()) {
+    if (RouteMatches(r.route, path)) return r.route;
   }
   return "other";
 }
@@ -364,245 +426,465 @@ void HttpServer::Routes() {
 
   s.set_pre_routing_handler(
       [this](const httplib::Request& req, httplib::Response& res) {
-        return Redirect(req, res) ? httplib::Server::HandlerResponse::Handled
-                                  : httplib::Server::HandlerResponse::Unhandled;
+        if (!Authorize(req, res) || Redirect(req, res)) {
+          return httplib::Server::HandlerResponse::Handled;
+        }
+        return httplib::Server::HandlerResponse::Unhandled;
       });
-  s.Get("/v1/leader", [this](const httplib::Request&, httplib::Response& res) {
-    const std::string leader =
-        options_.leader_url ? options_.leader_url() : std::string();
-    Reply(res, 200,
-          {{"role", leading_ ? "leader" : "standby"},
-           {"leader", leader.empty() ? nlohmann::json(nullptr)
-                                     : nlohmann::json(leader)}});
-  });
+  Handle("GET", "/v1/whoami",
+         [this](const httplib::Request& req, httplib::Response& res) {
+           const Principal p = PrincipalOf(req);
+           nlohmann::json j = {{"role", std::string(RoleName(p.role))},
+                               {"user", p.user},
+                               {"projects", p.projects},
+                               {"token", p.token_id}};
+           if (p.role == Role::kJob) j["job"] = p.job;
+           Reply(res, 200, j);
+         });
+  Handle("GET", "/v1/tokens",
+         [this](const httplib::Request&, httplib::Response& res) {
+           nlohmann::json out = nlohmann::json::array();
+           if (options_.auth != nullptr) {
+             for (const TokenRecord& t : options_.auth->List()) {
+               out.push_back(TokenRecordToJson(t, /*with_hash=*/false));
+             }
+           }
+           Reply(res, 200, {{"tokens", std::move(out)}});
+         });
+  Handle(
+      "POST", "/v1/tokens",
+      [this](const httplib::Request& req, httplib::Response& res) {
+        if (options_.auth == nullptr) {
+          return ReplyError(
+              res, absl::FailedPreconditionError("authentication is off"));
+        }
+        absl::StatusOr<nlohmann::json> body = JsonBody(req);
+        if (!body.ok()) return ReplyError(res, body.status());
+        TokenRequest t;
+        try {
+          absl::StatusOr<Role> role =
+              ParseRole(body->value("role", std::string("user")));
+          if (!role.ok()) return ReplyError(res, role.status());
+          if (*role == Role::kNode || *role == Role::kJob) {
+            return ReplyError(res, absl::InvalidArgumentError(
+                                       "role: node credentials come from "
+                                       "joining, job tokens from the server"));
+          }
+          t.role = *role;
+          t.user = body->value("user", std::string());
+          t.projects = body->value("projects", std::vector<std::string>{});
+          const double ttl = body->value("ttl_seconds", 0.0);
+          if (!(ttl >= 0) || ttl > 10 * 365 * 86400.0) {
+            return ReplyError(res, absl::InvalidArgumentError(
+                                       "ttl_seconds: 0 (none) to 10 years"));
+          }
+          t.ttl = absl::Seconds(ttl);
+          t.once = body->value("once", false);
+          t.description = body->value("description", std::string());
+        } catch (const nlohmann::json::exception&) {
+          return ReplyError(res, absl::InvalidArgumentError(
+                                     "body: role, user, description must be "
+                                     "strings, projects a list of strings, "
+                                     "ttl_seconds a number, once a boolean"));
+        }
+        absl::StatusOr<std::pair<TokenRecord, std::string>> made =
+            options_.auth->Create(t, absl::Now());
+        if (!made.ok()) return ReplyError(res, made.status());
+        nlohmann::json j = TokenRecordToJson(made->first, /*with_hash=*/false);
+        j["token"] = made->second;  // the only time it is shown
+        Reply(res, 201, j);
+      });
+  Handle("POST", "/v1/tokens/{token}/revoke",
+         [this](const httplib::Request& req, httplib::Response& res) {
+           if (options_.auth == nullptr) {
+             return ReplyError(
+                 res, absl::FailedPreconditionError("authentication is off"));
+           }
+           absl::StatusOr<TokenRecord> t =
+               options_.auth->Revoke(req.matches[1].str(), absl::Now());
+           if (!t.ok()) return ReplyError(res, t.status());
+           Reply(res, 200, TokenRecordToJson(*t, /*with_hash=*/false));
+         });
+  Handle("GET", "/v1/leader",
+         [this](const httplib::Request&, httplib::Response& res) {
+           const std::string leader =
+               options_.leader_url ? options_.leader_url() : std::string();
+           Reply(res, 200,
+                 {{"role", leading_ ? "leader" : "standby"},
+                  {"leader", leader.empty() ? nlohmann::json(nullptr)
+                                            : nlohmann::json(leader)}});
+         });
   s.set_logger(
       [this](const httplib::Request& req, const httplib::Response& res) {
         absl::MutexLock lock(&metrics_mu_);
         ++requests_[{RouteOf(req.path), req.method, res.status}];
       });
-  s.Get("/", [](const httplib::Request&, httplib::Response& res) {
+  Handle("GET", "/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(std::string(DashboardHtml()), "text/html; charset=utf-8");
   });
-  s.Get("/v1/utilization",
-        [this](const httplib::Request&, httplib::Response& res) {
-          nlohmann::json samples = nlohmann::json::array();
-          absl::MutexLock lock(&metrics_mu_);
-          for (const UtilizationSample& s : utilization_) {
-            samples.push_back({{"t", absl::ToUnixSeconds(s.t)},
-                               {"total", s.u.total_gpus},
-                               {"allocated", s.u.allocated_gpus},
-                               {"pending", s.u.pending_jobs},
-                               {"running", s.u.running_jobs}});
-          }
-          Reply(res, 200,
-                {{"every_s", absl::ToInt64Seconds(kUtilizationEvery)},
-                 {"samples", std::move(samples)}});
-        });
-  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(Metrics(), std::string(kMetricsContentType));
-  });
-  s.Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
-    Reply(res, 200, {{"ok", true}, {"role", leading_ ? "leader" : "standby"}});
-  });
+  Handle("GET", "/v1/utilization",
+         [this](const httplib::Request&, httplib::Response& res) {
+           nlohmann::json samples = nlohmann::json::array();
+           absl::MutexLock lock(&metrics_mu_);
+           for (const UtilizationSample& s : utilization_) {
+             samples.push_back({{"t", absl::ToUnixSeconds(s.t)},
+                                {"total", s.u.total_gpus},
+                                {"allocated", s.u.allocated_gpus},
+                                {"pending", s.u.pending_jobs},
+                                {"running", s.u.running_jobs}});
+           }
+           Reply(res, 200,
+                 {{"every_s", absl::ToInt64Seconds(kUtilizationEvery)},
+                  {"samples", std::move(samples)}});
+         });
+  Handle("GET", "/metrics",
+         [this](const httplib::Request&, httplib::Response& res) {
+           res.set_content(Metrics(), std::string(kMetricsContentType));
+         });
+  Handle("GET", "/healthz",
+         [this](const httplib::Request&, httplib::Response& res) {
+           Reply(res, 200,
+                 {{"ok", true}, {"role", leading_ ? "leader" : "standby"}});
+         });
 
-  s.Post(
-      "/v1/jobs", [this](const httplib::Request& req, httplib::Response& res) {
-        absl::StatusOr<JobSpec> spec = ParseJobSpec(req.body, "request body");
-        if (!spec.ok()) return ReplyError(res, spec.status());
-        const std::string user = req.get_header_value("X-Loom-User");
-        bool created = false;
-        absl::StatusOr<nlohmann::json> job = controller_->Submit(
-            *std::move(spec), user, absl::Now(),
-            req.get_header_value("Idempotency-Key"), &created);
-        // A retried submission (same Idempotency-Key) gets its job with 200.
-        ReplyResult(res, job, created ? 201 : 200);
-        if (created) Wake();
-      });
-  s.Get("/v1/jobs",
-        [this](const httplib::Request& req, httplib::Response& res) {
-          absl::StatusOr<JobQuery> f = JobQueryOf(req);
-          if (!f.ok()) return ReplyError(res, f.status());
-          Reply(res, 200, controller_->ListJobs(*f, absl::Now()));
-        });
-  s.Get(R"(/v1/jobs/(\d+))",
-        [this](const httplib::Request& req, httplib::Response& res) {
-          absl::StatusOr<JobId> id = JobIdOf(req);
-          if (!id.ok()) return ReplyError(res, id.status());
-          ReplyResult(res, controller_->GetJob(*id, absl::Now()));
-        });
-  s.Get(R"(/v1/jobs/(\d+)/events)", [this](const httplib::Request& req,
-                                           httplib::Response& res) {
-    absl::StatusOr<JobId> id = JobIdOf(req);
-    if (!id.ok()) return ReplyError(res, id.status());
-    absl::StatusOr<nlohmann::json> job = controller_->GetJob(*id, absl::Now());
-    if (!job.ok()) return ReplyError(res, job.status());
-    Reply(res, 200, {{"events", (*job)["events"]}});
-  });
-  s.Post(R"(/v1/jobs/(\d+)/cancel)",
+  Handle("POST", "/v1/jobs",
+         [this](const httplib::Request& req, httplib::Response& res) {
+           absl::StatusOr<JobSpec> spec =
+               ParseJobSpec(req.body, "request body");
+           if (!spec.ok()) return ReplyError(res, spec.status());
+           std::string user = req.get_header_value("X-Loom-User");
+           if (options_.auth != nullptr) {
+             // Users submit as themselves, to their projects; only an admin
+             // may name another user (root included).
+             const Principal p = PrincipalOf(req);
+             user = p.user;
+             if (!p.admin() && !spec->user.empty() && spec->user != p.user) {
+               return ReplyError(res, absl::PermissionDeniedError(absl::StrCat(
+                                          "user: you may only submit jobs as "
+                                          "yourself (",
+                                          p.user, "), not as ", spec->user)));
+             }
+             if (spec->user.empty()) spec->user = p.user;
+             if (!p.admin() && spec->user == "root") {
+               return ReplyError(res, absl::PermissionDeniedError(
+                                          "user: only an admin may run jobs as "
+                                          "root"));
+             }
+             if (!p.admin() && !p.InProject(spec->project)) {
+               return ReplyError(
+                   res, absl::PermissionDeniedError(absl::StrCat(
+                            "project: ", p.user, " is not a member of project ",
+                            spec->project)));
+             }
+           }
+           bool created = false;
+           absl::StatusOr<nlohmann::json> job = controller_->Submit(
+               *std::move(spec), user, absl::Now(),
+               req.get_header_value("Idempotency-Key"), &created);
+           // A retried submission (same Idempotency-Key) gets its job with 200.
+           ReplyResult(res, job, created ? 201 : 200);
+           if (created) Wake();
+         });
+  Handle("GET", "/v1/jobs",
+         [this](const httplib::Request& req, httplib::Response& res) {
+           absl::StatusOr<JobQuery> f = JobQueryOf(req);
+           if (!f.ok()) return ReplyError(res, f.status());
+           nlohmann::json jobs = controller_->ListJobs(*f, absl::Now());
+           const Principal p = PrincipalOf(req);
+           for (nlohmann::json& j : jobs["jobs"]) Redact(p, j);
+           Reply(res, 200, jobs);
+         });
+  Handle("GET", "/v1/jobs/{id}",
          [this](const httplib::Request& req, httplib::Response& res) {
            absl::StatusOr<JobId> id = JobIdOf(req);
            if (!id.ok()) return ReplyError(res, id.status());
+           absl::StatusOr<nlohmann::json> job =
+               controller_->GetJob(*id, absl::Now());
+           if (job.ok()) Redact(PrincipalOf(req), *job);
+           ReplyResult(res, job);
+         });
+  Handle("GET", "/v1/jobs/{id}/events",
+         [this](const httplib::Request& req, httplib::Response& res) {
+           absl::StatusOr<JobId> id = JobIdOf(req);
+           if (!id.ok()) return ReplyError(res, id.status());
+           absl::StatusOr<nlohmann::json> job =
+               controller_->GetJob(*id, absl::Now());
+           if (!job.ok()) return ReplyError(res, job.status());
+           Reply(res, 200, {{"events", (*job)["events"]}});
+         });
+  Handle("POST", "/v1/jobs/{id}/cancel",
+         [this](const httplib::Request& req, httplib::Response& res) {
+           absl::StatusOr<JobId> id = JobIdOf(req);
+           if (!id.ok()) return ReplyError(res, id.status());
+           if (absl::Status st = MayTouchJob(PrincipalOf(req), *id, false);
+               !st.ok()) {
+             return ReplyError(res, st);
+           }
            ReplyResult(res, controller_->Cancel(*id, absl::Now()));
            Wake();
          });
-  s.Post(R"(/v1/jobs/(\d+)/checkpoint)", [this](const httplib::Request& req,
-                                                httplib::Response& res) {
-    absl::StatusOr<JobId> id = JobIdOf(req);
-    if (!id.ok()) return ReplyError(res, id.status());
-    std::optional<int64_t> step;
-    if (!req.body.empty()) {
-      nlohmann::json body = nlohmann::json::parse(req.body, nullptr, false);
-      if (body.is_discarded() || !body.is_object()) {
-        return ReplyError(
-            res, absl::InvalidArgumentError("body: must be a JSON object, e.g. "
-                                            "{\"step\": 120}, or empty"));
-      }
-      if (body.contains("step")) {
-        if (!body["step"].is_number_integer() ||
-            body["step"].get<int64_t>() < 0) {
-          return ReplyError(res, absl::InvalidArgumentError(
-                                     "step: must be a non-negative integer"));
-        }
-        step = body["step"].get<int64_t>();
-      }
-    }
-    ReplyResult(res, controller_->Checkpoint(*id, step, absl::Now()));
-  });
-  s.Post("/v1/jobs/release", [this](const httplib::Request& req,
-                                    httplib::Response& res) {
-    // {"ids": [1, 2, ...]}: one write for all (`loom release --all`).
-    constexpr size_t kMaxIds = 100000;
-    nlohmann::json body = nlohmann::json::parse(req.body, nullptr, false);
-    if (body.is_discarded() || !body.is_object() || !body.contains("ids") ||
-        !body["ids"].is_array()) {
-      return ReplyError(res, absl::InvalidArgumentError(
-                                 "ids: the body must be an object with a list "
-                                 "of job IDs under `ids`"));
-    }
-    if (body["ids"].size() > kMaxIds) {
-      return ReplyError(res, absl::InvalidArgumentError(absl::StrCat(
-                                 "ids: at most ", kMaxIds, " per request")));
-    }
-    std::vector<JobId> ids;
-    for (const nlohmann::json& v : body["ids"]) {
-      if (!v.is_number_integer()) {
-        return ReplyError(res, absl::InvalidArgumentError(absl::StrCat(
-                                   "ids: ", v.dump(), " is not a job ID")));
-      }
-      ids.push_back(v.get<JobId>());
-    }
-    std::vector<absl::Status> errors;
-    controller_->ReleaseMany(ids, absl::Now(), &errors);
-    nlohmann::json released = nlohmann::json::array();
-    nlohmann::json failed = nlohmann::json::array();
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (errors[i].ok()) {
-        released.push_back(ids[i]);
-      } else {
-        int status = 0;
-        failed.push_back(
-            {{"id", ids[i]}, {"error", ErrorJson(errors[i], &status)}});
-      }
-    }
-    Reply(res, 200, {{"released", released}, {"errors", failed}});
-    Wake();
-  });
-  s.Post(R"(/v1/jobs/(\d+)/release)",
+  Handle("POST", "/v1/jobs/{id}/checkpoint",
          [this](const httplib::Request& req, httplib::Response& res) {
            absl::StatusOr<JobId> id = JobIdOf(req);
            if (!id.ok()) return ReplyError(res, id.status());
+           if (absl::Status st = MayTouchJob(PrincipalOf(req), *id, true);
+               !st.ok()) {
+             return ReplyError(res, st);
+           }
+           std::optional<int64_t> step;
+           if (!req.body.empty()) {
+             nlohmann::json body =
+                 nlohmann::json::parse(req.body, nullptr, false);
+             if (body.is_discarded() || !body.is_object()) {
+               return ReplyError(res, absl::InvalidArgumentError(
+                                          "body: must be a JSON object, e.g. "
+                                          "{\"step\": 120}, or empty"));
+             }
+             if (body.contains("step")) {
+               if (!body["step"].is_number_integer() ||
+                   body["step"].get<int64_t>() < 0) {
+                 return ReplyError(res,
+                                   absl::InvalidArgumentError(
+                                       "step: must be a non-negative integer"));
+               }
+               step = body["step"].get<int64_t>();
+             }
+           }
+           ReplyResult(res, controller_->Checkpoint(*id, step, absl::Now()));
+         });
+  Handle(
+      "POST", "/v1/jobs/release",
+      [this](const httplib::Request& req, httplib::Response& res) {
+        // {"ids": [1, 2, ...]}: one write for all (`loom release --all`).
+        constexpr size_t kMaxIds = 100000;
+        nlohmann::json body = nlohmann::json::parse(req.body, nullptr, false);
+        if (body.is_discarded() || !body.is_object() || !body.contains("ids") ||
+            !body["ids"].is_array()) {
+          return ReplyError(res,
+                            absl::InvalidArgumentError(
+                                "ids: the body must be an object with a list "
+                                "of job IDs under `ids`"));
+        }
+        if (body["ids"].size() > kMaxIds) {
+          return ReplyError(
+              res, absl::InvalidArgumentError(
+                       absl::StrCat("ids: at most ", kMaxIds, " per request")));
+        }
+        std::vector<JobId> ids;
+        for (const nlohmann::json& v : body["ids"]) {
+          if (!v.is_number_integer()) {
+            return ReplyError(res, absl::InvalidArgumentError(absl::StrCat(
+                                       "ids: ", v.dump(), " is not a job ID")));
+          }
+          ids.push_back(v.get<JobId>());
+        }
+        // Another user's jobs are refused one by one.
+        const Principal p = PrincipalOf(req);
+        std::vector<JobId> mine;
+        std::map<JobId, absl::Status> refused;
+        for (JobId id : ids) {
+          absl::Status st = MayTouchJob(p, id, false);
+          if (st.ok()) {
+            mine.push_back(id);
+          } else {
+            refused[id] = st;
+          }
+        }
+        std::vector<absl::Status> mine_errors;
+        controller_->ReleaseMany(mine, absl::Now(), &mine_errors);
+        std::vector<absl::Status> errors;
+        for (size_t i = 0, k = 0; i < ids.size(); ++i) {
+          auto r = refused.find(ids[i]);
+          errors.push_back(r != refused.end() ? r->second : mine_errors[k++]);
+        }
+        nlohmann::json released = nlohmann::json::array();
+        nlohmann::json failed = nlohmann::json::array();
+        for (size_t i = 0; i < ids.size(); ++i) {
+          if (errors[i].ok()) {
+            released.push_back(ids[i]);
+          } else {
+            int status = 0;
+            failed.push_back(
+                {{"id", ids[i]}, {"error", ErrorJson(errors[i], &status)}});
+          }
+        }
+        Reply(res, 200, {{"released", released}, {"errors", failed}});
+        Wake();
+      });
+  Handle("POST", "/v1/jobs/{id}/release",
+         [this](const httplib::Request& req, httplib::Response& res) {
+           absl::StatusOr<JobId> id = JobIdOf(req);
+           if (!id.ok()) return ReplyError(res, id.status());
+           if (absl::Status st = MayTouchJob(PrincipalOf(req), *id, false);
+               !st.ok()) {
+             return ReplyError(res, st);
+           }
            ReplyResult(res, controller_->Release(*id, absl::Now()));
            Wake();
          });
-  s.Get(R"(/v1/jobs/(\d+)/logs)", [this](const httplib::Request& req,
-                                         httplib::Response& res) {
-    absl::StatusOr<JobId> id = JobIdOf(req);
-    if (!id.ok()) return ReplyError(res, id.status());
-    // Numbers only: they are passed on to the agent's URL.
-    int64_t task = 0, process = 0, offset = 0;
-    for (auto [name, value] : {std::pair<const char*, int64_t*>{"task", &task},
-                               {"process", &process},
-                               {"offset", &offset}}) {
-      if (req.has_param(name) &&
-          (!absl::SimpleAtoi(req.get_param_value(name), value) || *value < 0)) {
-        return ReplyError(res, absl::InvalidArgumentError(absl::StrCat(
-                                   name, ": not a non-negative number")));
-      }
-    }
-    if (task > INT32_MAX) {
-      return ReplyError(res, absl::InvalidArgumentError("task: out of range"));
-    }
-    absl::StatusOr<std::pair<std::string, std::string>> where =
-        controller_->TaskLocation(*id, static_cast<int>(task));
-    if (!where.ok()) return ReplyError(res, where.status());
-    const std::string stream = req.has_param("stream")
-                                   ? req.get_param_value("stream")
-                                   : std::string("stdout");
-    if (stream != "stdout" && stream != "stderr") {
-      return ReplyError(
-          res, absl::InvalidArgumentError("stream: must be stdout or stderr"));
-    }
-    const std::string path =
-        absl::StrCat("/v1/tasks/", where->second, "/logs?stream=", stream,
-                     "&offset=", offset, "&process=", process,
-                     req.get_param_value("follow") == "1" ? "&follow=1" : "");
-
-    const std::string address = where->first;
-    res.set_chunked_content_provider(
-        "text/plain", [address, path](size_t, httplib::DataSink& sink) {
-          httplib::Client agent("http://" + address);
-          agent.set_connection_timeout(3);
-          agent.set_read_timeout(24 * 3600);
-          auto r = agent.Get(path, [&](const char* data, size_t len) {
-            return sink.write(data, len);
-          });
-          if (!r) {
-            const std::string msg =
-                "loom: cannot reach the agent at " + address + "\n";
-            sink.write(msg.data(), msg.size());
-          }
-          sink.done();
-          return true;
-        });
-  });
-
-  s.Get("/v1/nodes", [this](const httplib::Request&, httplib::Response& res) {
-    Reply(res, 200, controller_->ListNodes(absl::Now()));
-  });
-  s.Get(R"(/v1/nodes/([^/]+))", [this](const httplib::Request& req,
-                                       httplib::Response& res) {
-    ReplyResult(res, controller_->GetNode(req.matches[1].str(), absl::Now()));
-  });
-  s.Post(R"(/v1/nodes/([^/]+)/(cordon|uncordon|drain))",
+  Handle("GET", "/v1/jobs/{id}/logs",
          [this](const httplib::Request& req, httplib::Response& res) {
-           ReplyResult(res, controller_->SetNodeMode(req.matches[1].str(),
-                                                     req.matches[2].str(),
-                                                     absl::Now()));
-           Wake();
-         });
-  s.Get("/v1/projects",
-        [this](const httplib::Request&, httplib::Response& res) {
-          Reply(res, 200, controller_->ListProjects(absl::Now()));
-        });
+           absl::StatusOr<JobId> id = JobIdOf(req);
+           if (!id.ok()) return ReplyError(res, id.status());
+           // Logs are their owner's (and an admin's): not an operator's.
+           if (absl::Status st = MayTouchJob(PrincipalOf(req), *id, false);
+               !st.ok()) {
+             return ReplyError(res, st);
+           }
+           // Numbers only: they are passed on to the agent's URL.
+           int64_t task = 0, process = 0, offset = 0;
+           for (auto [name, value] :
+                {std::pair<const char*, int64_t*>{"task", &task},
+                 {"process", &process},
+                 {"offset", &offset}}) {
+             if (req.has_param(name) &&
+                 (!absl::SimpleAtoi(req.get_param_value(name), value) ||
+                  *value < 0)) {
+               return ReplyError(
+                   res, absl::InvalidArgumentError(
+                            absl::StrCat(name, ": not a non-negative number")));
+             }
+           }
+           if (task > INT32_MAX) {
+             return ReplyError(
+                 res, absl::InvalidArgumentError("task: out of range"));
+           }
+           absl::StatusOr<std::pair<std::string, std::string>> where =
+               controller_->TaskLocation(*id, static_cast<int>(task));
+           if (!where.ok()) return ReplyError(res, where.status());
+           const std::string stream = req.has_param("stream")
+                                          ? req.get_param_value("stream")
+                                          : std::string("stdout");
+           if (stream != "stdout" && stream != "stderr") {
+             return ReplyError(res, absl::InvalidArgumentError(
+                                        "stream: must be stdout or stderr"));
+           }
+           const std::string path = absl::StrCat(
+               "/v1/tasks/", where->second, "/logs?stream=", stream,
+               "&offset=", offset, "&process=", process,
+               req.get_param_value("follow") == "1" ? "&follow=1" : "");
 
-  s.Post("/v1/chaos",
+           const std::string address = where->first;
+           absl::StatusOr<nlohmann::json> job =
+               controller_->GetJob(*id, absl::Now());
+           std::string node;
+           if (job.ok() && (*job)["placement"].is_object()) {
+             for (const nlohmann::json& t : (*job)["placement"]["tasks"]) {
+               if (t.value("index", -1) == task) node = t.value("node", "");
+             }
+           }
+           const std::string key = AgentAuthorization(node);
+           res.set_chunked_content_provider(
+               "text/plain",
+               [address, path, key](size_t, httplib::DataSink& sink) {
+                 httplib::Client agent("http://" + address);
+                 if (!key.empty()) {
+                   agent.set_default_headers({{"Authorization", key}});
+                 }
+                 agent.set_connection_timeout(3);
+                 agent.set_read_timeout(24 * 3600);
+                 auto r = agent.Get(path, [&](const char* data, size_t len) {
+                   return sink.write(data, len);
+                 });
+                 if (!r) {
+                   const std::string msg =
+                       "loom: cannot reach the agent at " + address + "\n";
+                   sink.write(msg.data(), msg.size());
+                 }
+                 sink.done();
+                 return true;
+               });
+         });
+
+  Handle("GET", "/v1/nodes",
+         [this](const httplib::Request&, httplib::Response& res) {
+           Reply(res, 200, controller_->ListNodes(absl::Now()));
+         });
+  Handle("GET", "/v1/nodes/{name}",
+         [this](const httplib::Request& req, httplib::Response& res) {
+           ReplyResult(res,
+                       controller_->GetNode(req.matches[1].str(), absl::Now()));
+         });
+  for (const std::string op : {"cordon", "uncordon", "drain"}) {
+    Handle("POST", absl::StrCat("/v1/nodes/{name}/", op),
+           [this, op](const httplib::Request& req, httplib::Response& res) {
+             ReplyResult(res, controller_->SetNodeMode(req.matches[1].str(), op,
+                                                       absl::Now()));
+             Wake();
+           });
+  }
+  Handle("POST", "/v1/nodes/{name}/revoke",
+         [this](const httplib::Request& req, httplib::Response& res) {
+           if (options_.auth == nullptr) {
+             return ReplyError(
+                 res, absl::FailedPreconditionError("authentication is off"));
+           }
+           const std::string node = req.matches[1].str();
+           absl::Status st = options_.auth->RevokeNode(node, absl::Now());
+           if (!st.ok()) return ReplyError(res, st);
+           Reply(res, 200, {{"node", node}, {"revoked", true}});
+         });
+  Handle("GET", "/v1/projects",
+         [this](const httplib::Request&, httplib::Response& res) {
+           Reply(res, 200, controller_->ListProjects(absl::Now()));
+         });
+
+  Handle("POST", "/v1/chaos",
          [this](const httplib::Request& req, httplib::Response& res) {
            absl::StatusOr<nlohmann::json> body = JsonBody(req);
            if (!body.ok()) return ReplyError(res, body.status());
-           ReplyResult(res, Chaos(*controller_, *body));
+           ReplyResult(
+               res, Chaos(*controller_, *body, [this](const std::string& node) {
+                 return AgentAuthorization(node);
+               }));
            Wake();
          });
-  s.Post("/v1/agents/register",
+  Handle("POST", "/v1/agents/register",
          [this](const httplib::Request& req, httplib::Response& res) {
            absl::StatusOr<nlohmann::json> body = JsonBody(req);
            if (!body.ok()) return ReplyError(res, body.status());
-           ReplyResult(res, controller_->Register(*body, absl::Now()));
+           const std::string node = body->value("name", std::string());
+           std::string credential;
+           if (options_.auth != nullptr) {
+             const Principal p = PrincipalOf(req);
+             if (p.role == Role::kNode && p.user != node) {
+               return ReplyError(res, absl::PermissionDeniedError(absl::StrCat(
+                                          "this credential is node ", p.user,
+                                          "'s, not ", node, "'s")));
+             }
+             if (!controller_->GetNode(node, absl::Now()).ok()) {
+               return ReplyError(
+                   res, absl::NotFoundError(absl::StrCat("no node '", node,
+                                                         "' in the cluster "
+                                                         "spec")));
+             }
+             if (p.role == Role::kJoin) {
+               absl::StatusOr<std::string> c =
+                   options_.auth->JoinNode(p, node, absl::Now());
+               if (!c.ok()) return ReplyError(res, c.status());
+               credential = *std::move(c);
+             }
+           }
+           absl::StatusOr<nlohmann::json> r =
+               controller_->Register(*body, absl::Now());
+           if (r.ok() && options_.auth != nullptr) {
+             // The key this server shows the agent on every call, and, for a
+             // node that joined just now, the credential of its heartbeats.
+             (*r)["agent_key"] = options_.auth->AgentKey(node);
+             if (!credential.empty()) (*r)["credential"] = credential;
+           }
+           ReplyResult(res, r);
            Wake();
          });
-  s.Post("/v1/agents/heartbeat",
+  Handle("POST", "/v1/agents/heartbeat",
          [this](const httplib::Request& req, httplib::Response& res) {
            absl::StatusOr<nlohmann::json> body = JsonBody(req);
            if (!body.ok()) return ReplyError(res, body.status());
+           if (options_.auth != nullptr &&
+               PrincipalOf(req).user != body->value("name", std::string())) {
+             return ReplyError(res, absl::PermissionDeniedError(
+                                        "this credential is another node's"));
+           }
            absl::StatusOr<nlohmann::json> r =
                controller_->Heartbeat(*body, absl::Now());
            ReplyResult(res, r);
@@ -642,6 +924,138 @@ void HttpServer::Lead(Controller* controller) {
   StartWorkers();
 }
 
+void HttpServer::Handle(const std::string& method, const std::string& route,
+                        Handler handler) {
+  bool known = false;
+  for (const RouteRule& r : RouteTable()) {
+    known |= r.method == method && r.route == route;
+  }
+  if (!known) {
+    std::fprintf(stderr,
+                 "loom server: route %s %s is not in RouteTable(); every "
+                 "route needs an access rule\n",
+                 method.c_str(), route.c_str());
+    std::abort();
+  }
+  const std::string pattern = RoutePattern(route);
+  if (method == "GET") {
+    http_->Get(pattern, std::move(handler));
+  } else {
+    http_->Post(pattern, std::move(handler));
+  }
+}
+
+Principal HttpServer::PrincipalOf(const httplib::Request& req) const {
+  if (options_.auth == nullptr) {
+    Principal admin;
+    admin.role = Role::kAdmin;
+    admin.user = req.has_header("X-Loom-User")
+                     ? req.get_header_value("X-Loom-User")
+                     : std::string("default");
+    admin.projects = {"*"};
+    return admin;
+  }
+  absl::StatusOr<Principal> p = options_.auth->Authenticate(
+      req.get_header_value("Authorization"), absl::Now());
+  // `Authorize` let the request through, so this holds (a token revoked in
+  // between gets the rights of nobody).
+  return p.ok() ? *p : Principal{.role = Role::kJoin};
+}
+
+bool HttpServer::Authorize(const httplib::Request& req,
+                           httplib::Response& res) {
+  if (options_.auth == nullptr) return true;
+  const RouteRule* rule = FindRoute(req.method, req.path);
+  if (rule != nullptr && rule->access == Access::kPublic) return true;
+  absl::StatusOr<Principal> p = options_.auth->Authenticate(
+      req.get_header_value("Authorization"), absl::Now());
+  if (!p.ok()) {
+    if (p.status().code() == absl::StatusCode::kUnavailable) {
+      ReplyError(res, p.status());
+      return false;
+    }
+    res.set_header("WWW-Authenticate", "Bearer realm=\"loom\"");
+    Reply(res, 401,
+          {{"error",
+            {{"code", "unauthenticated"},
+             {"message", std::string(p.status().message())}}}});
+    return false;
+  }
+  if (rule == nullptr) return true;  // no such route: httplib answers 404
+  bool allowed = false;
+  const Role role = p->role;
+  const bool human =
+      role == Role::kAdmin || role == Role::kOperator || role == Role::kUser;
+  switch (rule->access) {
+    case Access::kPublic:
+    case Access::kAnyone:
+      allowed = true;
+      break;
+    case Access::kHuman:
+      allowed = human;
+      break;
+    case Access::kJobOrHuman:
+      allowed = human || role == Role::kJob;
+      break;
+    case Access::kOperator:
+      allowed = role == Role::kAdmin || role == Role::kOperator;
+      break;
+    case Access::kAdmin:
+      allowed = role == Role::kAdmin;
+      break;
+    case Access::kAgent:
+      allowed = role == Role::kJoin || role == Role::kNode;
+      break;
+    case Access::kNode:
+      allowed = role == Role::kNode;
+      break;
+  }
+  if (!allowed) {
+    Reply(res, 403,
+          {{"error",
+            {{"code", "permission_denied"},
+             {"message",
+              absl::StrCat("a ", std::string(RoleName(role)), " token (",
+                           p->user.empty() ? p->token_id : p->user,
+                           ") may not ", req.method, " ", rule->route)}}}});
+    return false;
+  }
+  return true;
+}
+
+absl::Status HttpServer::MayTouchJob(const Principal& p, JobId id,
+                                     bool allow_job_token) {
+  if (p.admin()) return absl::OkStatus();
+  if (p.role == Role::kJob) {
+    if (allow_job_token && p.job == id) return absl::OkStatus();
+    return absl::PermissionDeniedError(
+        absl::StrCat("job ", p.job,
+                     "'s token may only report its own "
+                     "checkpoints"));
+  }
+  absl::StatusOr<nlohmann::json> job = controller_->GetJob(id, absl::Now());
+  if (!job.ok()) return job.status();
+  const std::string owner = (*job).value("user", std::string());
+  if (owner == p.user) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat("job ", id, " belongs to ", owner, ", not to ", p.user));
+}
+
+void HttpServer::Redact(const Principal& p, nlohmann::json& job) {
+  if (p.admin() || job.value("user", std::string()) == p.user) return;
+  if (job.contains("spec") && job["spec"].is_object()) {
+    nlohmann::json& spec = job["spec"];
+    for (const char* field : {"command", "env", "working_dir"}) {
+      if (spec.contains(field)) spec[field] = "(hidden: another user's job)";
+    }
+  }
+}
+
+std::string HttpServer::AgentAuthorization(const std::string& node) const {
+  if (options_.auth == nullptr || node.empty()) return "";
+  return absl::StrCat("Bearer ", options_.auth->AgentKey(node));
+}
+
 bool HttpServer::ServeStandbyRead(const httplib::Request& req,
                                   httplib::Response& res) {
   if (options_.standby_reads == nullptr || req.method != "GET") return false;
@@ -649,11 +1063,14 @@ bool HttpServer::ServeStandbyRead(const httplib::Request& req,
   absl::string_view path = req.path;
   if (path == "/v1/jobs") {
     absl::StatusOr<JobQuery> f = JobQueryOf(req);
-    if (!f.ok()) {
-      ReplyError(res, f.status());
-    } else {
-      ReplyResult(res, reads.ListJobs(*f));
+    absl::StatusOr<nlohmann::json> jobs =
+        f.ok() ? reads.ListJobs(*f)
+               : absl::StatusOr<nlohmann::json>(f.status());
+    if (jobs.ok()) {
+      const Principal p = PrincipalOf(req);
+      for (nlohmann::json& j : (*jobs)["jobs"]) Redact(p, j);
     }
+    ReplyResult(res, jobs);
   } else if (absl::ConsumePrefix(&path, "/v1/jobs/")) {
     const bool events = absl::ConsumeSuffix(&path, "/events");
     JobId id = 0;
@@ -663,6 +1080,7 @@ bool HttpServer::ServeStandbyRead(const httplib::Request& req,
       return false;  // logs and other job routes go to the leader
     }
     absl::StatusOr<nlohmann::json> job = reads.GetJob(id);
+    if (job.ok()) Redact(PrincipalOf(req), *job);
     if (job.ok() && events) {
       ReplyResult(res, nlohmann::json{{"events", (*job)["events"]}});
     } else {
@@ -804,7 +1222,18 @@ void HttpServer::DispatchLoop() {
         a.kind == AgentAction::Kind::kLaunch
             ? std::string("/v1/tasks")
             : absl::StrCat("/v1/tasks/", a.task_id, "/stop?node=", a.node);
-    httplib::Result r = c->Post(path, a.body.dump(), "application/json");
+    httplib::Headers headers;
+    if (const std::string key = AgentAuthorization(a.node); !key.empty()) {
+      headers.emplace("Authorization", key);
+    }
+    if (a.kind == AgentAction::Kind::kLaunch && options_.auth != nullptr &&
+        a.body.contains("env") && a.body["env"].is_object()) {
+      // The job's own token, for `loom checkpoint` inside the task. Added
+      // here, not in the controller, so that it is never stored.
+      a.body["env"]["LOOM_TOKEN"] = options_.auth->JobToken(a.job);
+    }
+    httplib::Result r =
+        c->Post(path, headers, a.body.dump(), "application/json");
     absl::Status st;
     if (!r) {
       st = absl::UnavailableError(

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "loom/common/metrics_text.h"
+#include "loom/server/auth.h"
 #include "loom/server/controller.h"
 #include "loom/server/standby_reader.h"
 
@@ -43,6 +44,10 @@ struct HttpServerOptions {
   // A standby answers job reads (GET /v1/jobs, /v1/jobs/{id}[/events]) from
   // the store through this, when set (it must outlive the server).
   const StandbyReader* standby_reads = nullptr;
+  // Authentication and authorization of every request (docs/security.md).
+  // Null: none at all (unit tests of other parts only; `loom server` always
+  // sets it).
+  TokenRegistry* auth = nullptr;
 };
 
 // `loom server`'s HTTP front (REST API of docs/api.md) plus the scheduling
@@ -74,6 +79,27 @@ class HttpServer {
 
  private:
   void Routes();
+  using Handler =
+      std::function<void(const httplib::Request&, httplib::Response&)>;
+  // Registers a route of `RouteTable()` (aborts for one that is not there:
+  // a programming error that every test run would show).
+  void Handle(const std::string& method, const std::string& route,
+              Handler handler);
+  // The caller of a request that passed the route's access check (an admin
+  // when there is no authentication).
+  Principal PrincipalOf(const httplib::Request& req) const;
+  // Checks the request against its route's access rule; false after
+  // answering 401 or 403.
+  bool Authorize(const httplib::Request& req, httplib::Response& res);
+  // OK when `p` may act on job `id` (its owner or an admin; a job's own
+  // token for `allow_job_token`); PermissionDenied or NotFound otherwise.
+  absl::Status MayTouchJob(const Principal& p, JobId id, bool allow_job_token);
+  // Hides other users' command, environment and working directory from
+  // callers that are not admins.
+  static void Redact(const Principal& p, nlohmann::json& job);
+  // The `Authorization` header value of a request to node `node`'s agent
+  // ("" without authentication).
+  std::string AgentAuthorization(const std::string& node) const;
   void StartWorkers();
   // A standby's answer to a request it cannot serve (see the class comment);
   // false for the routes a standby serves itself.
@@ -118,6 +144,31 @@ class HttpServer {
   std::map<std::tuple<std::string, std::string, int>, int64_t> requests_
       ABSL_GUARDED_BY(metrics_mu_);
 };
+
+// Who may call a route (docs/security.md).
+enum class Access {
+  kPublic,      // anyone, no token (health, who leads, the dashboard page)
+  kAnyone,      // any valid token
+  kHuman,       // admin, operator or user (further checks per job)
+  kJobOrHuman,  // also a job's own token (its checkpoints)
+  kOperator,    // admin or operator
+  kAdmin,
+  kAgent,       // a join token or a node credential (registration)
+  kNode,        // a node credential (heartbeats)
+};
+
+// One route of the API: method, template ("/v1/jobs/{id}/logs") and who may
+// call it. Every route the server serves is in this table (the server
+// refuses to register one that is not), and requests are checked against
+// it before any handler runs.
+struct RouteRule {
+  std::string method;
+  std::string route;
+  Access access;
+};
+const std::vector<RouteRule>& RouteTable();
+// The rule for a request; null when no route matches.
+const RouteRule* FindRoute(std::string_view method, std::string_view path);
 
 // The route template of a request path, for metrics: "/v1/jobs/{id}/logs".
 // Paths of no route give "other".

@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "absl/strings/str_replace.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "loom/sched/test_util.h"
@@ -247,6 +249,197 @@ TEST(HttpServerStandbyTest, ReadsFromTheStoreAndSendsTheRestToTheLeader) {
   EXPECT_EQ(c.Get("/v1/jobs")->get_header_value("X-Loom-Served-By"), "");
   EXPECT_NE(c.Get("/metrics")->body.find("loom_leader 1"), std::string::npos);
   server.Stop();
+}
+
+// The API with authentication: tokens of every role.
+class HttpServerAuthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster_ = testing::MakeCluster({{2, 0}}, 2, 8);
+    auto c =
+        Controller::Create(cluster_, &store_, ControllerOptions{}, absl::Now());
+    ASSERT_TRUE(c.ok());
+    controller_ = *std::move(c);
+    ASSERT_TRUE(auth_.Load(absl::Now()).ok());
+    admin_ = Make({.role = Role::kAdmin, .user = "root", .projects = {"*"}});
+    alice_ =
+        Make({.role = Role::kUser, .user = "alice", .projects = {"default"}});
+    bob_ = Make({.role = Role::kUser, .user = "bob", .projects = {"default"}});
+    olga_ = Make({.role = Role::kOperator, .user = "olga"});
+    join_ = Make({.role = Role::kJoin});
+    HttpServerOptions o;
+    o.port = 0;
+    o.auth = &auth_;
+    server_ = std::make_unique<HttpServer>(controller_.get(), o);
+    auto port = server_->Start();
+    ASSERT_TRUE(port.ok()) << port.status();
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", *port);
+  }
+  void TearDown() override { server_->Stop(); }
+
+  std::string Make(TokenRequest r) {
+    auto made = auth_.Create(r, absl::Now());
+    EXPECT_TRUE(made.ok()) << made.status();
+    return made.ok() ? made->second : "";
+  }
+  // (status, body) of a request with `token` ("" sends no header).
+  std::pair<int, nlohmann::json> Call(const std::string& method,
+                                      const std::string& path,
+                                      const std::string& token,
+                                      const std::string& body = "{}") {
+    httplib::Headers h;
+    if (!token.empty()) h.emplace("Authorization", "Bearer " + token);
+    auto r = method == "GET" ? client_->Get(path, h)
+                             : client_->Post(path, h, body, "application/json");
+    if (!r) return {0, {}};
+    return {r->status, nlohmann::json::parse(r->body, nullptr, false)};
+  }
+
+  Cluster cluster_;
+  MemoryStateStore store_;
+  std::unique_ptr<Controller> controller_;
+  TokenRegistry auth_{&store_, /*authoritative=*/true};
+  std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<httplib::Client> client_;
+  std::string admin_, alice_, bob_, olga_, join_;
+};
+
+// Walks the route table (every route the server registers is in it, or the
+// server aborts at start): without a token, with a malformed one, with an
+// unknown one, every route but the public ones answers 401.
+TEST_F(HttpServerAuthTest, EveryRouteRefusesMissingAndWrongTokens) {
+  const std::string unknown = "loom.0123456789abcdef." + std::string(64, '0');
+  int checked = 0;
+  for (const RouteRule& r : RouteTable()) {
+    const std::string path = absl::StrReplaceAll(
+        r.route,
+        {{"{id}", "1"}, {"{name}", "h200-0"}, {"{token}", "0123456789abcdef"}});
+    EXPECT_EQ(RouteOf(path), r.route);
+    for (const std::string& token :
+         {std::string(), std::string("garbage"), unknown, alice_ + "x"}) {
+      const auto [status, body] = Call(r.method, path, token);
+      if (r.access == Access::kPublic) {
+        EXPECT_NE(status, 401) << r.method << " " << path;
+      } else {
+        EXPECT_EQ(status, 401) << r.method << " " << path << " token '"
+                               << token.substr(0, 8) << "'";
+        EXPECT_EQ(body["error"]["code"], "unauthenticated");
+      }
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 28);
+  // A token of the wrong kind is 403: agents' tokens cannot use the API,
+  // users cannot use the agent protocol.
+  EXPECT_EQ(Call("GET", "/v1/jobs", join_).first, 403);
+  EXPECT_EQ(Call("POST", "/v1/agents/heartbeat", alice_).first, 403);
+  EXPECT_EQ(Call("POST", "/v1/agents/register", alice_).first, 403);
+  EXPECT_EQ(Call("GET", "/v1/tokens", olga_).first, 403);
+  EXPECT_EQ(Call("GET", "/metrics", alice_).first, 403);
+}
+
+TEST_F(HttpServerAuthTest, UsersSeeAndTouchOnlyTheirOwnJobs) {
+  const std::string spec =
+      R"({"name": "secret", "command": ["python3", "train.py", "--key=s3cr3t"],
+          "env": {"API_KEY": "s3cr3t"}, "resources": {"gpus": 1}})";
+  auto [st1, j1] = Call("POST", "/v1/jobs", alice_, spec);
+  ASSERT_EQ(st1, 201) << j1;
+  EXPECT_EQ(j1["user"], "alice");
+  auto [st2, j2] = Call("POST", "/v1/jobs", alice_, spec);
+  ASSERT_EQ(st2, 201);
+  // Bob sees the queue, but not Alice's command or environment.
+  auto [st3, list] = Call("GET", "/v1/jobs", bob_);
+  ASSERT_EQ(st3, 200);
+  EXPECT_EQ(list["jobs"].size(), 2u);
+  auto [st4, shown] = Call("GET", "/v1/jobs/1", bob_);
+  ASSERT_EQ(st4, 200);
+  EXPECT_EQ(shown.dump().find("s3cr3t"), std::string::npos) << shown;
+  EXPECT_NE(Call("GET", "/v1/jobs/1", alice_).second.dump().find("s3cr3t"),
+            std::string::npos);
+  // Bob can neither cancel, release, nor read the logs of Alice's job.
+  for (const auto& [method, path] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"POST", "/v1/jobs/1/cancel"},
+           {"POST", "/v1/jobs/1/release"},
+           {"GET", "/v1/jobs/1/logs?task=0"},
+           {"POST", "/v1/jobs/1/checkpoint"}}) {
+    auto [status, body] = Call(method, path, bob_);
+    EXPECT_EQ(status, 403) << path;
+    EXPECT_EQ(body["error"]["message"], "job 1 belongs to alice, not to bob");
+  }
+  auto [st5, bulk] = Call("POST", "/v1/jobs/release", bob_, R"({"ids": [1]})");
+  ASSERT_EQ(st5, 200);
+  EXPECT_EQ(bulk["errors"][0]["error"]["code"], "permission_denied");
+  // Bob may not submit as Alice, as root, or to a project he is not in.
+  EXPECT_EQ(
+      Call(
+          "POST", "/v1/jobs", bob_,
+          R"({"name": "x", "command": ["true"], "user": "alice", "resources": {"gpus": 1}})")
+          .first,
+      403);
+  EXPECT_EQ(
+      Call(
+          "POST", "/v1/jobs", bob_,
+          R"({"name": "x", "command": ["true"], "project": "research", "resources": {"gpus": 1}})")
+          .first,
+      403);
+  // An operator drains nodes but reads no one's logs.
+  EXPECT_EQ(Call("POST", "/v1/nodes/h200-0/drain", olga_).first, 200);
+  EXPECT_EQ(Call("POST", "/v1/nodes/h200-0/drain", alice_).first, 403);
+  EXPECT_EQ(Call("GET", "/v1/jobs/1/logs?task=0", olga_).first, 403);
+  EXPECT_EQ(Call("GET", "/metrics", olga_).first, 200);
+  // Alice cancels her own job; the admin can do everything.
+  EXPECT_EQ(Call("POST", "/v1/jobs/1/cancel", alice_).first, 200);
+  EXPECT_EQ(Call("POST", "/v1/jobs/2/cancel", admin_).first, 200);
+  EXPECT_NE(Call("GET", "/v1/jobs/2/logs?task=0", admin_).first, 403);
+  EXPECT_EQ(
+      Call(
+          "POST", "/v1/jobs", admin_,
+          R"({"name": "x", "command": ["id"], "user": "root", "resources": {"gpus": 1}})")
+          .first,
+      201);
+  // A job's own token reports its checkpoints, and nothing else.
+  const std::string job2 = auth_.JobToken(2);
+  EXPECT_NE(Call("POST", "/v1/jobs/2/checkpoint", job2).first, 403);
+  EXPECT_EQ(Call("POST", "/v1/jobs/1/checkpoint", job2).first, 403);
+  EXPECT_EQ(Call("GET", "/v1/jobs", job2).first, 403);
+}
+
+TEST_F(HttpServerAuthTest, AgentsJoinWithATokenAndRevokedCredentialsStop) {
+  nlohmann::json reg = {{"name", "h200-0"},
+                        {"address", "127.0.0.2:7100"},
+                        {"gpus", nlohmann::json::array()},
+                        {"emulated", true},
+                        {"tasks", nlohmann::json::array()}};
+  for (int g = 0; g < 8; ++g) {
+    reg["gpus"].push_back({{"index", g}, {"model", "h200"}});
+  }
+  EXPECT_EQ(Call("POST", "/v1/agents/register", "", reg.dump()).first, 401);
+  // A node that is not in the cluster spec gets no credential.
+  nlohmann::json stranger = reg;
+  stranger["name"] = "intruder";
+  EXPECT_EQ(Call("POST", "/v1/agents/register", join_, stranger.dump()).first,
+            404);
+  auto [status, answer] =
+      Call("POST", "/v1/agents/register", join_, reg.dump());
+  ASSERT_EQ(status, 200) << answer;
+  const std::string credential = answer["credential"];
+  EXPECT_EQ(answer["agent_key"], auth_.AgentKey("h200-0"));
+  const std::string beat =
+      nlohmann::json{{"name", "h200-0"}, {"tasks", nlohmann::json::array()}}
+          .dump();
+  EXPECT_EQ(Call("POST", "/v1/agents/heartbeat", credential, beat).first, 200);
+  // The credential is this node's only.
+  EXPECT_EQ(Call("POST", "/v1/agents/heartbeat", credential,
+                 R"({"name": "h200-1", "tasks": []})")
+                .first,
+            403);
+  EXPECT_EQ(Call("POST", "/v1/nodes/h200-0/revoke", olga_).first, 403);
+  EXPECT_EQ(Call("POST", "/v1/nodes/h200-0/revoke", admin_).first, 200);
+  auto [after, why] = Call("POST", "/v1/agents/heartbeat", credential, beat);
+  EXPECT_EQ(after, 401);
+  EXPECT_THAT(std::string(why["error"]["message"]),
+              ::testing::HasSubstr("revoked"));
 }
 
 TEST(RouteOf, TemplatesOfEveryRoute) {

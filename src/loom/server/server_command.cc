@@ -1,11 +1,16 @@
 #include "loom/server/server_command.h"
 
+#include <fcntl.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <thread>
@@ -14,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "loom/core/cluster_spec.h"
+#include "loom/server/auth.h"
 #include "loom/server/controller.h"
 #include "loom/server/http_server.h"
 #include "loom/server/standby_reader.h"
@@ -31,6 +37,44 @@ void OnSignal(int) { g_stop = true; }
 int Fail(const std::string& message) {
   std::cerr << "loom server: " << message << "\n";
   return 2;
+}
+
+std::string AdminTokenFile(const ServerFlags& f) {
+  return f.admin_token_file.empty() ? f.data_dir + "/admin.token"
+                                    : f.admin_token_file;
+}
+
+// Makes the first admin token when the cluster has none and writes it to
+// `path` (0600), so that its secret is never printed or logged.
+absl::Status BootstrapAdmin(TokenRegistry& auth, const std::string& path) {
+  // The admin is the Unix user that runs the server (root on a real
+  // cluster), as Slurm's SlurmUser is.
+  std::string user = "admin";
+  if (const passwd* pw = getpwuid(geteuid()); pw != nullptr) {
+    user = pw->pw_name;
+  }
+  absl::StatusOr<std::optional<std::string>> token =
+      auth.BootstrapAdmin(absl::Now(), user);
+  if (!token.ok()) return token.status();
+  if (!token->has_value()) return absl::OkStatus();
+  const std::string tmp = path + ".tmp";
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--admin-token-file: cannot write ", path, ": ", std::strerror(errno)));
+  }
+  const std::string text = **token + "\n";
+  const bool ok = write(fd, text.data(), text.size()) ==
+                      static_cast<ssize_t>(text.size()) &&
+                  fsync(fd) == 0;
+  close(fd);
+  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--admin-token-file: cannot write ", path));
+  }
+  std::cerr << "loom server: the first admin token is in " << path
+            << " (export LOOM_TOKEN_FILE=" << path << ")" << std::endl;
+  return absl::OkStatus();
 }
 
 // A leader that lost its leadership stops at once, the way Kubernetes'
@@ -96,6 +140,11 @@ int RunReplicated(const ServerFlags& f, Cluster cluster,
   hopts.leader_url = [&election] { return election.Leader(); };
   StandbyReader standby_reads(&cluster, store->get());
   hopts.standby_reads = &standby_reads;
+  TokenRegistry auth(store->get(), /*authoritative=*/false);
+  if (absl::Status st = auth.Load(absl::Now()); !st.ok()) {
+    return Fail(absl::StrCat("loading tokens: ", st.message()));
+  }
+  hopts.auth = &auth;
   HttpServer server(nullptr, hopts);
   absl::StatusOr<int> bound = server.Start();
   if (!bound.ok()) return Fail(std::string(bound.status().message()));
@@ -115,6 +164,16 @@ int RunReplicated(const ServerFlags& f, Cluster cluster,
   // this term's: a deposed leader can write nothing.
   (*store)->SetFence(leader_key, *term, LostLeadership);
   election.KeepLeading(LostLeadership);
+  if (absl::Status st = auth.BecomeAuthoritative(absl::Now()); !st.ok()) {
+    std::cerr << "loom server: cannot load tokens as the new leader: "
+              << st.message() << std::endl;
+    election.Resign();
+    server.Stop();
+    return 1;
+  }
+  if (absl::Status st = BootstrapAdmin(auth, AdminTokenFile(f)); !st.ok()) {
+    std::cerr << "loom server: " << st.message() << std::endl;
+  }
   // A copy: the standby reader keeps reading `cluster` until `Lead`.
   absl::StatusOr<std::unique_ptr<Controller>> controller =
       Controller::Create(cluster, store->get(), copts, absl::Now());
@@ -161,6 +220,9 @@ CLI::App* AddServerCommand(CLI::App& app, ServerFlags* f) {
   cmd->add_option("--advertise", f->advertise,
                   "With --store etcd: this server's API URL as other servers "
                   "send clients to it (default http://LISTEN)");
+  cmd->add_option("--admin-token-file", f->admin_token_file,
+                  "Where the first admin token is written (mode 0600) when "
+                  "the cluster has none (default DATA_DIR/admin.token)");
   cmd->add_option("--leader-lease", f->leader_lease_s,
                   "With --store etcd: seconds a silent leader keeps its "
                   "leadership (etcd lease TTL, at least 2): the bound on "
@@ -249,6 +311,14 @@ int RunServer(const ServerFlags& f) {
   if (!controller.ok()) {
     return Fail(std::string(controller.status().message()));
   }
+  TokenRegistry auth(store->get(), /*authoritative=*/true);
+  if (absl::Status st = auth.Load(absl::Now()); !st.ok()) {
+    return Fail(absl::StrCat("loading tokens: ", st.message()));
+  }
+  if (absl::Status st = BootstrapAdmin(auth, AdminTokenFile(f)); !st.ok()) {
+    return Fail(std::string(st.message()));
+  }
+  hopts.auth = &auth;
   HttpServer server(controller->get(), hopts);
   absl::StatusOr<int> bound = server.Start();
   if (!bound.ok()) return Fail(std::string(bound.status().message()));

@@ -23,6 +23,9 @@ struct ServerFlags {
   std::string etcd_prefix = "/loom";  // keys under PREFIX/data, PREFIX/leader
   std::string advertise;              // this server's URL for clients
   double leader_lease_s = 3;
+  // Where the first admin token is written (mode 0600) when the cluster has
+  // none; default DATA_DIR/admin.token.
+  std::string admin_token_file;
 };
 
 CLI::App* AddServerCommand(CLI::App& app, ServerFlags* flags);

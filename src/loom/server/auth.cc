@@ -1,0 +1,427 @@
+#include "loom/server/auth.h"
+
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <sys/random.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace loom {
+namespace {
+
+constexpr char kTokenPrefix[] = "/auth/tokens/";
+constexpr char kSecretKey[] = "/auth/cluster-secret";
+
+std::string Hex(const unsigned char* data, size_t n) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(2 * n, '0');
+  for (size_t i = 0; i < n; ++i) {
+    out[2 * i] = kDigits[data[i] >> 4];
+    out[2 * i + 1] = kDigits[data[i] & 15];
+  }
+  return out;
+}
+
+bool IsHex(std::string_view s, size_t n) {
+  return s.size() == n && std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+absl::Status Invalid() {
+  // Never says which part was wrong, and never repeats the token.
+  return absl::UnauthenticatedError(
+      "invalid token (send Authorization: Bearer <token>; an admin makes "
+      "tokens with `loom token create`)");
+}
+
+}  // namespace
+
+std::string_view RoleName(Role role) {
+  switch (role) {
+    case Role::kAdmin:
+      return "admin";
+    case Role::kOperator:
+      return "operator";
+    case Role::kUser:
+      return "user";
+    case Role::kNode:
+      return "node";
+    case Role::kJoin:
+      return "join";
+    case Role::kJob:
+      return "job";
+  }
+  return "user";
+}
+
+absl::StatusOr<Role> ParseRole(std::string_view name) {
+  for (Role r : {Role::kAdmin, Role::kOperator, Role::kUser, Role::kNode,
+                 Role::kJoin, Role::kJob}) {
+    if (RoleName(r) == name) return r;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("role: '", std::string(name),
+                   "' is not one of admin, operator, user, join"));
+}
+
+bool Principal::InProject(const std::string& project) const {
+  return std::find(projects.begin(), projects.end(), project) !=
+             projects.end() ||
+         std::find(projects.begin(), projects.end(), "*") != projects.end();
+}
+
+std::string Sha256Hex(std::string_view data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
+  return Hex(md, len);
+}
+
+std::string HmacSha256Hex(std::string_view key, std::string_view data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(data.data()), data.size(), md,
+       &len);
+  return Hex(md, len);
+}
+
+std::string RandomHex(int bytes) {
+  std::string buf(bytes, '\0');
+  size_t got = 0;
+  while (got < buf.size()) {
+    const ssize_t n = getrandom(buf.data() + got, buf.size() - got, 0);
+    if (n <= 0) continue;  // EINTR; getrandom blocks only before boot entropy
+    got += static_cast<size_t>(n);
+  }
+  return Hex(reinterpret_cast<const unsigned char*>(buf.data()), buf.size());
+}
+
+bool SecureEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  }
+  return diff == 0;
+}
+
+nlohmann::json TokenRecordToJson(const TokenRecord& t, bool with_hash) {
+  nlohmann::json j = {{"id", t.id},
+                      {"role", std::string(RoleName(t.role))},
+                      {"user", t.user},
+                      {"projects", t.projects},
+                      {"created", absl::ToUnixSeconds(t.created)},
+                      {"once", t.once},
+                      {"used", t.used},
+                      {"revoked", t.revoked},
+                      {"description", t.description}};
+  j["expires"] = t.expires ? nlohmann::json(absl::ToUnixSeconds(*t.expires))
+                           : nlohmann::json(nullptr);
+  if (with_hash) j["sha256"] = t.secret_sha256;
+  return j;
+}
+
+absl::StatusOr<TokenRecord> TokenRecordFromJson(const nlohmann::json& j) {
+  if (!j.is_object()) return absl::DataLossError("token record: not an object");
+  TokenRecord t;
+  try {
+    t.id = j.at("id").get<std::string>();
+    absl::StatusOr<Role> role = ParseRole(j.at("role").get<std::string>());
+    if (!role.ok()) return absl::DataLossError("token record: bad role");
+    t.role = *role;
+    t.user = j.value("user", "");
+    t.projects = j.value("projects", std::vector<std::string>{});
+    t.secret_sha256 = j.at("sha256").get<std::string>();
+    t.created = absl::FromUnixSeconds(j.value("created", int64_t{0}));
+    if (j.contains("expires") && j["expires"].is_number()) {
+      t.expires = absl::FromUnixSeconds(j["expires"].get<int64_t>());
+    }
+    t.once = j.value("once", false);
+    t.used = j.value("used", false);
+    t.revoked = j.value("revoked", false);
+    t.description = j.value("description", "");
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(absl::StrCat("token record: ", e.what()));
+  }
+  return t;
+}
+
+absl::Status TokenRegistry::LoadFrom(absl::Time now, bool load_tokens) {
+  absl::StatusOr<KeyValue> secret = store_->Get(kSecretKey);
+  if (!secret.ok() && secret.status().code() == absl::StatusCode::kNotFound) {
+    const std::string fresh = RandomHex(32);
+    absl::StatusOr<int64_t> r =
+        store_->Commit({{kSecretKey, Condition::kMustNotExist}},
+                       {Mutation::Put(kSecretKey, fresh)});
+    if (!r.ok() && r.status().code() != absl::StatusCode::kFailedPrecondition) {
+      return r.status();
+    }
+    secret = store_->Get(kSecretKey);  // ours, or another server's
+  }
+  if (!secret.ok()) return secret.status();
+  std::map<std::string, TokenRecord> tokens;
+  if (load_tokens) {
+    absl::StatusOr<std::vector<KeyValue>> all = store_->List(kTokenPrefix);
+    if (!all.ok()) return all.status();
+    for (const KeyValue& kv : *all) {
+      nlohmann::json j = nlohmann::json::parse(kv.value, nullptr, false);
+      absl::StatusOr<TokenRecord> t = TokenRecordFromJson(j);
+      if (!t.ok()) {
+        return absl::DataLossError(
+            absl::StrCat("store entry ", kv.key, ": ", t.status().message()));
+      }
+      tokens[t->id] = *std::move(t);
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  cluster_secret_ = secret->value;
+  tokens_ = std::move(tokens);
+  return absl::OkStatus();
+}
+
+absl::Status TokenRegistry::BecomeAuthoritative(absl::Time now) {
+  if (absl::Status st = LoadFrom(now, /*tokens=*/true); !st.ok()) return st;
+  authoritative_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status TokenRegistry::Load(absl::Time now) {
+  return LoadFrom(now, authoritative_);
+}
+
+absl::Status TokenRegistry::Save(const TokenRecord& t) {
+  absl::StatusOr<int64_t> r = store_->Commit(
+      {}, {Mutation::Put(absl::StrCat(kTokenPrefix, t.id),
+                         TokenRecordToJson(t, /*with_hash=*/true).dump())});
+  if (!r.ok()) return r.status();
+  if (authoritative_) {
+    absl::MutexLock lock(&mu_);
+    tokens_[t.id] = t;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TokenRecord> TokenRegistry::Find(const std::string& id) const {
+  if (authoritative_) {
+    absl::MutexLock lock(&mu_);
+    auto it = tokens_.find(id);
+    if (it == tokens_.end()) return absl::NotFoundError("no such token");
+    return it->second;
+  }
+  absl::StatusOr<KeyValue> kv = store_->Get(absl::StrCat(kTokenPrefix, id));
+  if (!kv.ok()) return kv.status();
+  return TokenRecordFromJson(nlohmann::json::parse(kv->value, nullptr, false));
+}
+
+absl::StatusOr<std::optional<std::string>> TokenRegistry::BootstrapAdmin(
+    absl::Time now, const std::string& user) {
+  for (const TokenRecord& t : List()) {
+    if (t.role == Role::kAdmin && !t.revoked) return std::nullopt;
+  }
+  TokenRequest req;
+  req.role = Role::kAdmin;
+  req.user = user;
+  req.projects = {"*"};
+  req.description = "made by `loom server` at its first start";
+  absl::StatusOr<std::pair<TokenRecord, std::string>> made = Create(req, now);
+  if (!made.ok()) return made.status();
+  return made->second;
+}
+
+absl::StatusOr<std::pair<TokenRecord, std::string>> TokenRegistry::Create(
+    const TokenRequest& request, absl::Time now) {
+  if (request.role == Role::kJob) {
+    return absl::InvalidArgumentError("role: job tokens are not made by hand");
+  }
+  if (request.role != Role::kJoin && request.user.empty()) {
+    return absl::InvalidArgumentError("user: required");
+  }
+  for (char c : request.user) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' &&
+        c != '_' && c != '.') {
+      return absl::InvalidArgumentError(
+          "user: only letters, digits and . _ - are allowed");
+    }
+  }
+  if (request.ttl < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("ttl: must not be negative");
+  }
+  TokenRecord t;
+  t.id = RandomHex(8);
+  t.role = request.role;
+  t.user = request.role == Role::kJoin ? "" : request.user;
+  t.projects = request.projects;
+  t.created = now;
+  if (request.ttl > absl::ZeroDuration()) t.expires = now + request.ttl;
+  t.once = request.once;
+  t.description = request.description;
+  const std::string secret = RandomHex(32);
+  t.secret_sha256 = Sha256Hex(secret);
+  if (absl::Status st = Save(t); !st.ok()) return st;
+  return std::make_pair(t, absl::StrCat("loom.", t.id, ".", secret));
+}
+
+absl::StatusOr<TokenRecord> TokenRegistry::Revoke(const std::string& id,
+                                                  absl::Time now) {
+  absl::StatusOr<TokenRecord> t = Find(id);
+  if (!t.ok()) return absl::NotFoundError(absl::StrCat("no token ", id));
+  t->revoked = true;
+  if (absl::Status st = Save(*t); !st.ok()) return st;
+  return *t;
+}
+
+absl::Status TokenRegistry::RevokeNode(const std::string& node,
+                                       absl::Time now) {
+  int revoked = 0;
+  for (const TokenRecord& t : List()) {
+    if (t.role == Role::kNode && t.user == node && !t.revoked) {
+      if (absl::StatusOr<TokenRecord> r = Revoke(t.id, now); !r.ok()) {
+        return r.status();
+      }
+      ++revoked;
+    }
+  }
+  if (revoked == 0) {
+    return absl::NotFoundError(
+        absl::StrCat("node ", node, " has no credential to revoke"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<TokenRecord> TokenRegistry::List() const {
+  std::vector<TokenRecord> out;
+  if (authoritative_) {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, t] : tokens_) out.push_back(t);
+    return out;
+  }
+  absl::StatusOr<std::vector<KeyValue>> all = store_->List(kTokenPrefix);
+  if (!all.ok()) return out;
+  for (const KeyValue& kv : *all) {
+    absl::StatusOr<TokenRecord> t =
+        TokenRecordFromJson(nlohmann::json::parse(kv.value, nullptr, false));
+    if (t.ok()) out.push_back(*std::move(t));
+  }
+  return out;
+}
+
+absl::StatusOr<Principal> TokenRegistry::Authenticate(
+    std::string_view authorization, absl::Time now) const {
+  absl::string_view token(authorization.data(), authorization.size());
+  if (token.size() < 7 ||
+      !absl::EqualsIgnoreCase(token.substr(0, 7), "bearer ")) {
+    return absl::UnauthenticatedError(
+        "authentication required: send Authorization: Bearer <token> (the "
+        "CLI reads it from LOOM_TOKEN or --token-file)");
+  }
+  token.remove_prefix(7);
+  while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+  std::vector<absl::string_view> parts = absl::StrSplit(token, '.');
+  if (parts.size() != 3) return Invalid();
+  if (parts[0] == "loomjob") {
+    int64_t job = 0;
+    if (!absl::SimpleAtoi(parts[1], &job) || job <= 0 ||
+        !SecureEquals(std::string_view(parts[2].data(), parts[2].size()),
+                      JobToken(job).substr(JobToken(job).rfind('.') + 1))) {
+      return Invalid();
+    }
+    Principal p;
+    p.role = Role::kJob;
+    p.job = job;
+    p.token_id = absl::StrCat("job-", job);
+    return p;
+  }
+  if (parts[0] != "loom" ||
+      !IsHex(std::string_view(parts[1].data(), parts[1].size()), 16) ||
+      !IsHex(std::string_view(parts[2].data(), parts[2].size()), 64)) {
+    return Invalid();
+  }
+  absl::StatusOr<TokenRecord> t = Find(std::string(parts[1]));
+  if (!t.ok()) {
+    if (t.status().code() == absl::StatusCode::kNotFound) return Invalid();
+    return absl::UnavailableError(
+        absl::StrCat("cannot check the token: ", t.status().message()));
+  }
+  if (!SecureEquals(
+          Sha256Hex(std::string_view(parts[2].data(), parts[2].size())),
+          t->secret_sha256)) {
+    return Invalid();
+  }
+  if (t->revoked) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("token ", t->id, " was revoked"));
+  }
+  if (t->expires && now >= *t->expires) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("token ", t->id, " has expired"));
+  }
+  if (t->once && t->used) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("join token ", t->id, " was already used"));
+  }
+  Principal p;
+  p.token_id = t->id;
+  p.user = t->user;
+  p.role = t->role;
+  p.projects = t->projects;
+  return p;
+}
+
+absl::StatusOr<std::string> TokenRegistry::JoinNode(const Principal& join,
+                                                    const std::string& node,
+                                                    absl::Time now) {
+  if (join.role != Role::kJoin) {
+    return absl::PermissionDeniedError("only a join token can join a node");
+  }
+  absl::StatusOr<TokenRecord> jt = Find(join.token_id);
+  if (!jt.ok()) return Invalid();
+  if (jt->once) {
+    jt->used = true;
+    if (absl::Status st = Save(*jt); !st.ok()) return st;
+  }
+  for (const TokenRecord& t : List()) {
+    if (t.role == Role::kNode && t.user == node && !t.revoked) {
+      if (absl::StatusOr<TokenRecord> r = Revoke(t.id, now); !r.ok()) {
+        return r.status();
+      }
+    }
+  }
+  TokenRequest req;
+  req.role = Role::kNode;
+  req.user = node;
+  req.description = absl::StrCat("credential of node ", node,
+                                 ", joined with token ", join.token_id);
+  absl::StatusOr<std::pair<TokenRecord, std::string>> made = Create(req, now);
+  if (!made.ok()) return made.status();
+  return made->second;
+}
+
+std::string TokenRegistry::JobToken(int64_t job) const {
+  std::string secret;
+  {
+    absl::MutexLock lock(&mu_);
+    secret = cluster_secret_;
+  }
+  return absl::StrCat("loomjob.", job, ".",
+                      HmacSha256Hex(secret, absl::StrCat("job:", job)));
+}
+
+std::string TokenRegistry::AgentKey(const std::string& node) const {
+  std::string secret;
+  {
+    absl::MutexLock lock(&mu_);
+    secret = cluster_secret_;
+  }
+  return HmacSha256Hex(secret, absl::StrCat("agent:", node));
+}
+
+}  // namespace loom
