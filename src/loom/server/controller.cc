@@ -65,6 +65,78 @@ double CurrentRunGpuSeconds(const JobRecord& job, absl::Time now) {
   return gpus * std::max(0.0, absl::ToDoubleSeconds(now - *job.start_time));
 }
 
+// Checks the types of an agent's registration or heartbeat body before any
+// of it is used, so that a malformed body changes nothing (found by
+// fuzz/server_api_fuzzer: a wrong type used to throw half-way through).
+absl::Status CheckAgentBody(const nlohmann::json& body, bool registering) {
+  if (!body.is_object()) {
+    return absl::InvalidArgumentError("body: must be a JSON object");
+  }
+  auto string_field = [&](const nlohmann::json& o, const char* key,
+                          const std::string& where) -> absl::Status {
+    auto it = o.find(key);
+    if (it != o.end() && !it->is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, key, ": must be a string"));
+    }
+    return absl::OkStatus();
+  };
+  for (const char* key : {"name", "address", "hostname"}) {
+    if (absl::Status st = string_field(body, key, ""); !st.ok()) return st;
+  }
+  if (auto it = body.find("emulated"); it != body.end() && !it->is_boolean()) {
+    return absl::InvalidArgumentError("emulated: must be true or false");
+  }
+  if (registering) {
+    if (auto it = body.find("gpus"); it != body.end()) {
+      if (!it->is_array()) {
+        return absl::InvalidArgumentError("gpus: must be a list");
+      }
+      for (const nlohmann::json& g : *it) {
+        if (!g.is_object()) {
+          return absl::InvalidArgumentError("gpus: each must be an object");
+        }
+        if (absl::Status st = string_field(g, "model", "gpus[]."); !st.ok()) {
+          return st;
+        }
+      }
+    }
+  }
+  if (auto it = body.find("tasks"); it != body.end()) {
+    if (!it->is_array()) {
+      return absl::InvalidArgumentError("tasks: must be a list");
+    }
+    for (const nlohmann::json& t : *it) {
+      if (!t.is_object()) {
+        return absl::InvalidArgumentError("tasks: each must be an object");
+      }
+      for (const char* key : {"task_id", "state"}) {
+        if (absl::Status st = string_field(t, key, "tasks[]."); !st.ok()) {
+          return st;
+        }
+      }
+    }
+  }
+  if (auto it = body.find("health"); it != body.end() && !it->is_object() &&
+                                     !it->is_null()) {
+    return absl::InvalidArgumentError("health: must be an object");
+  }
+  return absl::OkStatus();
+}
+
+// Cuts `s` to at most `n` bytes without splitting a UTF-8 character.
+std::string TruncateUtf8(const std::string& s, size_t n) {
+  if (s.size() <= n) return s;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return s.substr(0, n);
+}
+
+// JSON text for the store: bytes that are not UTF-8 (an agent's message, a
+// user's string) become U+FFFD instead of throwing.
+std::string StoreText(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 bool TaskLive(const TaskRecord& t) {
   return t.state == TaskRecord::State::kLaunching ||
          t.state == TaskRecord::State::kRunning;
@@ -190,7 +262,7 @@ absl::Status Controller::Persist(const std::vector<const JobRecord*>& jobs) {
   absl::flat_hash_set<JobId> seen;  // a job may be listed more than once
   for (const JobRecord* j : jobs) {
     if (!seen.insert(j->id).second) continue;
-    m.push_back(Mutation::Put(JobKey(j->id), JobRecordToJson(*j).dump()));
+    m.push_back(Mutation::Put(JobKey(j->id), StoreText(JobRecordToJson(*j))));
   }
   absl::StatusOr<int64_t> rev = store_->Commit({}, m);
   return rev.ok() ? absl::OkStatus() : rev.status();
@@ -204,7 +276,7 @@ absl::Status Controller::PersistNode(int node) {
                       {"reason", n.reason}};
   absl::StatusOr<int64_t> rev = store_->Commit(
       {}, {Mutation::Put(absl::StrCat(kNodePrefix, cluster_.nodes[node].name),
-                         j.dump())});
+                         StoreText(j))});
   return rev.ok() ? absl::OkStatus() : rev.status();
 }
 
@@ -257,7 +329,7 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
   // and heartbeats do not wait for the disk.
   std::vector<Condition> conditions = {{JobKey(id), Condition::kMustNotExist}};
   std::vector<Mutation> mutations = {
-      Mutation::Put(JobKey(id), JobRecordToJson(job).dump())};
+      Mutation::Put(JobKey(id), StoreText(JobRecordToJson(job)))};
   if (!request_id.empty()) {
     // The key claims the id for good, also across leaders.
     conditions.push_back({RequestKey(request_id), Condition::kMustNotExist});
@@ -743,6 +815,7 @@ nlohmann::json Controller::TaskReports(const std::string& node_name,
 
 absl::StatusOr<nlohmann::json> Controller::Register(const nlohmann::json& body,
                                                     absl::Time now) {
+  if (absl::Status st = CheckAgentBody(body, true); !st.ok()) return st;
   absl::MutexLock lock(&mu_);
   const std::string name = body.value("name", "");
   const int n = NodeIndex(name);
@@ -794,6 +867,7 @@ absl::StatusOr<nlohmann::json> Controller::Register(const nlohmann::json& body,
 
 absl::StatusOr<nlohmann::json> Controller::Heartbeat(const nlohmann::json& body,
                                                      absl::Time now) {
+  if (absl::Status st = CheckAgentBody(body, false); !st.ok()) return st;
   absl::MutexLock lock(&mu_);
   const std::string name = body.value("name", "");
   const int n = NodeIndex(name);
@@ -859,9 +933,13 @@ void Controller::ActionDone(const AgentAction& action,
       return;
     }
     t.state = TaskRecord::State::kLost;
-    job.AddEvent(now, absl::StrCat("launch of task ", t.index, " on ", t.node,
-                                   " failed: ", status.message()));
+    const std::string why = absl::StrCat("launch of task ", t.index, " on ",
+                                         t.node, " failed: ", status.message());
+    job.AddEvent(now, why);
     TaskEnded(job, t, now);
+    // The agent's reason (an unknown user, a bad working directory) says
+    // more than "lost".
+    if (IsFinal(job.state)) job.reason = why;
     (void)Persist({&job});
     return;
   }
@@ -1020,7 +1098,7 @@ void Controller::ApplyHealth(int n, const nlohmann::json& body, absl::Time now,
   std::vector<std::string> problems;
   for (const nlohmann::json& p : *list) {
     if (!p.is_string() || problems.size() >= kMaxProblems) continue;
-    problems.push_back(p.get<std::string>().substr(0, kMaxProblemLength));
+    problems.push_back(TruncateUtf8(p.get<std::string>(), kMaxProblemLength));
   }
   Node& node = nodes_[n];
   node.health = problems;

@@ -34,7 +34,11 @@ std::string FieldOf(absl::string_view message) {
 
 void Reply(httplib::Response& res, int status, const nlohmann::json& body) {
   res.status = status;
-  res.set_content(body.dump(), "application/json");
+  // Bytes that are not UTF-8 (a URL-decoded path quoted in an error, an
+  // agent's message) become U+FFFD instead of throwing.
+  res.set_content(
+      body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+      "application/json");
 }
 
 // The `{"code", "message", "field"?}` object of an error and its HTTP status.
@@ -1242,10 +1246,27 @@ void HttpServer::DispatchLoop() {
       clients.erase(a.address);
     } else if (r->status >= 300 &&
                !(a.kind == AgentAction::Kind::kLaunch && r->status == 409)) {
+      // The agent's own message when it sent one, else the start of its
+      // answer; as UTF-8 (whatever answers at an agent's address).
+      std::string what = r->body.substr(0, 300);
+      nlohmann::json answer = nlohmann::json::parse(r->body, nullptr, false);
+      if (answer.is_object() && answer.contains("error") &&
+          answer["error"].is_object() &&
+          answer["error"].value("message", nlohmann::json()).is_string()) {
+        what = answer["error"]["message"].get<std::string>();
+      }
+      what = nlohmann::json(what).dump(
+          -1, ' ', false, nlohmann::json::error_handler_t::replace);
       st = absl::InternalError(absl::StrCat("agent ", a.node, " answered ",
-                                            r->status, ": ", r->body));
+                                            r->status, ": ", what));
     }
-    controller_->ActionDone(a, st, absl::Now());
+    try {
+      controller_->ActionDone(a, st, absl::Now());
+    } catch (const std::exception& e) {
+      // Never let one bad answer end a dispatcher thread (and the server).
+      std::fprintf(stderr, "loom server: dispatching to %s failed: %s\n",
+                   a.node.c_str(), e.what());
+    }
   }
 }
 
