@@ -1219,6 +1219,10 @@ absl::Status Agent::Impl::Start() {
       client->set_read_timeout(request_us / 1000000, request_us % 1000000);
       client->set_write_timeout(request_us / 1000000, request_us % 1000000);
       client->set_keep_alive(true);
+      if (!options_.ca_cert.empty()) {
+        client->set_ca_cert_path(options_.ca_cert.c_str());
+      }
+      client->enable_server_certificate_verification(true);
       // httplib writes headers and body separately: without NODELAY, Nagle
       // and delayed ACKs stall every request by ~40 ms.
       client->set_tcp_nodelay(true);

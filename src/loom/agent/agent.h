@@ -41,6 +41,9 @@ struct AgentOptions {
   // credential yet (docs/security.md). A node that joins gets a credential
   // of its own, kept in `<node dir>/credential` and used from then on.
   std::string join_token;
+  // For https:// servers: a PEM file of the CA(s) that signed the server's
+  // certificate ("" : the system's CAs).
+  std::string ca_cert;
   // The loom servers, normalised (`NormalizeAgentServerUrl`); at least one.
   // Requests go to the one that answered last; the others are tried in
   // order when it cannot be reached or answers 503.

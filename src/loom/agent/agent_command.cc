@@ -116,6 +116,9 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentFlags* f) {
   agent->add_option("--join-token-file", f->join_token_file,
                     "File with a bootstrap token (`loom token create "
                     "--join`): how a node without a credential joins");
+  agent->add_option("--ca-cert", f->ca_cert,
+                    "PEM file of the CA that signed an https:// server's "
+                    "certificate (default: the system's CAs)");
   agent->add_option("--join-token", f->join_token,
                     "The bootstrap token itself (visible in `ps`: prefer "
                     "--join-token-file or $LOOM_JOIN_TOKEN)");
@@ -130,6 +133,7 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentFlags* f) {
 absl::StatusOr<AgentOptions> AgentOptionsFromFlags(const AgentFlags& f) {
   AgentOptions options;
   options.join_token = f.join_token;
+  options.ca_cert = f.ca_cert;
   if (!f.join_token_file.empty()) {
     std::ifstream in(f.join_token_file);
     std::getline(in, options.join_token);

@@ -294,6 +294,10 @@ std::unique_ptr<ApiClient> MakeClient(const Verb& v) {
     return nullptr;
   }
   options.token = *std::move(token);
+  if (std::optional<std::string> ca = v.ctx.getenv("LOOM_CA_CERT");
+      ca.has_value()) {
+    options.ca_cert = *ca;
+  }
   return std::make_unique<ApiClient>(std::move(servers->urls), options);
 }
 

@@ -316,6 +316,10 @@ absl::StatusOr<Reply> ExchangeOnce(const std::vector<std::string>& urls,
         absl::ToInt64Milliseconds(options.read_timeout)));
     client.set_keep_alive(false);
     client.set_follow_location(false);
+    if (!options.ca_cert.empty()) {
+      client.set_ca_cert_path(options.ca_cert.c_str());
+    }
+    client.enable_server_certificate_verification(true);
 
     httplib::Result result = send(client);
     if (!result) {

@@ -30,6 +30,9 @@ struct ApiClientOptions {
   // The bearer token sent on every request ("" sends none); see
   // `DiscoverToken`.
   std::string token;
+  // For https:// servers: a PEM file of the CA(s) to verify the server's
+  // certificate with ("" : the system's CAs).
+  std::string ca_cert;
   // With several servers (a replicated controller), how long a request keeps
   // trying while none of them answers as the leader (a failover).
   absl::Duration failover_wait = absl::Seconds(15);

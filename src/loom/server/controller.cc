@@ -117,8 +117,8 @@ absl::Status CheckAgentBody(const nlohmann::json& body, bool registering) {
       }
     }
   }
-  if (auto it = body.find("health"); it != body.end() && !it->is_object() &&
-                                     !it->is_null()) {
+  if (auto it = body.find("health");
+      it != body.end() && !it->is_object() && !it->is_null()) {
     return absl::InvalidArgumentError("health: must be an object");
   }
   return absl::OkStatus();

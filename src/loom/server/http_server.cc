@@ -359,7 +359,10 @@ std::string RouteOf(std::string_view full) {
 HttpServer::HttpServer(Controller* controller, HttpServerOptions options)
     : controller_(controller),
       options_(std::move(options)),
-      http_(std::make_unique<httplib::Server>()) {
+      http_(options_.tls_cert.empty()
+                ? std::make_unique<httplib::Server>()
+                : std::make_unique<httplib::SSLServer>(
+                      options_.tls_cert.c_str(), options_.tls_key.c_str())) {
   pass_seconds_ =
       *Histogram::Create({0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
                           0.025, 0.05, 0.1, 0.25, 0.5, 1});
@@ -897,6 +900,11 @@ void HttpServer::Routes() {
 }
 
 absl::StatusOr<int> HttpServer::Start() {
+  if (!http_->is_valid()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot use the TLS certificate ", options_.tls_cert, " and key ",
+        options_.tls_key, " (missing, unreadable, not PEM, or not a pair)"));
+  }
   Routes();
   int port = options_.port;
   if (port == 0) {
@@ -1257,8 +1265,8 @@ void HttpServer::DispatchLoop() {
       }
       what = nlohmann::json(what).dump(
           -1, ' ', false, nlohmann::json::error_handler_t::replace);
-      st = absl::InternalError(absl::StrCat("agent ", a.node, " answered ",
-                                            r->status, ": ", what));
+      st = absl::InternalError(
+          absl::StrCat("agent ", a.node, " answered ", r->status, ": ", what));
     }
     try {
       controller_->ActionDone(a, st, absl::Now());

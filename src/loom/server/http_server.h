@@ -48,6 +48,10 @@ struct HttpServerOptions {
   // Null: none at all (unit tests of other parts only; `loom server` always
   // sets it).
   TokenRegistry* auth = nullptr;
+  // TLS (docs/security.md): PEM files of the server's certificate (chain)
+  // and private key; both empty: plain HTTP.
+  std::string tls_cert;
+  std::string tls_key;
 };
 
 // `loom server`'s HTTP front (REST API of docs/api.md) plus the scheduling

@@ -114,7 +114,9 @@ int RunReplicated(const ServerFlags& f, Cluster cluster,
               << std::endl;
   }
   const std::string advertise =
-      f.advertise.empty() ? "http://" + f.listen : f.advertise;
+      f.advertise.empty()
+          ? (hopts.tls_cert.empty() ? "http://" : "https://") + f.listen
+          : f.advertise;
   if (!absl::StartsWith(advertise, "http://") &&
       !absl::StartsWith(advertise, "https://")) {
     return Fail("--advertise: expected http://HOST:PORT");
@@ -223,6 +225,10 @@ CLI::App* AddServerCommand(CLI::App& app, ServerFlags* f) {
   cmd->add_option("--admin-token-file", f->admin_token_file,
                   "Where the first admin token is written (mode 0600) when "
                   "the cluster has none (default DATA_DIR/admin.token)");
+  cmd->add_option("--tls-cert", f->tls_cert,
+                  "Serve the API over HTTPS with this PEM certificate (chain); "
+                  "with --tls-key");
+  cmd->add_option("--tls-key", f->tls_key, "The PEM private key of --tls-cert");
   cmd->add_option("--leader-lease", f->leader_lease_s,
                   "With --store etcd: seconds a silent leader keeps its "
                   "leadership (etcd lease TTL, at least 2): the bound on "
@@ -297,6 +303,11 @@ int RunServer(const ServerFlags& f) {
   HttpServerOptions hopts;
   hopts.host = f.listen.substr(0, colon);
   hopts.port = port;
+  if (f.tls_cert.empty() != f.tls_key.empty()) {
+    return Fail("--tls-cert and --tls-key go together");
+  }
+  hopts.tls_cert = f.tls_cert;
+  hopts.tls_key = f.tls_key;
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
   signal(SIGPIPE, SIG_IGN);
@@ -322,9 +333,10 @@ int RunServer(const ServerFlags& f) {
   HttpServer server(controller->get(), hopts);
   absl::StatusOr<int> bound = server.Start();
   if (!bound.ok()) return Fail(std::string(bound.status().message()));
-  std::cerr << "loom server: listening on http://" << hopts.host << ":"
-            << *bound << " (cluster " << (*controller)->cluster().name << ", "
-            << (*controller)->cluster().nodes.size() << " nodes, data "
+  std::cerr << "loom server: listening on "
+            << (hopts.tls_cert.empty() ? "http://" : "https://") << hopts.host
+            << ":" << *bound << " (cluster " << (*controller)->cluster().name
+            << ", " << (*controller)->cluster().nodes.size() << " nodes, data "
             << f.data_dir << ")" << std::endl;
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::cerr << "loom server: stopping" << std::endl;

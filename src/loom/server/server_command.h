@@ -26,6 +26,9 @@ struct ServerFlags {
   // Where the first admin token is written (mode 0600) when the cluster has
   // none; default DATA_DIR/admin.token.
   std::string admin_token_file;
+  // TLS for the API (PEM files); both or neither.
+  std::string tls_cert;
+  std::string tls_key;
 };
 
 CLI::App* AddServerCommand(CLI::App& app, ServerFlags* flags);
