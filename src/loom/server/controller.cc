@@ -24,7 +24,7 @@ std::string RequestKey(const std::string& request_id) {
 }
 
 absl::Status ValidateRequestId(const std::string& id) {
-  if (id.size() > 128) {
+  if (id.size() > 256) {
     return absl::InvalidArgumentError(
         "Idempotency-Key: at most 128 characters");
   }

@@ -74,9 +74,10 @@ class Controller {
   // FailedPrecondition with "infeasible:" (can never run), NotFound,
   // Unavailable/Internal (store).
   //
-  // `request_id` (optional, the client's `Idempotency-Key`: 1-128 of
-  // [A-Za-z0-9._:-]) makes a submission safe to retry: a second submission
-  // with the same id, from any client to any leader, gets the first job back
+  // `request_id` (optional, the client's `Idempotency-Key`, scoped by the
+  // HTTP layer to its user: up to 256 of [A-Za-z0-9._:-]) makes a submission
+  // safe to retry: a second submission with the same id, from any client to any
+  // leader, gets the first job back
   // (`*created` false) instead of a new one.
   absl::StatusOr<nlohmann::json> Submit(JobSpec spec, const std::string& user,
                                         absl::Time now,

@@ -105,7 +105,7 @@ TEST_F(ControllerTest, RetriedSubmissionGetsTheSameJob) {
   EXPECT_EQ(c_->Submit(Gang(8), "alice", T(5), "bad key!").status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(
-      c_->Submit(Gang(8), "alice", T(5), std::string(129, 'k')).status().code(),
+      c_->Submit(Gang(8), "alice", T(5), std::string(257, 'k')).status().code(),
       absl::StatusCode::kInvalidArgument);
 }
 

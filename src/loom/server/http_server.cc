@@ -585,9 +585,19 @@ void HttpServer::Routes() {
              }
            }
            bool created = false;
+           std::string key = req.get_header_value("Idempotency-Key");
+           if (key.size() > 128) {
+             return ReplyError(
+                 res, absl::InvalidArgumentError("Idempotency-Key: at most 128 "
+                                                 "characters"));
+           }
+           // Keys are per user: another user's key never finds (and shows)
+           // someone else's job.
+           if (!key.empty() && options_.auth != nullptr) {
+             key = absl::StrCat(PrincipalOf(req).user, ":", key);
+           }
            absl::StatusOr<nlohmann::json> job = controller_->Submit(
-               *std::move(spec), user, absl::Now(),
-               req.get_header_value("Idempotency-Key"), &created);
+               *std::move(spec), user, absl::Now(), key, &created);
            // A retried submission (same Idempotency-Key) gets its job with 200.
            ReplyResult(res, job, created ? 201 : 200);
            if (created) Wake();

@@ -157,8 +157,8 @@ enum class Access {
   kJobOrHuman,  // also a job's own token (its checkpoints)
   kOperator,    // admin or operator
   kAdmin,
-  kAgent,       // a join token or a node credential (registration)
-  kNode,        // a node credential (heartbeats)
+  kAgent,  // a join token or a node credential (registration)
+  kNode,   // a node credential (heartbeats)
 };
 
 // One route of the API: method, template ("/v1/jobs/{id}/logs") and who may

@@ -398,6 +398,24 @@ TEST_F(HttpServerAuthTest, UsersSeeAndTouchOnlyTheirOwnJobs) {
           R"({"name": "x", "command": ["id"], "user": "root", "resources": {"gpus": 1}})")
           .first,
       201);
+  // Idempotency keys are per user: Bob's retry with Alice's key makes his
+  // own job instead of showing hers.
+  httplib::Headers alice_key = {{"Authorization", "Bearer " + alice_},
+                                {"Idempotency-Key", "k-1"}};
+  httplib::Headers bob_key = {{"Authorization", "Bearer " + bob_},
+                              {"Idempotency-Key", "k-1"}};
+  const std::string small =
+      R"({"name": "y", "command": ["true"], "resources": {"gpus": 1}})";
+  auto a1 = client_->Post("/v1/jobs", alice_key, small, "application/json");
+  auto a2 = client_->Post("/v1/jobs", alice_key, small, "application/json");
+  auto b1 = client_->Post("/v1/jobs", bob_key, small, "application/json");
+  ASSERT_TRUE(a1 && a2 && b1);
+  EXPECT_EQ(a1->status, 201);
+  EXPECT_EQ(a2->status, 200);
+  EXPECT_EQ(b1->status, 201);
+  EXPECT_EQ(nlohmann::json::parse(a1->body)["id"],
+            nlohmann::json::parse(a2->body)["id"]);
+  EXPECT_EQ(nlohmann::json::parse(b1->body)["user"], "bob");
   // A job's own token reports its checkpoints, and nothing else.
   const std::string job2 = auth_.JobToken(2);
   EXPECT_NE(Call("POST", "/v1/jobs/2/checkpoint", job2).first, 403);
