@@ -19,8 +19,9 @@
 // (as failed with `fail`: the agent unreachable, or answering 500 with the
 // TICK's body); `RESTART` builds a new controller from the store,
 // as a restarted server does. Each reply, and each error reply, is
-// serialised as the server does (`nlohmann::json::dump`, which throws on
-// invalid UTF-8).
+// serialised as the server does (bytes that are not UTF-8 become U+FFFD),
+// except that job spec errors must be UTF-8 as they are; launch bodies are
+// serialised strictly, as the dispatcher does.
 //
 // Checks: no exception escapes a route; errors are statuses of the codes
 // the server maps to 4xx and 503 answers (never Internal or Unknown); a
@@ -30,7 +31,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <exception>
 #include <map>
 #include <memory>
@@ -137,26 +137,16 @@ bool IsDigits(absl::string_view s) {
 // Route name of job spec parse errors.
 constexpr absl::string_view kParseJobSpecRoute = "POST /v1/jobs (parse)";
 
-// Bugs found in code this target must not change (src/loom/server), each
-// described, with a reproducer, in fuzz/crashes/README.md. Their exceptions
-// are tolerated (so that the fuzzer keeps looking for new bugs) unless
-// LOOM_FUZZ_STRICT is set, which turns them into crashes again to check a
-// fix. Delete an entry, and its call, once its bug is fixed.
-void Known(absl::string_view issue, const std::exception& e) {
-  static const bool strict = std::getenv("LOOM_FUZZ_STRICT") != nullptr;
-  if (strict) {
-    fuzz::Fail(absl::StrCat("known issue ", issue, " (LOOM_FUZZ_STRICT)"),
-               e.what());
-  }
+// The server's `Reply`: bytes that are not UTF-8 become U+FFFD.
+std::string ReplyText(const json& body) {
+  return body.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 class Harness {
  public:
   Harness() { Restart(); }
 
-  // Runs `r` unless a known issue stopped the script.
   void Run(const Request& r) {
-    if (stopped_) return;
     now_ += absl::Milliseconds(10);
     try {
       Dispatch(r);
@@ -167,10 +157,10 @@ class Harness {
   }
 
  private:
-  // What the server's `Reply`/`ReplyError` do with a route's outcome.
+  // What the server's `ReplyResult`/`ReplyError` do with a route's outcome.
   void Reply(const absl::StatusOr<json>& r, absl::string_view route) {
     if (r.ok()) {
-      (void)r->dump();
+      (void)ReplyText(*r);
       return;
     }
     fuzz::CheckErrorCode(
@@ -182,15 +172,8 @@ class Harness {
     const json body = {{"error",
                         {{"code", absl::StatusCodeToString(r.status().code())},
                          {"message", std::string(r.status().message())}}}};
-    try {
-      (void)body.dump();
-    } catch (const json::type_error& e) {
-      // Known issue error-reply-utf8 (fuzz/crashes/README.md): the message
-      // quotes request bytes that are not UTF-8. Job spec errors (core) must
-      // never do this.
-      if (e.id != 316 || route == kParseJobSpecRoute) throw;
-      Known("error-reply-utf8", e);
-    }
+    // Job spec errors (core) must be UTF-8 themselves, not repaired.
+    (void)(route == kParseJobSpecRoute ? body.dump() : ReplyText(body));
   }
 
   // Job id -> state of every job the controller has.
@@ -232,7 +215,9 @@ class Harness {
   // A scheduling pass, then the launches and stops it made are delivered, as
   // the server's `DispatchLoop` does: all succeed, or with `fail` all fail
   // (the agent unreachable, or when `answer` is not empty, the agent
-  // answered 500 with `answer` as its body).
+  // answered 500 with `answer` as its body). An exception out of
+  // `ActionDone` is a bug even though the dispatcher survives it: the job
+  // may be left half-updated.
   void Tick(const std::string& args, const std::string& answer) {
     std::vector<std::string> words =
         absl::StrSplit(args, ' ', absl::SkipEmpty());
@@ -250,21 +235,19 @@ class Harness {
         st = absl::UnavailableError(absl::StrCat(
             "agent ", a.node, " at ", a.address, " unreachable: Connection"));
       } else if (fail) {
-        st = absl::InternalError(
-            absl::StrCat("agent ", a.node, " answered 500: ", answer));
+        // The agent's own message when it sent one, else the start of its
+        // answer, as a JSON string.
+        std::string what = answer.substr(0, 300);
+        json parsed = json::parse(answer, nullptr, false);
+        if (parsed.is_object() && parsed.contains("error") &&
+            parsed["error"].is_object() &&
+            parsed["error"].value("message", json()).is_string()) {
+          what = parsed["error"]["message"].get<std::string>();
+        }
+        st = absl::InternalError(absl::StrCat(
+            "agent ", a.node, " answered 500: ", ReplyText(json(what))));
       }
-      try {
-        controller_->ActionDone(a, st, now_);
-      } catch (const json::type_error& e) {
-        // Known issue agent-answer-utf8 (fuzz/crashes/README.md): the
-        // agent's answer goes into a job event, which `Persist` cannot
-        // serialise when it is not UTF-8; in the server this exception ends
-        // the dispatcher thread, and the process.
-        if (e.id != 316 || answer.empty()) throw;
-        Known("agent-answer-utf8", e);
-        stopped_ = true;
-        return;
-      }
+      controller_->ActionDone(a, st, now_);
     }
   }
 
@@ -290,27 +273,10 @@ class Harness {
     if (path == "/v1/agents/register" || path == "/v1/agents/heartbeat") {
       absl::StatusOr<json> j = JsonBody(body);
       if (!j.ok()) return Reply(j.status(), path);
-      absl::StatusOr<json> r;
-      try {
-        r = path == "/v1/agents/register" ? controller_->Register(*j, now_)
-                                          : controller_->Heartbeat(*j, now_);
-      } catch (const json::type_error& e) {
-        // Known issues agent-body-types (a field of the wrong type) and
-        // health-utf8-truncation (a health problem cut inside a UTF-8
-        // character), fuzz/crashes/README.md: they throw out of the
-        // controller, which may have applied part of the body; the rest of
-        // the script is not run.
-        if (e.id == 316) {
-          Known("health-utf8-truncation", e);
-        } else if (e.id == 302 || e.id == 306) {
-          Known("agent-body-types", e);
-        } else {
-          throw;
-        }
-        stopped_ = true;
-        return;
-      }
-      return Reply(r, path);
+      return Reply(path == "/v1/agents/register"
+                       ? controller_->Register(*j, now_)
+                       : controller_->Heartbeat(*j, now_),
+                   path);
     }
     // /v1/jobs/(\d+)/(cancel|checkpoint|release)
     if (seg.size() == 3 && seg[0] == "jobs" && IsDigits(seg[1])) {
@@ -388,7 +354,7 @@ class Harness {
           return;  // a 400
         }
       }
-      (void)controller_->ListJobs(q, now_).dump();
+      (void)ReplyText(controller_->ListJobs(q, now_));
     } else if ((seg.size() == 2 || seg.size() == 3) && seg[0] == "jobs" &&
                IsDigits(seg[1]) &&
                (seg.size() == 2 || seg[2] == "events" || seg[2] == "logs")) {
@@ -410,17 +376,17 @@ class Harness {
       }
       absl::StatusOr<json> job = controller_->GetJob(*id, now_);
       if (job.ok() && seg.size() == 3) {  // events
-        (void)json{{"events", (*job)["events"]}}.dump();
+        (void)ReplyText(json{{"events", (*job)["events"]}});
         return;
       }
       Reply(job, "GET /v1/jobs/{id}");
     } else if (path == "/v1/nodes") {
-      (void)controller_->ListNodes(now_).dump();
+      (void)ReplyText(controller_->ListNodes(now_));
     } else if (seg.size() == 2 && seg[0] == "nodes" && !seg[1].empty()) {
       // /v1/nodes/([^/]+)
       Reply(controller_->GetNode(seg[1], now_), "GET /v1/nodes/{name}");
     } else if (path == "/v1/projects") {
-      (void)controller_->ListProjects(now_).dump();
+      (void)ReplyText(controller_->ListProjects(now_));
     } else if (path == "/metrics") {
       std::string text;
       MetricsWriter out(&text);
@@ -459,7 +425,6 @@ projects:
   MemoryStateStore store_;
   absl::Time now_ = absl::FromUnixSeconds(1700000000);
   std::unique_ptr<Controller> controller_;
-  bool stopped_ = false;
 };
 
 }  // namespace
