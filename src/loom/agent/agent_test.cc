@@ -764,9 +764,11 @@ struct RunAsUserAgent {
 
   std::atomic<int> lookups{0};
   RecordingLauncher* launcher = nullptr;
-  std::unique_ptr<Agent> agent;
   absl::Mutex mu;
   std::vector<std::string> log ABSL_GUARDED_BY(mu);
+  // Last, so that it is destroyed first: its threads log into `log` and
+  // count `lookups` until it stops.
+  std::unique_ptr<Agent> agent;
 };
 
 TEST(AgentTest, RunsTasksAsTheUserOfTheirJob) {
