@@ -5,6 +5,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
+
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -484,7 +487,17 @@ TEST(RouteOf, TemplatesOfEveryRoute) {
 TEST_F(HttpServerTest, MetricsCountRequestsAndAllocations) {
   Post("/v1/jobs", R"({"name": "x", "command": ["true"], "hold": true})", 201);
   Post("/v1/jobs", "garbage", 400);
-  auto r = client_->Get("/metrics");
+  // httplib counts a request (its logger) after the reply has gone out, so
+  // the count can lag the client by a moment: wait for it, bounded.
+  const std::string counted =
+      "loom_api_requests_total{route=\"/v1/jobs\",method=\"POST\",status="
+      "\"400\"} 1\n";
+  httplib::Result r = client_->Get("/metrics");
+  for (int i = 0; i < 200 && r && r->body.find(counted) == std::string::npos;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    r = client_->Get("/metrics");
+  }
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->get_header_value("Content-Type"),
