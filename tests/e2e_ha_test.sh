@@ -207,6 +207,16 @@ echo "ok: the running task kept running through the failover (pid $LONG_PID)"
 kill -9 "${ETCD_PIDS[1]}"
 wait "${ETCD_PIDS[1]}" 2> /dev/null
 ETCD_KILLED=$(now)
+# The survivors elect a new etcd leader if the dead member led (~1 s, more
+# on a loaded machine): wait until both say they are healthy (have a
+# leader), as an operator would see in `etcdctl endpoint health`.
+for i in 2 3; do
+  for _ in $(seq 200); do
+    curl -sf --max-time 1 "http://127.0.0.1:$((EBASE + 10 * i))/health" | grep -q true && break
+    sleep 0.05
+  done
+done
+echo "etcd: the two survivors are healthy $(elapsed "$ETCD_KILLED" "$(now)") s after the kill"
 for k in $(seq 10); do
   out=$("$LOOM" run -g 1 --name "after-etcd-$k" -- true 2>&1) || fail "submission after the etcd kill: $out"
   echo "$(grep -o 'job [0-9]*' <<< "$out" | grep -o '[0-9]*$') after-etcd-$k $(now)" >> "$W/acks.etcd"
