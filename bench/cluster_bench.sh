@@ -19,6 +19,12 @@ LOOM="$(realpath "${2:-build/src/loom/cli/loom}")"
 PY=/usr/bin/python3
 [ -x "$LOOM" ] || { echo "no loom binary at $LOOM (build it first)"; exit 2; }
 W=$(mktemp -d)
+# The fleet emulator's data dir (task logs, leases) goes to memory where the
+# machine has /dev/shm: it stands in for 2,000 machines' own disks, and on
+# one shared ext4 disk creating its thousands of log files cost it as much
+# CPU as the launches themselves. The server's store stays on disk ($W).
+FLEET_ROOT=$W
+if [ -d /dev/shm ] && [ -w /dev/shm ]; then FLEET_ROOT=$(mktemp -d /dev/shm/loom-bench.XXXXXX); fi
 OUT="${BENCH_OUT:-$W/results}"
 mkdir -p "$OUT"
 PIDS=()
@@ -26,7 +32,7 @@ cleanup() {
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
   pkill -9 -f -- "$W/" 2>/dev/null
   wait 2>/dev/null
-  rm -rf "$W"
+  rm -rf "$W" "$FLEET_ROOT"
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; tail -5 "$W"/*.log 2>/dev/null; exit 1; }
@@ -43,7 +49,7 @@ AUTH=()
 start_cluster() {
   local name=$1 nodes=$2
   stop_cluster
-  rm -rf "$W/server" "$W/fleet"
+  rm -rf "$W/server" "$FLEET_ROOT/fleet"
   if [ "$nodes" = 2000 ]; then
     cluster=large
   else
@@ -69,7 +75,7 @@ YAML
   "$LOOM" token create --join > "$W/join.token" 2> /dev/null || fail "join token"
   "$LOOM" agent --server "$LOOM_SERVER" --listen "127.0.0.2:$AGENT_PORT" \
     --emulate-nodes "$nodes" --emulate 8xH200 --name-prefix h200 --fake-tasks \
-    --heartbeat-interval 1s --data-dir "$W/fleet" --join-token-file "$W/join.token" \
+    --heartbeat-interval 1s --data-dir "$FLEET_ROOT/fleet" --join-token-file "$W/join.token" \
     > "$W/fleet-$name.log" 2>&1 &
   FLEET=$!
   PIDS+=($FLEET)
@@ -210,10 +216,9 @@ submit_all() {
   for p in "${cpids[@]}"; do wait "$p"; done
 }
 
-# submit_files: 4 parallel CLI clients, one `loom submit -f` each with its
-# 600 spec files (one process and connection per client).
-submit_files() {
-  local cpids=()
+# make_spec_files: each client's 600 job specs as files (the users' job
+# files exist before they submit: not timed).
+make_spec_files() {
   for c in 0 1 2 3; do
     mkdir -p "$W/specs.$c"
     while read -r g name; do
@@ -221,6 +226,12 @@ submit_files() {
         "$name" "$g" > "$W/specs.$c/$name.yaml"
     done < "$W/workload.$c"
   done
+}
+
+# submit_files: 4 parallel CLI clients, one `loom submit -f` each with its
+# 600 spec files (one process and connection per client).
+submit_files() {
+  local cpids=()
   for c in 0 1 2 3; do
     (cut -d' ' -f2 "$W/workload.$c" | sed "s|.*|$W/specs.$c/&.yaml|" | xargs "$LOOM" submit -f > /dev/null ||
        echo "client $c: some submissions failed" >&2) &
@@ -240,11 +251,24 @@ bench_slurm() {
   local t_online=$(date +%s.%N)
   jobs_json "$W/online.json"
 
+  make_spec_files
   start_cluster stream 2000
+  local sc0=$(cpu_ticks "$SERVER") fc0=$(cpu_ticks "$FLEET")
+  # BENCH_PERF=1: profiles of the server and the emulator (perf record
+  # ${BENCH_PERF_ARGS}) over this part, under $OUT; BENCH_PERF=all: one
+  # profile of the whole machine.
+  case "${BENCH_PERF:-}" in
+    "") ;;
+    all) perf record -q ${BENCH_PERF_ARGS:-} -a -o "$OUT/perf-all.data" & ;;
+    *) perf record -q ${BENCH_PERF_ARGS:-} -o "$OUT/perf-server.data" -p "$SERVER" &
+       perf record -q ${BENCH_PERF_ARGS:-} -o "$OUT/perf-fleet.data" -p "$FLEET" & ;;
+  esac
   local s0=$(date +%s.%N)
   submit_files
   local s_sub=$(date +%s.%N)
   wait_running 2400
+  [ -n "${BENCH_PERF:-}" ] && { pkill -INT -f "perf record -q.* -o $OUT/perf-"; sleep 1; }
+  echo "  (stream: server $(( $(cpu_ticks "$SERVER") - sc0 )), fleet emulator $(( $(cpu_ticks "$FLEET") - fc0 )) CPU ticks of 10 ms)"
   jobs_json "$W/stream.json"
 
   start_cluster burst 2000

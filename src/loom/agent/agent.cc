@@ -38,6 +38,7 @@
 #include "loom/agent/health_check.h"
 #include "loom/agent/shim_task_launcher.h"
 #include "loom/agent/task_files.h"
+#include "loom/common/digest.h"
 #include "loom/common/units.h"
 
 namespace loom {
@@ -754,10 +755,13 @@ class Agent::Impl {
   std::vector<std::string> host_problems_ ABSL_GUARDED_BY(health_mu_);
   // Injected delay of every agent API answer but `/v1/faults` (slow agent).
   std::atomic<int64_t> api_delay_ms_{0};
-  // The keys this agent's server presents (one per node; the same server
-  // for all). Empty: requests need none (a server without authentication).
+  // SHA-256 digests of the keys this agent's server presents (one per node,
+  // the same server for all; a fleet emulator holds thousands). Empty:
+  // requests need none (a server without authentication). Looking up the
+  // digest of what a request presents costs one hash whatever the count,
+  // and its timing tells nothing about the keys themselves.
   absl::Mutex keys_mu_;
-  std::set<std::string> server_keys_ ABSL_GUARDED_BY(keys_mu_);
+  std::set<std::string> server_key_digests_ ABSL_GUARDED_BY(keys_mu_);
   // Set when the agent takes part in authentication (it has a join token or
   // a credential): until a key is known, the API refuses requests.
   std::atomic<bool> auth_expected_{false};
@@ -943,7 +947,7 @@ absl::Status Agent::Impl::InitNode(Node& node, const HostInfo& host,
     std::ifstream key(absl::StrCat(node.root, "/agent_key"));
     if (key && std::getline(key, line) && !line.empty()) {
       absl::MutexLock lock(&keys_mu_);
-      server_keys_.insert(line);
+      server_key_digests_.insert(Sha256Hex(line));
     }
     if (!node.credential.empty() || !options_.join_token.empty()) {
       auth_expected_ = true;
@@ -2326,19 +2330,14 @@ bool Agent::Impl::Authorized(const httplib::Request& req,
   } else {
     presented.clear();
   }
+  const std::string digest = Sha256Hex(presented);
   {
     absl::MutexLock lock(&keys_mu_);
-    if (server_keys_.empty() && !auth_expected_) return true;
-    for (const std::string& key : server_keys_) {
-      if (presented.size() == key.size()) {
-        unsigned char diff = 0;
-        for (size_t i = 0; i < key.size(); ++i) {
-          diff |= static_cast<unsigned char>(presented[i] ^ key[i]);
-        }
-        if (diff == 0) return true;
-      }
+    if (server_key_digests_.empty() && !auth_expected_) return true;
+    if (!presented.empty() && server_key_digests_.contains(digest)) {
+      return true;
     }
-    if (server_keys_.empty()) {
+    if (server_key_digests_.empty()) {
       SendError(res, 503, "unavailable",
                 "this agent has not registered with its server yet", "");
       return false;
@@ -2355,7 +2354,7 @@ bool Agent::Impl::Authorized(const httplib::Request& req,
 void Agent::Impl::AcceptServerKey(Node& node, const std::string& key) {
   {
     absl::MutexLock lock(&keys_mu_);
-    if (!server_keys_.insert(key).second) return;
+    if (!server_key_digests_.insert(Sha256Hex(key)).second) return;
   }
   auth_expected_ = true;
   const std::string path = absl::StrCat(node.root, "/agent_key");

@@ -1,9 +1,5 @@
 #include "loom/server/auth.h"
 
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <sys/random.h>
-
 #include <algorithm>
 #include <cstdio>
 
@@ -18,16 +14,6 @@ namespace {
 
 constexpr char kTokenPrefix[] = "/auth/tokens/";
 constexpr char kSecretKey[] = "/auth/cluster-secret";
-
-std::string Hex(const unsigned char* data, size_t n) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out(2 * n, '0');
-  for (size_t i = 0; i < n; ++i) {
-    out[2 * i] = kDigits[data[i] >> 4];
-    out[2 * i + 1] = kDigits[data[i] & 15];
-  }
-  return out;
-}
 
 bool IsHex(std::string_view s, size_t n) {
   return s.size() == n && std::all_of(s.begin(), s.end(), [](char c) {
@@ -76,42 +62,6 @@ bool Principal::InProject(const std::string& project) const {
   return std::find(projects.begin(), projects.end(), project) !=
              projects.end() ||
          std::find(projects.begin(), projects.end(), "*") != projects.end();
-}
-
-std::string Sha256Hex(std::string_view data) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
-  return Hex(md, len);
-}
-
-std::string HmacSha256Hex(std::string_view key, std::string_view data) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(data.data()), data.size(), md,
-       &len);
-  return Hex(md, len);
-}
-
-std::string RandomHex(int bytes) {
-  std::string buf(bytes, '\0');
-  size_t got = 0;
-  while (got < buf.size()) {
-    const ssize_t n = getrandom(buf.data() + got, buf.size() - got, 0);
-    if (n <= 0) continue;  // EINTR; getrandom blocks only before boot entropy
-    got += static_cast<size_t>(n);
-  }
-  return Hex(reinterpret_cast<const unsigned char*>(buf.data()), buf.size());
-}
-
-bool SecureEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  }
-  return diff == 0;
 }
 
 nlohmann::json TokenRecordToJson(const TokenRecord& t, bool with_hash) {

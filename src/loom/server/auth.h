@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "loom/common/digest.h"
 #include "loom/store/state_store.h"
 #include "nlohmann/json.hpp"
 
@@ -142,12 +143,5 @@ class TokenRegistry {
   std::string cluster_secret_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, TokenRecord> tokens_ ABSL_GUARDED_BY(mu_);
 };
-
-// Hex SHA-256 and HMAC-SHA-256 (OpenSSL); random bytes (getrandom).
-std::string Sha256Hex(std::string_view data);
-std::string HmacSha256Hex(std::string_view key, std::string_view data);
-std::string RandomHex(int bytes);
-// Constant-time comparison of two strings of equal length.
-bool SecureEquals(std::string_view a, std::string_view b);
 
 }  // namespace loom
