@@ -108,32 +108,16 @@ LONG_PID=$(head -1 "$W/long.ticks" | cut -d' ' -f1)
 
 CLIENTS=4
 PER_CLIENT=40
-# One client: "ID NAME TIME" of every acknowledged submission to acks.C,
-# the name of every refused one to fails.C.
-client() {
-  local c=$1 k out
-  for k in $(seq "$PER_CLIENT"); do
-    if out=$("$LOOM" run -g 1 --name "c$c-$k" -- true 2>&1); then
-      echo "$(grep -o 'job [0-9]*' <<< "$out" | grep -o '[0-9]*$') c$c-$k $(now)" >> "$W/acks.$c"
-    else
-      echo "c$c-$k" >> "$W/fails.$c"
-      echo "$out" >> "$W/client-errors.log"
-    fi
-  done
-}
-CPIDS=()
-for c in $(seq "$CLIENTS"); do
-  client "$c" &
-  CPIDS+=($!)
-done
+# Each client streams its submissions (tests/lib/cluster.sh).
+submit_streams "$CLIENTS" "$PER_CLIENT"
 for _ in $(seq 600); do
-  [ "$(cat "$W"/acks.* 2> /dev/null | wc -l)" -ge $((CLIENTS * PER_CLIENT / 4)) ] && break
+  [ "$(ack_count)" -ge $((CLIENTS * PER_CLIENT / 4)) ] && break
   sleep 0.02
 done
 KILLED=$(now)
 kill -9 "$SERVER_A"
 wait "$SERVER_A" 2> /dev/null
-acked_at_kill=$(cat "$W"/acks.* | wc -l)
+acked_at_kill=$(ack_count)
 wait_role "$URL_B" leader 15 || fail "B did not take over within 15 s"
 LED=$(now)
 echo "failover: B leads $(elapsed "$KILLED" "$LED") s after kill -9 of the leader A ($acked_at_kill submissions acknowledged before)"
@@ -144,7 +128,7 @@ gap=$(cat "$W"/acks.* | awk '{print $3}' | sort -n |
 after=$(cat "$W"/acks.* | awk -v t="$LED" '$3 > t' | wc -l)
 [ "$after" -gt 0 ] || fail "no submission was acknowledged after the failover"
 echo "failover: the clients' longest wait between two acknowledgements was $gap s; $after acknowledged after it"
-acked=$(cat "$W"/acks.* | wc -l)
+acked=$(ack_count)
 failed=$(cat "$W"/fails.* 2> /dev/null | wc -l)
 echo "submissions: $acked acknowledged, $failed refused"
 [ "$failed" = 0 ] || { cat "$W/client-errors.log"; fail "$failed submissions were refused during the failover"; }

@@ -15,37 +15,21 @@ echo "ok: two agents registered"
 
 CLIENTS=4
 PER_CLIENT=60
-# One client: submits PER_CLIENT jobs one after another, each under a name of
-# its own. "ID NAME" of every acknowledged submission goes to acks.C, the
-# name of every failed one to fails.C.
-client() {
-  local c=$1 k out
-  for k in $(seq "$PER_CLIENT"); do
-    if out=$("$LOOM" run -g 1 --name "c$c-$k" -- true 2>&1); then
-      echo "$(grep -o 'job [0-9]*' <<<"$out" | grep -o '[0-9]*$') c$c-$k" >> "$W/acks.$c"
-    else
-      echo "c$c-$k" >> "$W/fails.$c"
-      sleep 0.05
-    fi
-  done
-}
-CPIDS=()
-for c in $(seq "$CLIENTS"); do
-  client "$c" &
-  CPIDS+=($!)
-done
+# Each client submits its jobs one after another, each under a name of its
+# own (tests/lib/cluster.sh).
+submit_streams "$CLIENTS" "$PER_CLIENT"
 # Kill the server once a quarter of the jobs are in, while the rest stream.
 for _ in $(seq 300); do
-  [ "$(cat "$W"/acks.* 2>/dev/null | wc -l)" -ge $((CLIENTS * PER_CLIENT / 4)) ] && break
+  [ "$(ack_count)" -ge $((CLIENTS * PER_CLIENT / 4)) ] && break
   sleep 0.02
 done
 kill -9 "$SERVER"
 wait "$SERVER" 2>/dev/null
-acked_at_kill=$(cat "$W"/acks.* | wc -l)
+acked_at_kill=$(ack_count)
 sleep 0.5
 start_server
 for p in "${CPIDS[@]}"; do wait "$p"; done
-acked=$(cat "$W"/acks.* | wc -l)
+acked=$(ack_count)
 failed=$(cat "$W"/fails.* 2>/dev/null | wc -l)
 echo "killed after $acked_at_kill acks; $acked acknowledged, $failed refused while down"
 [ "$acked_at_kill" -lt $((CLIENTS * PER_CLIENT)) ] || fail "the kill came after all submissions"
@@ -74,10 +58,10 @@ errors = []
 errors += [f"job {i} listed {n} times" for i, n in by_id.items() if n > 1]
 errors += [f"name {m} stored {n} times" for m, n in by_name.items() if n > 1]
 names = {j["id"]: j["name"] for j in jobs}
-for i, name in acks:
+for i, name, _ in acks:
     if names.get(int(i)) != name:
         errors.append(f"acknowledged job {i} ({name}) is {names.get(int(i), 'missing')}")
-acked_names = {name for _, name in acks}
+acked_names = {name for _, name, _ in acks}
 for j in jobs:
     if j["name"] not in acked_names and j["name"] not in fails:
         errors.append(f"job {j['id']} ({j['name']}) was never submitted")

@@ -83,3 +83,32 @@ start_agents() {
   done
   fail "agents did not register"
 }
+
+# submit_streams CLIENTS PER_CLIENT: starts CLIENTS clients in the
+# background, each submitting PER_CLIENT one-GPU `true` jobs one after
+# another with `loom run` (client C names its jobs cC-1, cC-2, ...). "ID NAME
+# TIME" of every acknowledged submission goes to $W/acks.C, the name of every
+# refused one to $W/fails.C and what the CLI said to $W/client-errors.log.
+# Sets CPIDS to the clients' pids.
+submit_streams() {
+  local clients=$1 per_client=$2 c
+  CPIDS=()
+  for c in $(seq "$clients"); do
+    (
+      local k out
+      for k in $(seq "$per_client"); do
+        if out=$("$LOOM" run -g 1 --name "c$c-$k" -- true 2>&1); then
+          echo "$(grep -o 'job [0-9]*' <<< "$out" | grep -o '[0-9]*$') c$c-$k $(date +%s.%N)" >> "$W/acks.$c"
+        else
+          echo "c$c-$k" >> "$W/fails.$c"
+          echo "$out" >> "$W/client-errors.log"
+          sleep 0.05
+        fi
+      done
+    ) &
+    CPIDS+=($!)
+  done
+}
+
+# ack_count: how many submissions have been acknowledged so far.
+ack_count() { cat "$W"/acks.* 2> /dev/null | wc -l; }

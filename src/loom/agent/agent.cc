@@ -39,6 +39,7 @@
 #include "loom/agent/shim_task_launcher.h"
 #include "loom/agent/task_files.h"
 #include "loom/common/digest.h"
+#include "loom/common/secret_file.h"
 #include "loom/common/units.h"
 
 namespace loom {
@@ -2066,22 +2067,12 @@ void Agent::Impl::Register(Worker& worker, Node& node) {
     if (reply.body.contains("credential") &&
         reply.body["credential"].is_string()) {
       const std::string credential = reply.body["credential"];
-      const std::string path = absl::StrCat(node.root, "/credential");
-      const std::string tmp = path + ".tmp";
-      const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      bool saved = false;
-      if (fd >= 0) {
-        const std::string text = credential + "\n";
-        saved = write(fd, text.data(), text.size()) ==
-                    static_cast<ssize_t>(text.size()) &&
-                fsync(fd) == 0;
-        close(fd);
-        saved = saved && rename(tmp.c_str(), path.c_str()) == 0;
-      }
-      if (!saved) {
+      if (absl::Status s = WriteSecretFile(
+              absl::StrCat(node.root, "/credential"), credential + "\n");
+          !s.ok()) {
         Log("warn", node.name,
-            absl::StrCat("cannot save the node credential in ", path,
-                         ": the node must join again after a restart"));
+            absl::StrCat("cannot save the node credential (", Str(s.message()),
+                         "): the node must join again after a restart"));
       }
       absl::MutexLock lock(&sched_mu_);
       node.credential = credential;
@@ -2357,12 +2348,14 @@ void Agent::Impl::AcceptServerKey(Node& node, const std::string& key) {
     if (!server_key_digests_.insert(Sha256Hex(key)).second) return;
   }
   auth_expected_ = true;
-  const std::string path = absl::StrCat(node.root, "/agent_key");
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  if (fd >= 0) {
-    const std::string text = key + "\n";
-    (void)!write(fd, text.data(), text.size());
-    close(fd);
+  if (absl::Status s = WriteSecretFile(absl::StrCat(node.root, "/agent_key"),
+                                       key + "\n");
+      !s.ok()) {
+    // The key comes again with the next registration.
+    Log("warn", node.name,
+        absl::StrCat("cannot save the server's key (", Str(s.message()),
+                     "); until the next registration after a restart, this "
+                     "agent answers 503"));
   }
 }
 

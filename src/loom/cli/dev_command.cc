@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "httplib.h"
+#include "loom/common/secret_file.h"
 #include "nlohmann/json.hpp"
 
 extern char** environ;
@@ -117,16 +118,6 @@ std::string ReadLine(const std::string& path) {
   std::string line;
   std::getline(in, line);
   return line;
-}
-
-// Writes `text` to `path` with mode 0600.
-bool WriteSecret(const std::string& path, const std::string& text) {
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  if (fd < 0) return false;
-  const bool ok =
-      write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  close(fd);
-  return ok;
 }
 
 volatile sig_atomic_t g_stop = 0;
@@ -284,8 +275,9 @@ int RunDev(const DevFlags& f) {
     nlohmann::json made =
         r ? nlohmann::json::parse(r->body, nullptr, false) : nlohmann::json();
     if (!r || r->status != 201 || !made.is_object() ||
-        !made.contains("token") ||
-        !WriteSecret(join_token, made["token"].get<std::string>() + "\n")) {
+        !made.contains("token") || !made["token"].is_string() ||
+        !WriteSecretFile(join_token, made["token"].get<std::string>() + "\n")
+             .ok()) {
       return fail("cannot make a join token for the agents", &children[0]);
     }
   }

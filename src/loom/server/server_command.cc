@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "loom/common/secret_file.h"
 #include "loom/core/cluster_spec.h"
 #include "loom/server/auth.h"
 #include "loom/server/controller.h"
@@ -57,20 +58,9 @@ absl::Status BootstrapAdmin(TokenRegistry& auth, const std::string& path) {
       auth.BootstrapAdmin(absl::Now(), user);
   if (!token.ok()) return token.status();
   if (!token->has_value()) return absl::OkStatus();
-  const std::string tmp = path + ".tmp";
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  if (fd < 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--admin-token-file: cannot write ", path, ": ", std::strerror(errno)));
-  }
-  const std::string text = **token + "\n";
-  const bool ok = write(fd, text.data(), text.size()) ==
-                      static_cast<ssize_t>(text.size()) &&
-                  fsync(fd) == 0;
-  close(fd);
-  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
+  if (absl::Status s = WriteSecretFile(path, **token + "\n"); !s.ok()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("--admin-token-file: cannot write ", path));
+        absl::StrCat("--admin-token-file: ", s.message()));
   }
   std::cerr << "loom server: the first admin token is in " << path
             << " (export LOOM_TOKEN_FILE=" << path << ")" << std::endl;
