@@ -23,9 +23,7 @@ class SecretFileTest : public ::testing::Test {
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
   }
-  void TearDown() override {
-    std::system(("rm -rf '" + dir_ + "'").c_str());
-  }
+  void TearDown() override { std::system(("rm -rf '" + dir_ + "'").c_str()); }
   static std::string Read(const std::string& path) {
     std::ifstream in(path);
     std::stringstream s;
