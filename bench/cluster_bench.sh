@@ -36,7 +36,10 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; tail -5 "$W"/*.log 2>/dev/null; exit 1; }
-PORT=$((20000 + RANDOM % 20000))
+# Below the kernel's ephemeral range (32768-60999): an outgoing connection
+# never holds one of these ports when a server (re)starts on it. PORT to
+# PORT + 140 are used.
+PORT=$((20000 + RANDOM % 12000))
 export LOOM_SERVER="http://127.0.0.1:$PORT"
 AGENT_PORT=$((PORT + 1))
 # Each server writes its first admin token here; the fleet joins with a join

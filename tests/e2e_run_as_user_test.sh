@@ -137,14 +137,21 @@ name: ghost
 user: loom-no-such-user
 resources: {gpus: 1}
 command: ["/bin/true"]
+restart: {max: 3}
 YAML
 GHOST=$(submit "$W/nobody.yaml") || fail "submit the ghost job"
 wait_for 20 state_is "$GHOST" failed || fail "ghost job: $("$LOOM" show "$GHOST")"
 "$LOOM" show "$GHOST" > "$W/ghost.show"
 grep -q "user 'loom-no-such-user' does not exist on node h200-0" "$W/ghost.show" ||
   fail "loom show does not name the user: $(cat "$W/ghost.show")"
-grep -q "launch of task 0 on h200-0 failed" "$W/ghost.show" ||
-  fail "loom show has no failed launch: $(cat "$W/ghost.show")"
+grep -q "launch of task 0 on h200-0 refused" "$W/ghost.show" ||
+  fail "loom show has no refused launch: $(cat "$W/ghost.show")"
+# Refused as specified, it would be refused again: no restart despite
+# restart.max 3.
+grep -q "not queued again" "$W/ghost.show" ||
+  fail "the refused job says nothing of restarts: $(cat "$W/ghost.show")"
+[ "$("$LOOM" show "$GHOST" -o json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["restart_count"])')" = 0 ] ||
+  fail "the refused job was restarted"
 grep "user 'loom-no-such-user'" "$W/ghost.show" | head -1 | sed 's/^ */  loom show: /'
 echo "ok: a job of a user the node lacks failed and says so"
 echo "all checks passed"

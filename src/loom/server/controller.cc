@@ -18,6 +18,10 @@ namespace loom {
 namespace {
 
 constexpr const char* kNodePrefix = "/nodes/";
+// Ends the reason of a job whose launch an agent refused (HTTP 400).
+constexpr const char* kNotAgainAfterRefusal =
+    "; not queued again: the agent refused the task as specified, and would "
+    "refuse it again";
 
 std::string RequestKey(const std::string& request_id) {
   return absl::StrCat("/requests/", request_id);
@@ -639,14 +643,16 @@ void Controller::StopTasks(JobRecord& job, int signal, absl::Duration grace) {
   }
 }
 
-void Controller::TaskEnded(JobRecord& job, TaskRecord& task, absl::Time now) {
+void Controller::TaskEnded(JobRecord& job, TaskRecord& task, absl::Time now,
+                           const std::string& why) {
   const bool failed = task.state == TaskRecord::State::kLost ||
                       task.exit_code.value_or(0) != 0 || task.signal;
   if (failed && job.state == JobState::kRunning) {
     if (task.state != TaskRecord::State::kLost) ++failures_["task_failed"];
     job.state = JobState::kStopping;
     job.reason =
-        task.state == TaskRecord::State::kLost
+        !why.empty() ? why
+        : task.state == TaskRecord::State::kLost
             ? absl::StrCat("task ", task.index, " on ", task.node, " was lost")
         : task.signal ? absl::StrCat("task ", task.index, " killed by ",
                                      SignalName(*task.signal))
@@ -682,7 +688,11 @@ void Controller::FinishJob(JobRecord& job, absl::Time now) {
   (void)scheduler_->Finish(job.id, now);
   const bool preempted = job.preempted && !job.cancel_requested;
   RetryDecision retry;
-  if (preempted || (!ok && !job.cancel_requested)) {
+  if (job.launch_refused && !job.cancel_requested) {
+    ok = false;
+    if (job.exit_code == 0) job.exit_code = 1;
+    absl::StrAppend(&job.reason, kNotAgainAfterRefusal);
+  } else if (preempted || (!ok && !job.cancel_requested)) {
     retry = DecideRetry(job.spec.restart, job.spec.requeue,
                         preempted ? RunEnd::kRequeued : RunEnd::kFailed,
                         job.restarts_used, job.requeues);
@@ -933,13 +943,18 @@ void Controller::ActionDone(const AgentAction& action,
       return;
     }
     t.state = TaskRecord::State::kLost;
-    const std::string why = absl::StrCat("launch of task ", t.index, " on ",
-                                         t.node, " failed: ", status.message());
-    job.AddEvent(now, why);
-    TaskEnded(job, t, now);
+    // InvalidArgument: the agent refused the task as specified (HTTP 400),
+    // so another run would be refused too; anything else (no answer, an
+    // agent error) may pass.
+    const bool refused = absl::IsInvalidArgument(status);
+    if (refused) job.launch_refused = true;
+    const std::string why =
+        absl::StrCat("launch of task ", t.index, " on ", t.node,
+                     refused ? " refused: " : " failed: ", status.message());
     // The agent's reason (an unknown user, a bad working directory) says
-    // more than "lost".
-    if (IsFinal(job.state)) job.reason = why;
+    // more than "lost". TaskEnded records it when it stops the gang.
+    if (job.state != JobState::kRunning) job.AddEvent(now, why);
+    TaskEnded(job, t, now, why);
     (void)Persist({&job});
     return;
   }

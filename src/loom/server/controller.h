@@ -179,7 +179,10 @@ class Controller {
   void StopTasks(JobRecord& job, int signal, absl::Duration grace)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Called when a task of `job` ended; finishes the job when all have.
-  void TaskEnded(JobRecord& job, TaskRecord& task, absl::Time now)
+  // `why`, when given, is the job's reason if this ending stops the gang
+  // (else one is made from the task's exit).
+  void TaskEnded(JobRecord& job, TaskRecord& task, absl::Time now,
+                 const std::string& why = "")
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishJob(JobRecord& job, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

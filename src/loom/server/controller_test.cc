@@ -340,6 +340,64 @@ TEST_F(ControllerTest, LaunchLostWithTheServerIsSentAgain) {
   EXPECT_EQ(State(1), "succeeded");
 }
 
+TEST_F(ControllerTest, RefusedLaunchFailsTheJobWithoutRestarts) {
+  Register(0, nlohmann::json::array(), 1);
+  Register(1, nlohmann::json::array(), 1);
+  JobSpec spec = Gang(16);
+  spec.restart.max = 3;
+  ASSERT_TRUE(c_->Submit(spec, "alice", T(2)).ok());
+  c_->Tick(T(2));
+  auto launch = c_->TakeActions();
+  ASSERT_EQ(launch.size(), 2u);
+  // Task 1 starts; the agent of task 0 refuses it (HTTP 400).
+  c_->ActionDone(launch[1], absl::OkStatus(), T(2.1));
+  c_->ActionDone(launch[0],
+                 absl::InvalidArgumentError(
+                     "agent h200-0 answered 400: \"user 'x' does not exist on "
+                     "node h200-0\""),
+                 T(2.2));
+  EXPECT_EQ(State(1, 2.2), "stopping");
+  auto stop = c_->TakeActions();
+  ASSERT_EQ(stop.size(), 1u);
+  EXPECT_EQ(stop[0].kind, AgentAction::Kind::kStop);
+  Beat(launch[1].node == "h200-0" ? 0 : 1,
+       {{{"task_id", launch[1].task_id}, {"state", "exited"}, {"signal", 15}}},
+       3);
+  auto job = *c_->GetJob(1, T(3));
+  EXPECT_EQ(job["state"], "failed") << job.dump();
+  EXPECT_EQ(job["restart_count"], 0);
+  const std::string reason = job["reason"];
+  EXPECT_NE(reason.find("launch of task 0 on h200-0 refused: agent h200-0 "
+                        "answered 400: \"user 'x' does not exist"),
+            std::string::npos)
+      << reason;
+  EXPECT_NE(reason.find("not queued again"), std::string::npos) << reason;
+  // It stays failed across a restart of the controller.
+  Make();
+  EXPECT_EQ(State(1), "failed");
+}
+
+TEST_F(ControllerTest, LaunchThatFailedOtherwiseIsRestarted) {
+  Register(0, nlohmann::json::array(), 1);
+  JobSpec spec = Gang(8);
+  spec.restart.max = 1;
+  ASSERT_TRUE(c_->Submit(spec, "alice", T(2)).ok());
+  c_->Tick(T(2));
+  auto launch = c_->TakeActions();
+  ASSERT_EQ(launch.size(), 1u);
+  c_->ActionDone(launch[0],
+                 absl::UnavailableError("agent h200-0 at 127.0.0.2:7100 "
+                                        "unreachable: Connection"),
+                 T(2.1));
+  auto job = *c_->GetJob(1, T(2.1));
+  EXPECT_EQ(job["state"], "pending") << job.dump();
+  EXPECT_EQ(job["restart_count"], 1);
+  EXPECT_NE(job["reason"].get<std::string>().find("launch of task 0 on "
+                                                  "h200-0 failed: agent"),
+            std::string::npos)
+      << job["reason"];
+}
+
 TEST_F(ControllerTest, AgentThatLostItsTasksFailsTheJob) {
   Register(0, nlohmann::json::array(), 1);
   ASSERT_TRUE(c_->Submit(Gang(8), "a", T(2)).ok());

@@ -1275,8 +1275,12 @@ void HttpServer::DispatchLoop() {
       }
       what = nlohmann::json(what).dump(
           -1, ' ', false, nlohmann::json::error_handler_t::replace);
-      st = absl::InternalError(
-          absl::StrCat("agent ", a.node, " answered ", r->status, ": ", what));
+      // 400: the agent refused the request as specified (a task with an
+      // unknown user, say), which the controller does not retry.
+      const std::string message =
+          absl::StrCat("agent ", a.node, " answered ", r->status, ": ", what);
+      st = r->status == 400 ? absl::InvalidArgumentError(message)
+                            : absl::InternalError(message);
     }
     try {
       controller_->ActionDone(a, st, absl::Now());

@@ -88,6 +88,7 @@ nlohmann::json JobRecordToJson(const JobRecord& j) {
       j.exit_code ? nlohmann::json(*j.exit_code) : nlohmann::json(nullptr);
   out["restart_count"] = j.restart_count;
   if (j.preempted) out["preempted"] = true;
+  if (j.launch_refused) out["launch_refused"] = true;
   out["restarts_used"] = j.restarts_used;
   if (j.preempted_by != 0) out["preempted_by"] = j.preempted_by;
   if (j.requeues != 0) out["requeues"] = j.requeues;
@@ -157,6 +158,7 @@ absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& in) {
     }
     j.restart_count = in.value("restart_count", 0);
     j.preempted = in.value("preempted", false);
+    j.launch_refused = in.value("launch_refused", false);
     j.restarts_used = in.value("restarts_used", 0);
     j.preempted_by = in.value("preempted_by", JobId{0});
     j.requeues = in.value("requeues", 0);

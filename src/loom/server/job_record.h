@@ -72,6 +72,10 @@ struct JobRecord {
   bool preempted = false;
   // The job whose start preempted it last (0: none, or moved off a node).
   JobId preempted_by = 0;
+  // An agent refused to launch one of its tasks as specified (HTTP 400: an
+  // unknown user, say): the run ends as failed and is not restarted, since
+  // it would be refused again.
+  bool launch_refused = false;
   // Times it was requeued after a preemption or a move (`spec.requeue.max`).
   int requeues = 0;
   // The client's idempotency key of the submission (`Idempotency-Key`), if
