@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Configures and builds loom. Usage: scripts/build.sh [release|asan] [targets...]
-#   release  -> build/       (RelWithDebInfo: optimised, with symbols)
+#   release  -> build/       (RelWithDebInfo: optimised, with line tables)
 #   asan     -> build-asan/  (AddressSanitizer + UndefinedBehaviorSanitizer)
 set -euo pipefail
 cd "$(dirname "$0")/.."
