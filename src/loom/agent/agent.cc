@@ -2348,8 +2348,8 @@ void Agent::Impl::AcceptServerKey(Node& node, const std::string& key) {
     if (!server_key_digests_.insert(Sha256Hex(key)).second) return;
   }
   auth_expected_ = true;
-  if (absl::Status s = WriteSecretFile(absl::StrCat(node.root, "/agent_key"),
-                                       key + "\n");
+  if (absl::Status s =
+          WriteSecretFile(absl::StrCat(node.root, "/agent_key"), key + "\n");
       !s.ok()) {
     // The key comes again with the next registration.
     Log("warn", node.name,
