@@ -8,7 +8,10 @@
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]   (default: every target;
 # SECONDS 0 only builds). LOOM_FUZZ_OPT: the optimisation level (default
 # -O1, for long runs; the CI smoke run uses -O0, which builds in half the
-# time and runs its 30 s slower).
+# time and runs its 30 s slower). LOOM_FUZZ_SEED: libFuzzer's -seed (default:
+# random). CI fixes it: its targets then start with the same mutations on
+# every machine (coverage feedback drifts a little), so a longer run with
+# the same seed and flags here covers most of what CI will try.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-30}"
@@ -42,7 +45,7 @@ for t in "${targets[@]}"; do
     dict=("-dict=fuzz/dict/${t%_fuzzer}.dict")
   fi
   "$dir/fuzz/$t" -max_total_time="$seconds" -max_len=8192 -timeout=60 \
-    -rss_limit_mb=2560 -print_final_stats=1 "${dict[@]}" \
+    -rss_limit_mb=2560 -print_final_stats=1 "${dict[@]}" ${LOOM_FUZZ_SEED:+-seed=$LOOM_FUZZ_SEED} \
     -artifact_prefix="$run/" "$run/corpus" > "$run/log" 2>&1 &
   pids+=($!)
 done

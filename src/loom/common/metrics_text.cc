@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "fmt/format.h"
+#include "loom/common/utf8.h"
 
 namespace loom {
 namespace {
@@ -21,39 +22,6 @@ bool IsMetricNameChar(char c) {
 }
 bool IsLabelNameChar(char c) {
   return IsAsciiLetter(c) || IsAsciiDigit(c) || c == '_';
-}
-
-// Returns the length of the valid UTF-8 sequence starting at `s[i]` (a byte
-// >= 0x80), or 0 if it is not one: a stray continuation byte, a truncated
-// sequence, an overlong form, a surrogate or a code point above U+10FFFF.
-size_t Utf8SequenceLength(std::string_view s, size_t i) {
-  const auto lead = static_cast<unsigned char>(s[i]);
-  size_t len = 0;
-  uint32_t code_point = 0;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    len = 2;
-    code_point = lead & 0x1F;
-  } else if ((lead & 0xF0) == 0xE0) {
-    len = 3;
-    code_point = lead & 0x0F;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    len = 4;
-    code_point = lead & 0x07;
-  } else {
-    return 0;
-  }
-  if (s.size() - i < len) return 0;
-  for (size_t k = 1; k < len; ++k) {
-    const auto byte = static_cast<unsigned char>(s[i + k]);
-    if ((byte & 0xC0) != 0x80) return 0;
-    code_point = (code_point << 6) | (byte & 0x3F);
-  }
-  if (len == 3 &&
-      (code_point < 0x800 || (code_point >= 0xD800 && code_point <= 0xDFFF))) {
-    return 0;
-  }
-  if (len == 4 && (code_point < 0x10000 || code_point > 0x10FFFF)) return 0;
-  return len;
 }
 
 // Appends `text` to `*out` escaping `\` and newline, and `"` too when
@@ -76,7 +44,7 @@ void AppendEscaped(std::string_view text, bool escape_quote, std::string* out) {
       ++i;
       continue;
     }
-    const size_t len = Utf8SequenceLength(text, i);
+    const size_t len = Utf8CharLength(text, i);
     if (len == 0) {
       out->append("\xEF\xBF\xBD");  // U+FFFD REPLACEMENT CHARACTER.
       ++i;

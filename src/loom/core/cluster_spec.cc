@@ -50,6 +50,7 @@ using yaml::ElementPath;
 using yaml::Field;
 using yaml::KindOf;
 using yaml::MapNode;
+using yaml::ScalarText;
 
 // True when `name` is usable as a pool name, and so as the stem of node
 // names: ASCII letters, digits, '-', '_' and '.', starting with a letter or
@@ -297,15 +298,16 @@ absl::Status SpecParser::ParseLabels(
     if (!key.IsScalar() || key.Scalar().empty()) {
       return Error(key, path, "label names must be non-empty strings");
     }
-    const std::string label_path = ChildPath(path, key.Scalar());
-    if (labels->count(key.Scalar()) > 0) {
+    const std::string name = ScalarText(key);
+    const std::string label_path = ChildPath(path, name);
+    if (labels->count(name) > 0) {
       return Error(key, label_path, "given twice");
     }
     if (!value.IsScalar()) {
       return Error(value, label_path,
                    absl::StrCat("must be a string, got ", KindOf(value)));
     }
-    (*labels)[key.Scalar()] = value.Scalar();
+    (*labels)[name] = ScalarText(value);
   }
   return absl::OkStatus();
 }

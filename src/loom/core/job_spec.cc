@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "loom/common/utf8.h"
 #include "loom/core/yaml_util.h"
 #include "nlohmann/json.hpp"
 #include "yaml-cpp/yaml.h"
@@ -32,6 +33,7 @@ using yaml::ElementPath;
 using yaml::Field;
 using yaml::KindOf;
 using yaml::MapNode;
+using yaml::ScalarText;
 
 // Limits that keep a typo (or a hostile request) from becoming a job that
 // exhausts the scheduler or the agent.
@@ -222,41 +224,6 @@ YAML::Mark MarkAt(std::string_view text, size_t offset) {
   return mark;
 }
 
-// Length of the UTF-8 sequence at `text[i]`, or 0 when it is not valid
-// UTF-8 (overlong forms, surrogates and code points past U+10FFFF are not).
-size_t Utf8Length(std::string_view text, size_t i) {
-  const auto byte = [&](size_t k) {
-    return static_cast<unsigned char>(text[k]);
-  };
-  const unsigned char b0 = byte(i);
-  if (b0 < 0x80) return 1;
-  size_t n = 0;
-  uint32_t cp = 0;
-  if ((b0 & 0xe0) == 0xc0) {
-    n = 2;
-    cp = b0 & 0x1f;
-  } else if ((b0 & 0xf0) == 0xe0) {
-    n = 3;
-    cp = b0 & 0x0f;
-  } else if ((b0 & 0xf8) == 0xf0) {
-    n = 4;
-    cp = b0 & 0x07;
-  } else {
-    return 0;
-  }
-  if (i + n > text.size()) return 0;
-  for (size_t k = 1; k < n; ++k) {
-    if ((byte(i + k) & 0xc0) != 0x80) return 0;
-    cp = (cp << 6) | (byte(i + k) & 0x3f);
-  }
-  constexpr uint32_t kMinForLength[] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < kMinForLength[n] || cp > 0x10ffff ||
-      (cp >= 0xd800 && cp <= 0xdfff)) {
-    return 0;
-  }
-  return n;
-}
-
 // True when the first thing in `text` other than white space is '{', i.e.
 // the document is a JSON object (or a YAML flow map).
 bool LooksLikeJson(std::string_view text) {
@@ -386,7 +353,7 @@ absl::Status JobSpecParser::CheckText(std::string_view text) const {
                                 " is not allowed in a spec (write it as an "
                                 "escape inside double quotes)"));
     }
-    const size_t n = Utf8Length(text, i);
+    const size_t n = Utf8CharLength(text, i);
     if (n == 0) {
       return Error(MarkAt(text, i), "", "the spec is not valid UTF-8 text");
     }
@@ -402,7 +369,7 @@ absl::StatusOr<std::string> JobSpecParser::ReadText(const YAML::Node& node,
     return Error(node, path,
                  absl::StrCat("must be a string, got ", KindOf(node)));
   }
-  const std::string& s = node.Scalar();
+  std::string s = ScalarText(node);
   if (s.empty() && !allow_empty) {
     return Error(node, path, "must not be empty");
   }

@@ -236,6 +236,32 @@ TEST(ParseJobSpec, JsonEscapes) {
               StartsWith("body:1:"));
 }
 
+TEST(ParseJobSpec, YamlEscapesGiveUtf8) {
+  // yaml-cpp decodes "\_" and "\N" to the single bytes 0xA0 and 0x85; the
+  // spec holds U+00A0 and U+0085, and survives its JSON round trip.
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(
+      "name: j\ncommand: [\"a\\_b\\Nc\\L\"]\nlabels: {team: \"x\\_y\"}\n",
+      "spec.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(spec->command, ElementsAre("a\xC2\xA0"
+                                         "b\xC2\x85"
+                                         "c\xE2\x80\xA8"));
+  EXPECT_EQ(spec->labels.at("team"), "x\xC2\xA0y");
+  absl::StatusOr<JobSpec> again = ParseJobSpec(JobSpecToJson(*spec), "json");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, *spec);
+  // Errors that quote such a scalar are UTF-8 too.
+  EXPECT_EQ(ParseError("name: j\ncommand: [x]\ntasks: \"\\_\"\n"),
+            "spec.yaml:3:8: tasks: must be a whole number, got '\xC2\xA0'");
+  // An unknown escape is named by its whole character, at its backslash.
+  const std::string bad = "name: j\ncommand: [\"a\\\xC3\xA9\"]\n";
+  EXPECT_EQ(ParseError(bad),
+            At(bad, "\\\xC3") +
+                "invalid YAML: unknown escape '\\' followed by '\xC3\xA9' in a "
+                "double-quoted string (write '\\\\' for a backslash, or use "
+                "single quotes)");
+}
+
 TEST(ParseJobSpec, StringCommandRunsThroughShell) {
   absl::StatusOr<JobSpec> spec =
       ParseJobSpec("name: j\ncommand: echo hi && sleep 1\n", "spec.yaml");

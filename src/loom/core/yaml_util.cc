@@ -6,14 +6,43 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "loom/common/units.h"
+#include "loom/common/utf8.h"
 #include "yaml-cpp/depthguard.h"
 #include "yaml-cpp/eventhandler.h"
 
 namespace loom::yaml {
+
+std::string RepairUtf8(std::string_view text) {
+  if (IsValidUtf8(text)) return std::string(text);
+  std::string out;
+  out.reserve(text.size() + 8);
+  for (size_t i = 0; i < text.size();) {
+    const size_t len = Utf8CharLength(text, i);
+    if (len > 0) {
+      out.append(text.substr(i, len));
+      i += len;
+      continue;
+    }
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte == 0x85 || byte == 0xA0) {
+      out.push_back('\xC2');  // The lead byte of U+0080..U+00BF.
+      out.push_back(text[i]);
+    } else {
+      out.append("\xEF\xBF\xBD");  // U+FFFD REPLACEMENT CHARACTER.
+    }
+    ++i;
+  }
+  return out;
+}
+
+std::string ScalarText(const YAML::Node& node) {
+  return RepairUtf8(node.Scalar());
+}
 
 // Joins a field path and a key: ("pools[1]", "gpu") -> "pools[1].gpu".
 std::string ChildPath(absl::string_view path, absl::string_view key) {
@@ -133,8 +162,7 @@ absl::StatusOr<YAML::Node> Reader::LoadDocument(std::string_view text) const {
         const YAML::Mark at = docs.back().start;
         const size_t pos = static_cast<size_t>(std::max(at.pos, 0));
         const std::string what =
-            pos < copy.size() ? absl::StrCat("'", copy.substr(pos, 1), "'")
-                              : std::string("text");
+            pos < copy.size() ? QuoteCharAt(copy, pos) : std::string("text");
         return Error(at, "",
                      absl::StrCat("unexpected ", what,
                                   " after the end of the document"));
@@ -163,11 +191,15 @@ absl::Status Reader::Error(const YAML::Mark& mark, absl::string_view path,
   if (mark.line >= 0) {
     absl::StrAppend(&where, ":", mark.line + 1, ":", mark.column + 1);
   }
+  // Messages quote the user's scalars and yaml-cpp's own messages, which
+  // may quote a single byte of a character ("unknown escape character");
+  // the server sends them in JSON, so they must be UTF-8.
   if (path.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": ", reason));
+    return absl::InvalidArgumentError(
+        RepairUtf8(absl::StrCat(where, ": ", reason)));
   }
   return absl::InvalidArgumentError(
-      absl::StrCat(where, ": ", path, ": ", reason));
+      RepairUtf8(absl::StrCat(where, ": ", path, ": ", reason)));
 }
 
 absl::StatusOr<MapNode> Reader::ReadMap(
@@ -247,7 +279,7 @@ absl::StatusOr<std::string> Reader::ReadString(const YAML::Node& node,
   if (node.Scalar().empty()) {
     return Error(node, path, "must not be empty");
   }
-  return node.Scalar();
+  return ScalarText(node);
 }
 
 absl::StatusOr<int64_t> Reader::ReadInt(const YAML::Node& node,
@@ -357,6 +389,23 @@ absl::Status Reader::LoadError(std::string_view text,
                        "spaces");
         }
       }
+    }
+  }
+  // yaml-cpp names an unknown escape by one byte, which may be part of a
+  // character: quote the whole character, at its backslash.
+  if (absl::StartsWith(e.msg, "unknown escape character") && e.mark.pos >= 0) {
+    const size_t end = std::min(static_cast<size_t>(e.mark.pos), text.size());
+    const size_t slash = text.rfind('\\', end);
+    if (slash != std::string_view::npos && slash + 1 < text.size()) {
+      YAML::Mark at = e.mark;
+      at.column -= static_cast<int>(end - slash);
+      at.pos = static_cast<int>(slash);
+      return Error(
+          at, "",
+          absl::StrCat("invalid YAML: unknown escape '\\' followed by ",
+                       QuoteCharAt(text, slash + 1),
+                       " in a double-quoted string (write '\\\\' for a "
+                       "backslash, or use single quotes)"));
     }
   }
   return Error(e.mark, "", absl::StrCat("invalid YAML: ", e.msg));

@@ -27,6 +27,16 @@ std::string ChildPath(absl::string_view path, absl::string_view key);
 // Names the element `index` of the list at `path`: "pools[1]".
 std::string ElementPath(absl::string_view path, size_t index);
 
+// The text of a scalar as UTF-8. yaml-cpp decodes the escapes "\N" and "\_"
+// of a double-quoted scalar to the single bytes 0x85 and 0xA0, which are not
+// UTF-8; they become U+0085 and U+00A0, as YAML means. Any other invalid
+// byte (input that was not checked for UTF-8) becomes U+FFFD.
+std::string ScalarText(const YAML::Node& node);
+
+// `text` (a scalar, or a message that quotes one) made UTF-8 as in
+// `ScalarText`.
+std::string RepairUtf8(std::string_view text);
+
 // Says what kind of YAML value `node` is, for error messages ("a list").
 absl::string_view KindOf(const YAML::Node& node);
 

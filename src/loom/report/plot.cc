@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "fmt/format.h"
+#include "loom/common/utf8.h"
 
 namespace loom {
 namespace {
@@ -79,31 +80,10 @@ std::string SanitizeUtf8(std::string_view text) {
       ++i;
       continue;
     }
-    size_t len = 0;
-    unsigned char second_lo = 0x80;
-    unsigned char second_hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      if (c == 0xE0) second_lo = 0xA0;  // Overlong.
-      if (c == 0xED) second_hi = 0x9F;  // UTF-16 surrogates.
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      if (c == 0xF0) second_lo = 0x90;  // Overlong.
-      if (c == 0xF4) second_hi = 0x8F;  // Beyond U+10FFFF.
-    }
-    bool valid = len > 0 && i + len <= text.size();
-    for (size_t k = 1; valid && k < len; ++k) {
-      const auto d = static_cast<unsigned char>(text[i + k]);
-      valid = k == 1 ? (d >= second_lo && d <= second_hi)
-                     : (d >= 0x80 && d <= 0xBF);
-    }
-    if (valid && len == 3 && c == 0xEF && text[i + 1] == '\xBF' &&
-        (text[i + 2] == '\xBE' || text[i + 2] == '\xBF')) {
-      valid = false;
-    }
-    if (!valid) {
+    const size_t len = Utf8CharLength(text, i);
+    const bool non_character = len == 3 && c == 0xEF && text[i + 1] == '\xBF' &&
+                               (text[i + 2] == '\xBE' || text[i + 2] == '\xBF');
+    if (len == 0 || non_character) {
       out += "\xEF\xBF\xBD";
       ++i;
       continue;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "fmt/format.h"
 #include "loom/common/units.h"
+#include "loom/common/utf8.h"
 #include "loom/core/retry.h"
 #include "loom/sched/placement.h"
 
@@ -126,13 +127,6 @@ absl::Status CheckAgentBody(const nlohmann::json& body, bool registering) {
     return absl::InvalidArgumentError("health: must be an object");
   }
   return absl::OkStatus();
-}
-
-// Cuts `s` to at most `n` bytes without splitting a UTF-8 character.
-std::string TruncateUtf8(const std::string& s, size_t n) {
-  if (s.size() <= n) return s;
-  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
-  return s.substr(0, n);
 }
 
 // JSON text for the store: bytes that are not UTF-8 (an agent's message, a
@@ -1113,7 +1107,8 @@ void Controller::ApplyHealth(int n, const nlohmann::json& body, absl::Time now,
   std::vector<std::string> problems;
   for (const nlohmann::json& p : *list) {
     if (!p.is_string() || problems.size() >= kMaxProblems) continue;
-    problems.push_back(TruncateUtf8(p.get<std::string>(), kMaxProblemLength));
+    const std::string problem = p.get<std::string>();
+    problems.emplace_back(TruncateUtf8(problem, kMaxProblemLength));
   }
   Node& node = nodes_[n];
   node.health = problems;
