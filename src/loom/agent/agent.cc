@@ -38,8 +38,8 @@
 #include "loom/agent/health_check.h"
 #include "loom/agent/shim_task_launcher.h"
 #include "loom/agent/task_files.h"
+#include "loom/common/atomic_file.h"
 #include "loom/common/digest.h"
-#include "loom/common/secret_file.h"
 #include "loom/common/units.h"
 
 namespace loom {
@@ -995,6 +995,7 @@ absl::Status Agent::Impl::InitNode(Node& node, const HostInfo& host,
     shim.state_dir = node.tasks_dir;
     shim.cgroups = node.cgroups.get();
     shim.now = options_.now;
+    shim.lease_path = LeasePath(node);
     absl::StatusOr<std::unique_ptr<ShimTaskLauncher>> launcher =
         ShimTaskLauncher::Create(std::move(shim));
     if (!launcher.ok()) return launcher.status();
@@ -1740,8 +1741,7 @@ absl::StatusOr<json> Agent::Impl::LaunchUnit(Node& node, const LaunchRequest& r,
                                 {"stdout", p.stdout_path},
                                 {"stderr", p.stderr_path}});
     }
-    absl::Status s = agent_internal::WriteFileAtomically(
-        UnitPath(node, r.task_id), Dump(m, 2));
+    absl::Status s = WriteFileAtomically(UnitPath(node, r.task_id), Dump(m, 2));
     if (!s.ok()) {
       absl::MutexLock lock(&node.mu);
       for (const Proc& p : procs) node.by_launcher_id.erase(p.launcher_id);
@@ -2874,7 +2874,8 @@ void Agent::Impl::HandleFaults(const httplib::Request& req,
       "node", "drop_heartbeats", "fail_gpu", "heal_gpu", "delay_ms", "exit",
       "clear"};
   bool any = false;
-  for (const auto& [key, value] : body->items()) {
+  for (const auto& item : body->items()) {
+    const std::string& key = item.key();
     if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) {
           return key == k;
         }) == std::end(kKeys)) {

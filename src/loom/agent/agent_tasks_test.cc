@@ -36,6 +36,7 @@
 #include "loom/agent/shim_task_launcher.h"
 #include "loom/agent/task_files.h"
 #include "loom/agent/task_launcher.h"
+#include "loom/common/atomic_file.h"
 
 namespace loom {
 namespace {
@@ -552,16 +553,14 @@ TEST_F(TaskLauncherTest, RecoverFindsATaskFromTheShimsPidFile) {
   agent_internal::TaskFileRecord starting;
   starting.task_id = "8.3";
   starting.phase = "starting";
-  ASSERT_TRUE(
-      agent_internal::WriteFileAtomically(
-          state_dir() + "/8.3.json", agent_internal::TaskRecordToJson(starting))
-          .ok());
+  ASSERT_TRUE(WriteFileAtomically(state_dir() + "/8.3.json",
+                                  agent_internal::TaskRecordToJson(starting))
+                  .ok());
   // And a launch that died before its shim existed.
   starting.task_id = "8.4";
-  ASSERT_TRUE(
-      agent_internal::WriteFileAtomically(
-          state_dir() + "/8.4.json", agent_internal::TaskRecordToJson(starting))
-          .ok());
+  ASSERT_TRUE(WriteFileAtomically(state_dir() + "/8.4.json",
+                                  agent_internal::TaskRecordToJson(starting))
+                  .ok());
 
   auto b = NewLauncher();
   absl::StatusOr<std::vector<TaskInfo>> infos = b->Recover();
@@ -641,10 +640,9 @@ TEST_F(TaskLauncherTest, ReusedPidIsNotAdopted) {
   record.shim_pid = ::getpid();
   record.shim_start_ticks = my_start + 12345;
   fs::create_directories(state_dir());
-  ASSERT_TRUE(
-      agent_internal::WriteFileAtomically(
-          state_dir() + "/10.0.json", agent_internal::TaskRecordToJson(record))
-          .ok());
+  ASSERT_TRUE(WriteFileAtomically(state_dir() + "/10.0.json",
+                                  agent_internal::TaskRecordToJson(record))
+                  .ok());
   auto launcher = NewLauncher();
   absl::StatusOr<std::vector<TaskInfo>> infos = launcher->Recover();
   ASSERT_TRUE(infos.ok());

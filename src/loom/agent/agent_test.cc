@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -1126,6 +1127,53 @@ TEST(AgentTest, RestartedAgentFencesTasksWhoseLeaseRanOut) {
     })) << id;
     EXPECT_EQ(server.LastStatus("h200-0", id)["signal"], SIGKILL) << id;
   }
+}
+
+TEST(AgentTest, ShimsFenceTheirTasksWhenNoAgentRenewsTheLease) {
+  FakeServer server;
+  server.set_fence_after_ms(1000);
+  TempDir dir;
+  std::unique_ptr<Agent> agent = StartAgent(BaseOptions(server, dir.path()));
+  ASSERT_NE(agent, nullptr);
+  const std::string pid_file = dir.path() + "/task.pid";
+  {
+    AgentClient client(*agent);
+    httplib::Result res = client.Post(
+        "/v1/tasks",
+        Launch("13.0.0",
+               {"/bin/sh", "-c", "echo $$ > " + pid_file + "; exec sleep 30"}));
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 201) << res->body;
+  }
+  ASSERT_TRUE(WaitFor([&] {
+    return StateIs(server.LastStatus("h200-0", "13.0.0"), "running");
+  }));
+  pid_t pid = 0;
+  ASSERT_TRUE(WaitFor([&] {
+    std::ifstream in(pid_file);
+    return static_cast<bool>(in >> pid) && pid > 0;
+  }));
+  // While the agent renews the lease, the task runs past the fence limit.
+  absl::SleepFor(absl::Milliseconds(2500));
+  ASSERT_EQ(::kill(pid, 0), 0) << "fenced while the lease was renewed";
+  // The agent goes and none comes back: the task's shim kills it once the
+  // lease is older than the limit (1 s; it looks every second).
+  const absl::Time stopped = absl::Now();
+  agent.reset();
+  ASSERT_EQ(::kill(pid, 0), 0) << "the agent's stop killed the task";
+  EXPECT_TRUE(WaitFor([&] { return ::kill(pid, 0) != 0; }, absl::Seconds(6)))
+      << "the task outlived its lease";
+  EXPECT_GE(absl::Now() - stopped, absl::Milliseconds(200));
+  // The exit is on record for the next agent.
+  const int before = server.registration_count("h200-0");
+  agent = StartAgent(BaseOptions(server, dir.path()));
+  ASSERT_NE(agent, nullptr);
+  ASSERT_TRUE(
+      WaitFor([&] { return server.registration_count("h200-0") > before; }));
+  ASSERT_TRUE(WaitFor([&] {
+    return StateIs(server.LastStatus("h200-0", "13.0.0"), "exited");
+  }));
+  EXPECT_EQ(server.LastStatus("h200-0", "13.0.0")["signal"], SIGKILL);
 }
 
 TEST(AgentTest, FleetOfThreeRegistersDistinctNodesAndRoutesByName) {

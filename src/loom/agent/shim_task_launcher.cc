@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "loom/agent/spawn.h"
+#include "loom/common/atomic_file.h"
 
 namespace loom {
 namespace {
@@ -326,6 +327,16 @@ absl::StatusOr<std::unique_ptr<ShimTaskLauncher>> ShimTaskLauncher::Create(
         errno, absl::StrCat("task launcher: state_dir ", state_dir));
   }
   if (!options.now) options.now = [] { return absl::Now(); };
+  // The shim runs in "/": it needs an absolute path.
+  if (!options.lease_path.empty()) {
+    options.lease_path =
+        fs::absolute(options.lease_path, ec).lexically_normal().string();
+    if (ec) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("task launcher: bad lease_path ", options.lease_path,
+                       ": ", ec.message()));
+    }
+  }
   return std::unique_ptr<ShimTaskLauncher>(
       new ShimTaskLauncher(std::move(options), std::move(state_dir)));
 }
@@ -335,7 +346,8 @@ ShimTaskLauncher::ShimTaskLauncher(ShimTaskLauncherOptions options,
     : state_dir_(std::move(state_dir)),
       cgroups_(options.cgroups),
       now_(std::move(options.now)),
-      launch_timeout_(options.launch_timeout) {}
+      launch_timeout_(options.launch_timeout),
+      lease_path_(std::move(options.lease_path)) {}
 
 std::string ShimTaskLauncher::PathFor(const std::string& task_id,
                                       const std::string& suffix) const {
@@ -469,6 +481,7 @@ absl::StatusOr<ShimTaskLauncher::Task> ShimTaskLauncher::LaunchUnlocked(
   plan.pid_tmp_path = PathFor(id, ".pid.tmp");
   plan.exit_path = PathFor(id, ".exit");
   plan.exit_tmp_path = PathFor(id, ".exit.tmp");
+  plan.lease_path = lease_path_;
   if (struct rlimit rl; ::getrlimit(RLIMIT_NOFILE, &rl) == 0) {
     plan.max_fd = static_cast<int>(std::min<rlim_t>(
         rl.rlim_cur == RLIM_INFINITY ? 65536 : rl.rlim_cur, 65536));
@@ -504,7 +517,7 @@ absl::StatusOr<ShimTaskLauncher::Task> ShimTaskLauncher::LaunchUnlocked(
   for (const char* suffix : {".exit", ".pid", ".exit.tmp", ".pid.tmp"}) {
     ::unlink(PathFor(id, suffix).c_str());
   }
-  if (absl::Status s = agent_internal::WriteFileAtomically(
+  if (absl::Status s = WriteFileAtomically(
           json_path, agent_internal::TaskRecordToJson(record));
       !s.ok()) {
     drop_cgroups();
@@ -574,7 +587,7 @@ absl::StatusOr<ShimTaskLauncher::Task> ShimTaskLauncher::LaunchUnlocked(
   record.shim_pid = shim;
   record.shim_start_ticks =
       agent_internal::ProcStartTicks(shim).value_or(0);  // our unreaped child
-  if (absl::Status s = agent_internal::WriteFileAtomically(
+  if (absl::Status s = WriteFileAtomically(
           json_path, agent_internal::TaskRecordToJson(record));
       !s.ok()) {
     // Without a durable record the task could not be recovered: undo it.
@@ -909,8 +922,8 @@ absl::StatusOr<std::vector<TaskInfo>> ShimTaskLauncher::Recover() {
       // Adopted from the shim's pid file: complete the record (best effort;
       // the pid file stays authoritative until then).
       task.record.phase = "running";
-      (void)agent_internal::WriteFileAtomically(
-          PathFor(id, ".json"), agent_internal::TaskRecordToJson(task.record));
+      (void)WriteFileAtomically(PathFor(id, ".json"),
+                                agent_internal::TaskRecordToJson(task.record));
     }
     tasks_.emplace(id, std::move(task));
   }

@@ -37,6 +37,12 @@ struct ShimTaskLauncherOptions {
   // How long `Launch` waits for the task's exec before it gives up and kills
   // what it started.
   absl::Duration launch_timeout = absl::Seconds(30);
+  // The node's lease file (docs/agent.md, "Fencing"). Each shim SIGKILLs its
+  // task once the lease is older than its fence limit: a task whose agent
+  // died (and no agent came back to renew the lease) is stopped as the
+  // agent would stop it, before the server runs its job elsewhere. Empty:
+  // shims do not watch a lease.
+  std::string lease_path;
 };
 
 // A `TaskLauncher` in the style of containerd's shim: every task gets a
@@ -126,6 +132,7 @@ class ShimTaskLauncher : public TaskLauncher {
   NoCgroupManager no_cgroups_;
   const std::function<absl::Time()> now_;
   const absl::Duration launch_timeout_;
+  const std::string lease_path_;  // absolute, or empty
 
   mutable absl::Mutex mu_;
   std::map<std::string, Task> tasks_ ABSL_GUARDED_BY(mu_);

@@ -152,6 +152,64 @@ bool WriteFileAtomic(const char* tmp, const char* path, const char* dir,
   return true;
 }
 
+// Milliseconds since the epoch, on the clock the agent's lease uses.
+int64_t NowMillis() {
+  struct timespec now;
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  return static_cast<int64_t>(now.tv_sec) * 1000 + now.tv_nsec / 1000000;
+}
+
+// The whole number after `"key":` in the flat JSON object `text`; false when
+// the key is missing or its value is not a whole number.
+bool LeaseField(const char* text, const char* key, int64_t* out) {
+  const size_t key_len = ::strlen(key);
+  for (const char* p = text; *p != '\0'; ++p) {
+    if (*p != '"' || ::strncmp(p + 1, key, key_len) != 0 ||
+        p[1 + key_len] != '"') {
+      continue;
+    }
+    const char* v = p + 2 + key_len;
+    while (*v == ' ') ++v;
+    if (*v++ != ':') return false;
+    while (*v == ' ') ++v;
+    const bool negative = *v == '-';
+    if (negative) ++v;
+    if (*v < '0' || *v > '9') return false;
+    int64_t value = 0;
+    for (int digits = 0; *v >= '0' && *v <= '9' && digits < 18; ++v, ++digits) {
+      value = value * 10 + (*v - '0');
+    }
+    *out = negative ? -value : value;
+    return true;
+  }
+  return false;
+}
+
+// True when the lease at `path` ({"last_ack_sent_ms": T, "fence_after_ms":
+// L}) is older than its limit. A lease that is missing, unreadable or has a
+// limit of 0 never expires (the agent then fences nothing either).
+bool LeaseExpired(const char* path) {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[256];
+  size_t n = 0;
+  while (n < sizeof(buf) - 1) {
+    const ssize_t r = ::read(fd, buf + n, sizeof(buf) - 1 - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    n += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  buf[n] = '\0';
+  int64_t sent = 0;
+  int64_t limit = 0;
+  if (!LeaseField(buf, "last_ack_sent_ms", &sent) ||
+      !LeaseField(buf, "fence_after_ms", &limit) || limit <= 0) {
+    return false;
+  }
+  return NowMillis() - sent > limit;
+}
+
 // `mkdir -p path` with the caller's credentials (mode 0777 less the umask).
 // Returns 0, or the errno of the last component (ENOTDIR when it exists and
 // is not a directory).
@@ -337,17 +395,33 @@ uint64_t StartTicks(pid_t pid) {
   ::close(plan.report_fd);
 
   // Wait for the task's main process, reaping adopted orphans meanwhile.
+  // With a lease, wake at least every second (SIGCHLD is blocked, so it
+  // stays pending for sigtimedwait) to check it.
+  const bool watch_lease = !plan.lease_path.empty();
+  sigset_t child_exited;
+  ::sigemptyset(&child_exited);
+  ::sigaddset(&child_exited, SIGCHLD);
+  bool fenced = false;
   int status = 0;
   bool have_status = false;
   for (;;) {
     int st = 0;
-    const pid_t w = ::waitpid(-1, &st, 0);
+    const pid_t w = ::waitpid(-1, &st, watch_lease ? WNOHANG : 0);
     if (w == child) {
       status = st;
       have_status = true;
       break;
     }
-    if (w < 0 && errno != EINTR) break;  // ECHILD: cannot happen
+    if (w > 0) continue;  // an adopted orphan
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) break;  // ECHILD: cannot happen
+    // Nothing exited (WNOHANG): check the lease, then wait.
+    if (!fenced && LeaseExpired(plan.lease_path.c_str())) {
+      ::kill(-child, SIGKILL);
+      fenced = true;
+    }
+    struct timespec second = {1, 0};
+    (void)::sigtimedwait(&child_exited, nullptr, &second);
   }
 
   // The task is over when its main process is: kill what is left of its

@@ -88,6 +88,12 @@ struct SpawnPlan {
   std::string pid_tmp_path;
   std::string exit_path;
   std::string exit_tmp_path;
+  // The node's lease, which the agent renews after each answered heartbeat
+  // (agent.cc, `WriteLease`; docs/agent.md, "Fencing"). Empty: none. The
+  // shim reads it every second and SIGKILLs the task's process group once
+  // the lease is older than its fence limit, so that a task whose agent died
+  // does not run on while the server runs its job elsewhere.
+  std::string lease_path;
 
   // Fills `argv` and `envp` from the storage vectors.
   void Seal();
@@ -97,6 +103,7 @@ struct SpawnPlan {
 // becomes a child subreaper, forks the task, reports its pid, waits for it,
 // kills and reaps what is left of its process group, writes the exit file and
 // exits. Signals stay blocked (as the agent blocked them around fork()).
+// With a `lease_path`, it also fences the task when the lease expires.
 [[noreturn]] void RunShim(const SpawnPlan& plan);
 
 }  // namespace loom::agent_internal

@@ -100,11 +100,6 @@ struct TaskFileRecord {
 std::string TaskRecordToJson(const TaskFileRecord& record);
 absl::StatusOr<TaskFileRecord> TaskRecordFromJson(std::string_view text);
 
-// Writes `contents` to `path` through `path.tmp`, fsync and rename, so that
-// readers see the old file or the new one, never a part.
-absl::Status WriteFileAtomically(const std::string& path,
-                                 std::string_view contents);
-
 // The file's contents; `NotFound` when it does not exist.
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 

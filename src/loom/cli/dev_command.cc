@@ -20,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "httplib.h"
-#include "loom/common/secret_file.h"
+#include "loom/common/atomic_file.h"
 #include "nlohmann/json.hpp"
 
 extern char** environ;

@@ -18,7 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "loom/common/secret_file.h"
+#include "loom/common/atomic_file.h"
 #include "loom/core/cluster_spec.h"
 #include "loom/server/auth.h"
 #include "loom/server/controller.h"

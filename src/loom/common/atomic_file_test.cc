@@ -1,4 +1,4 @@
-#include "loom/common/secret_file.h"
+#include "loom/common/atomic_file.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,10 +16,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class SecretFileTest : public ::testing::Test {
+class AtomicFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/loom-secret-XXXXXX";
+    char tmpl[] = "/tmp/loom-atomic-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
   }
@@ -38,7 +38,7 @@ class SecretFileTest : public ::testing::Test {
   std::string dir_;
 };
 
-TEST_F(SecretFileTest, WritesOwnerOnlyAndReplacesWhole) {
+TEST_F(AtomicFileTest, WritesOwnerOnlyAndReplacesWhole) {
   const std::string path = dir_ + "/token";
   ASSERT_TRUE(WriteSecretFile(path, "first\n").ok());
   EXPECT_EQ(Read(path), "first\n");
@@ -49,7 +49,7 @@ TEST_F(SecretFileTest, WritesOwnerOnlyAndReplacesWhole) {
   EXPECT_NE(access((path + ".tmp").c_str(), F_OK), 0) << "temporary file left";
 }
 
-TEST_F(SecretFileTest, ALeftOverWorldReadableTemporaryDoesNotLeakTheMode) {
+TEST_F(AtomicFileTest, ALeftOverWorldReadableTemporaryDoesNotLeakTheMode) {
   const std::string path = dir_ + "/credential";
   { std::ofstream(path + ".tmp") << "stale"; }
   ASSERT_EQ(chmod((path + ".tmp").c_str(), 0644), 0);
@@ -58,10 +58,22 @@ TEST_F(SecretFileTest, ALeftOverWorldReadableTemporaryDoesNotLeakTheMode) {
   EXPECT_EQ(Mode(path), 0600);
 }
 
-TEST_F(SecretFileTest, ErrorNamesThePathAndTheReason) {
+TEST_F(AtomicFileTest, PlainFilesAreWorldReadableAndReplacedWhole) {
+  const std::string path = dir_ + "/task.json";
+  ASSERT_TRUE(WriteFileAtomically(path, "{}").ok());
+  EXPECT_EQ(Mode(path), 0644);
+  ASSERT_TRUE(WriteFileAtomically(path, "{\"a\": 1}").ok());
+  EXPECT_EQ(Read(path), "{\"a\": 1}");
+  ASSERT_TRUE(WriteFileAtomically(path, "", 0640).ok());
+  EXPECT_EQ(Read(path), "");
+  EXPECT_EQ(Mode(path), 0640);
+  EXPECT_NE(access((path + ".tmp").c_str(), F_OK), 0) << "temporary file left";
+}
+
+TEST_F(AtomicFileTest, ErrorNamesThePathAndTheReason) {
   const std::string path = dir_ + "/missing/dir/token";
   absl::Status s = WriteSecretFile(path, "x");
-  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(s.message()), HasSubstr(path));
   EXPECT_THAT(std::string(s.message()), HasSubstr("No such file"));
 }
