@@ -10,6 +10,9 @@
 #     job's task before the server restarts the job elsewhere; when the
 #     partition heals, the node comes back and no job ever ran twice at once.
 #  4. kill-task: a killed task makes the job restart by its policy.
+#  5. A node's agent is killed (-9) and never restarted: the task's shim
+#     fences it (docs/agent.md, "Fencing") before the server restarts the
+#     job elsewhere, so again no job runs twice at once.
 # Usage: tests/e2e_faults_test.sh PATH_TO_LOOM
 set -u
 LOOM="$(realpath "$1")"
@@ -195,4 +198,32 @@ code=$(curl -s "${AUTH[@]}" -o /dev/null -w '%{http_code}' -X POST --data 'nope'
 [ "$code" = 400 ] || fail "garbage chaos body: HTTP $code"
 kill -0 "$SERVER" || fail "server died"
 echo "ok: bad chaos input refused"
+
+# --- 5. Agent killed, never restarted: the shim fences the task ------------
+wait_for 10 state_is "$PART" running || fail "part not running as run 2"
+DEAD=$(jget "$PART" "j['placement']['tasks'][0]['node']")
+DI=${DEAD#h200-}
+sleep 1
+T_KILL=$(date +%s%N)
+kill -9 "${AGENT_PIDS[$DI]}" || fail "kill the agent of $DEAD"
+wait_for 15 sh -c "grep -q '^run=3 ' $W/part.trace" || fail "part did not run again after its agent died: $("$LOOM" show "$PART")"
+sleep 1
+"$PY" - "$W/part.trace" "$T_KILL" <<'PYEOF' || fail "the job ran twice at once after its agent died: $("$LOOM" show "$PART")"
+import sys
+runs = {}
+for line in open(sys.argv[1]):
+    run, t = line.split()
+    runs.setdefault(run, []).append(int(t))
+kill = int(sys.argv[2])
+last2, first3 = max(runs["run=2"]), min(runs["run=3"])
+print(f"run 2 last wrote {(last2 - kill) / 1e9:.2f} s after its agent was killed; "
+      f"run 3 first wrote {(first3 - last2) / 1e9:.2f} s after that")
+assert first3 > last2, "run 3 started before run 2 stopped"
+# Fenced at the limit (4 s: 80% of the 5 s heartbeat timeout), not later.
+assert (last2 - kill) / 1e9 < 5.5, "run 2 outlived its lease"
+PYEOF
+grep -q "^signaled 9 " "$W/agent$DI/tasks/$PART.0.2.exit" ||
+  fail "no SIGKILL exit recorded by the shim: $(cat "$W/agent$DI/tasks/$PART.0.2.exit" 2>&1)"
+echo "ok: the agent of $DEAD was killed; its shim fenced run 2 before run 3 started"
+kill -0 "$SERVER" || fail "server died"
 echo "PASS"

@@ -37,11 +37,12 @@ struct ShimTaskLauncherOptions {
   // How long `Launch` waits for the task's exec before it gives up and kills
   // what it started.
   absl::Duration launch_timeout = absl::Seconds(30);
-  // The node's lease file (docs/agent.md, "Fencing"). Each shim SIGKILLs its
-  // task once the lease is older than its fence limit: a task whose agent
-  // died (and no agent came back to renew the lease) is stopped as the
-  // agent would stop it, before the server runs its job elsewhere. Empty:
-  // shims do not watch a lease.
+  // The node's lease file (docs/agent.md, "Fencing"). Once the process that
+  // launched it is gone, each shim SIGKILLs its task when the lease is older
+  // than its fence limit: a task whose agent died (and no agent came back
+  // to renew the lease) is stopped as the agent would stop it, before the
+  // server runs its job elsewhere. While that process lives, fencing is its
+  // job. Empty: shims do not watch a lease.
   std::string lease_path;
 };
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 
 #include "loom/agent/task_files.h"
 
@@ -185,12 +186,16 @@ bool LeaseField(const char* text, const char* key, int64_t* out) {
   return false;
 }
 
-// True when the lease at `path` ({"last_ack_sent_ms": T, "fence_after_ms":
-// L}) is older than its limit. A lease that is missing, unreadable or has a
-// limit of 0 never expires (the agent then fences nothing either).
-bool LeaseExpired(const char* path) {
+// What `LeaseMillisLeft` returns for a lease that never expires.
+constexpr int64_t kNoLease = INT64_MAX;
+
+// Milliseconds until the lease at `path` ({"last_ack_sent_ms": T,
+// "fence_after_ms": L}) is older than its limit: T + L - now, negative once
+// it is. A lease that is missing, unreadable or has a limit of 0 never
+// expires (`kNoLease`; the agent then fences nothing either).
+int64_t LeaseMillisLeft(const char* path) {
   const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+  if (fd < 0) return kNoLease;
   char buf[256];
   size_t n = 0;
   while (n < sizeof(buf) - 1) {
@@ -205,9 +210,9 @@ bool LeaseExpired(const char* path) {
   int64_t limit = 0;
   if (!LeaseField(buf, "last_ack_sent_ms", &sent) ||
       !LeaseField(buf, "fence_after_ms", &limit) || limit <= 0) {
-    return false;
+    return kNoLease;
   }
-  return NowMillis() - sent > limit;
+  return sent + limit - NowMillis();
 }
 
 // `mkdir -p path` with the caller's credentials (mode 0777 less the umask).
@@ -346,6 +351,7 @@ uint64_t StartTicks(pid_t pid) {
 }  // namespace
 
 [[noreturn]] void RunShim(const SpawnPlan& plan) {
+  const pid_t agent = ::getppid();  // the shim is the agent's fork
   // Keep nothing of the agent: stdio to /dev/null (a pipe the agent's parent
   // waits on must not stay open), no other descriptors, no controlling
   // terminal, cwd "/" (no busy mount).
@@ -396,7 +402,11 @@ uint64_t StartTicks(pid_t pid) {
 
   // Wait for the task's main process, reaping adopted orphans meanwhile.
   // With a lease, wake at least every second (SIGCHLD is blocked, so it
-  // stays pending for sigtimedwait) to check it.
+  // stays pending for sigtimedwait), and just after the lease would expire,
+  // to read it again. The shim fences only once the agent that launched it
+  // is gone (the shim was reparented): a live agent fences its own tasks
+  // (agent.cc, `FenceNodes`), and knows better, e.g. when it could not
+  // write the lease file.
   const bool watch_lease = !plan.lease_path.empty();
   sigset_t child_exited;
   ::sigemptyset(&child_exited);
@@ -416,12 +426,19 @@ uint64_t StartTicks(pid_t pid) {
     if (w < 0 && errno == EINTR) continue;
     if (w < 0) break;  // ECHILD: cannot happen
     // Nothing exited (WNOHANG): check the lease, then wait.
-    if (!fenced && LeaseExpired(plan.lease_path.c_str())) {
-      ::kill(-child, SIGKILL);
-      fenced = true;
+    int64_t wait_ms = 1000;
+    if (!fenced) {
+      const int64_t left = LeaseMillisLeft(plan.lease_path.c_str());
+      if (left < 0 && ::getppid() != agent) {
+        ::kill(-child, SIGKILL);
+        fenced = true;
+      } else if (left >= 0 && left < wait_ms) {
+        wait_ms = left + 1;
+      }
     }
-    struct timespec second = {1, 0};
-    (void)::sigtimedwait(&child_exited, nullptr, &second);
+    struct timespec wait = {static_cast<time_t>(wait_ms / 1000),
+                            static_cast<long>(wait_ms % 1000) * 1000000L};
+    (void)::sigtimedwait(&child_exited, nullptr, &wait);
   }
 
   // The task is over when its main process is: kill what is left of its

@@ -89,10 +89,11 @@ struct SpawnPlan {
   std::string exit_path;
   std::string exit_tmp_path;
   // The node's lease, which the agent renews after each answered heartbeat
-  // (agent.cc, `WriteLease`; docs/agent.md, "Fencing"). Empty: none. The
-  // shim reads it every second and SIGKILLs the task's process group once
-  // the lease is older than its fence limit, so that a task whose agent died
-  // does not run on while the server runs its job elsewhere.
+  // (agent.cc, `WriteLease`; docs/agent.md, "Fencing"). Empty: none. Once
+  // the agent that launched it is gone, the shim SIGKILLs the task's process
+  // group when the lease is older than its fence limit (it reads the lease
+  // every second, and when it would expire), so that a task whose agent
+  // died does not run on while the server runs its job elsewhere.
   std::string lease_path;
 
   // Fills `argv` and `envp` from the storage vectors.
