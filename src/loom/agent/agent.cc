@@ -16,6 +16,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -598,6 +599,9 @@ class Agent::Impl {
     absl::Time last_ack_sent = absl::InfinitePast();
     absl::Duration fence_after = absl::ZeroDuration();
     bool fenced = false;
+    // The last write of the lease file failed (logged once, until one
+    // succeeds again).
+    std::atomic<bool> lease_write_failed{false};
 
     std::atomic<bool> registered_flag{false};
     // Injected faults (`POST /v1/faults`).
@@ -643,8 +647,7 @@ class Agent::Impl {
   static std::string LeasePath(const Node& node) {
     return absl::StrCat(node.root, "/lease");
   }
-  void WriteLease(const Node& node, absl::Time sent,
-                  absl::Duration fence_after);
+  void WriteLease(Node& node, absl::Time sent, absl::Duration fence_after);
   // The node's health problems: the host's (last round) and its failed GPUs.
   json HealthJson(const Node& node) const;
   void WorkerLoop(Worker& worker);
@@ -1171,7 +1174,7 @@ absl::Status Agent::Impl::RecoverNode(Node& node) {
   return absl::OkStatus();
 }
 
-void Agent::Impl::WriteLease(const Node& node, absl::Time sent,
+void Agent::Impl::WriteLease(Node& node, absl::Time sent,
                              absl::Duration fence_after) {
   // Not synced: after a crash of the machine its tasks are gone anyway.
   const std::string path = LeasePath(node);
@@ -1179,13 +1182,34 @@ void Agent::Impl::WriteLease(const Node& node, absl::Time sent,
   const std::string text =
       Dump(json{{"last_ack_sent_ms", absl::ToUnixMillis(sent)},
                 {"fence_after_ms", absl::ToInt64Milliseconds(fence_after)}});
+  const char* step = "open";
   const int fd =
       open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return;
-  const bool written =
-      write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  close(fd);
-  if (written) rename(tmp.c_str(), path.c_str());
+  bool ok = fd >= 0;
+  if (ok) {
+    step = "write";
+    ok = write(fd, text.data(), text.size()) ==
+         static_cast<ssize_t>(text.size());
+    const int err = errno;
+    close(fd);
+    errno = err;
+  }
+  if (ok) {
+    step = "rename";
+    ok = rename(tmp.c_str(), path.c_str()) == 0;
+  }
+  // A stale lease fences nothing while this agent runs (it fences its own
+  // tasks), but if it dies the shims go by the lease: say so once.
+  if (!ok && !node.lease_write_failed.exchange(true)) {
+    Log("warn", node.name,
+        absl::StrCat("cannot write the lease ", path, " (", step, ": ",
+                     std::strerror(errno),
+                     "); should this agent die, its tasks' shims will fence "
+                     "them from the last lease written"));
+  } else if (ok && node.lease_write_failed.exchange(false)) {
+    Log("info", node.name,
+        absl::StrCat("the lease ", path, " is written again"));
+  }
 }
 
 absl::Status Agent::Impl::Start() {

@@ -1177,6 +1177,37 @@ TEST(AgentTest, ShimsLeaveFencingToTheProcessThatLaunchedThem) {
   EXPECT_EQ(server.LastStatus("h200-0", "13.0.0")["signal"], SIGKILL);
 }
 
+TEST(AgentTest, SaysOnceWhenItCannotWriteTheLease) {
+  FakeServer server;
+  server.set_fence_after_ms(5000);
+  TempDir dir;
+  // A directory where the lease's temporary file goes: every write fails.
+  ASSERT_TRUE(fs::create_directory(dir.path() + "/lease.tmp"));
+  absl::Mutex mu;
+  std::vector<std::string> lines;
+  auto count = [&](const std::string& text) {
+    absl::MutexLock lock(&mu);
+    return std::count_if(lines.begin(), lines.end(), [&](const std::string& l) {
+      return absl::StrContains(l, text);
+    });
+  };
+  AgentOptions options = BaseOptions(server, dir.path());
+  options.log = [&](const std::string& line) {
+    absl::MutexLock lock(&mu);
+    lines.push_back(line);
+  };
+  std::unique_ptr<Agent> agent = StartAgent(std::move(options));
+  ASSERT_NE(agent, nullptr);
+  ASSERT_TRUE(WaitFor([&] { return count("cannot write the lease") > 0; }));
+  absl::SleepFor(absl::Milliseconds(500));  // heartbeats every 100 ms
+  EXPECT_EQ(count("cannot write the lease"), 1);
+  EXPECT_EQ(count("(open: Is a directory)"), 1);
+  fs::remove(dir.path() + "/lease.tmp");
+  ASSERT_TRUE(WaitFor([&] { return count("is written again") > 0; }));
+  EXPECT_TRUE(fs::exists(dir.path() + "/lease"));
+  agent.reset();
+}
+
 TEST(AgentTest, FleetOfThreeRegistersDistinctNodesAndRoutesByName) {
   FakeServer server;
   TempDir dir;
