@@ -1188,9 +1188,9 @@ void Agent::Impl::WriteLease(Node& node, absl::Time sent,
   bool ok = fd >= 0;
   if (ok) {
     step = "write";
-    ok = write(fd, text.data(), text.size()) ==
-         static_cast<ssize_t>(text.size());
-    const int err = errno;
+    const ssize_t n = write(fd, text.data(), text.size());
+    ok = n == static_cast<ssize_t>(text.size());
+    const int err = n < 0 ? errno : EIO;  // EIO: a short write
     close(fd);
     errno = err;
   }

@@ -46,22 +46,6 @@ bool IsValidUtf8(std::string_view text) {
   return true;
 }
 
-std::string ReplaceInvalidUtf8(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (size_t i = 0; i < text.size();) {
-    const size_t len = Utf8CharLength(text, i);
-    if (len == 0) {
-      out.append("\xEF\xBF\xBD");  // U+FFFD REPLACEMENT CHARACTER.
-      ++i;
-    } else {
-      out.append(text.substr(i, len));
-      i += len;
-    }
-  }
-  return out;
-}
-
 std::string QuoteCharAt(std::string_view text, size_t i) {
   const size_t len = Utf8CharLength(text, i);
   if (len == 0) {

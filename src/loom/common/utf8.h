@@ -3,8 +3,8 @@
 
 // UTF-8 checks shared by everything that quotes user bytes back to a person
 // or into JSON, Prometheus text or SVG: the length of one character, the
-// same test over a whole string, and cutting a string without splitting a
-// character.
+// same test over a whole string, quoting one character, and cutting a
+// string without splitting a character.
 
 #include <cstddef>
 #include <string>
@@ -21,10 +21,6 @@ size_t Utf8CharLength(std::string_view text, size_t i);
 
 // True when all of `text` is valid UTF-8.
 bool IsValidUtf8(std::string_view text);
-
-// `text` with each byte that does not start a valid character replaced by
-// U+FFFD.
-std::string ReplaceInvalidUtf8(std::string_view text);
 
 // The first character of `text` at `i` quoted for an error message: `'é'`,
 // or `the byte 0xC3` when no valid character starts there.

@@ -38,16 +38,6 @@ TEST(IsValidUtf8, WholeStrings) {
   EXPECT_FALSE(IsValidUtf8("\xFF"));
 }
 
-TEST(ReplaceInvalidUtf8, ReplacesEachBadByte) {
-  EXPECT_EQ(ReplaceInvalidUtf8("caf\xC3\xA9"), "caf\xC3\xA9");
-  EXPECT_EQ(ReplaceInvalidUtf8("a\xC3"
-                               "b"),
-            "a\xEF\xBF\xBD"
-            "b");
-  EXPECT_EQ(ReplaceInvalidUtf8("\xE2\x82"), "\xEF\xBF\xBD\xEF\xBF\xBD");
-  EXPECT_TRUE(IsValidUtf8(ReplaceInvalidUtf8("\xFF\xC0\xAF\xED\xA0\x80")));
-}
-
 TEST(QuoteCharAt, QuotesAWholeCharacterOrNamesTheByte) {
   EXPECT_EQ(QuoteCharAt("a,b", 1), "','");
   EXPECT_EQ(QuoteCharAt("}\xC3\xA9", 1), "'\xC3\xA9'");
