@@ -35,6 +35,27 @@ wait_for() {
   return 1
 }
 state_is() { [ "$(jget "$1" "j['state']")" = "$2" ]; }
+# runs_apart A B T_NS WHAT [MAX_S]: from $W/part.trace ("run=R TIME_NS"
+# lines), says when run A last wrote (after T_NS, the moment of WHAT) and
+# when run B first wrote; fails unless B began after A ended and, with
+# MAX_S, A ended within MAX_S seconds of T_NS.
+runs_apart() {
+  "$PY" - "$W/part.trace" "$@" <<'PYEOF'
+import sys
+trace, a, b, t0, what = sys.argv[1:6]
+limit = float(sys.argv[6]) if len(sys.argv) > 6 else None
+runs = {}
+for line in open(trace):
+    run, t = line.split()
+    runs.setdefault(run, []).append(int(t))
+last, first = max(runs["run=" + a]), min(runs["run=" + b])
+ran_on = (last - int(t0)) / 1e9
+print(f"run {a} last wrote {ran_on:.2f} s after {what}; "
+      f"run {b} first wrote {(first - last) / 1e9:.2f} s after that")
+assert first > last, f"run {b} started before run {a} stopped"
+assert limit is None or ran_on < limit, f"run {a} ran on for {ran_on:.2f} s"
+PYEOF
+}
 node_state_is() {
   "$LOOM" nodes -o json | "$PY" -c "
 import json,sys
@@ -164,19 +185,9 @@ grep -q "fenced: no heartbeat answered" "$W/agent$FI.log" || fail "agent of $FRO
 "$LOOM" chaos thaw "$FROZEN" > /dev/null || fail "chaos thaw"
 wait_for 10 node_state_is "$FROZEN" up || fail "$FROZEN did not come back: $("$LOOM" nodes)"
 sleep 1.5
-"$PY" - "$W/part.trace" "$T_FREEZE" <<'PYEOF' || fail "the job ran twice at once: $("$LOOM" show "$PART")"
-import sys
-runs = {}
-for line in open(sys.argv[1]):
-    run, t = line.split()
-    runs.setdefault(run, []).append(int(t))
-last0, first1 = max(runs["run=0"]), min(runs["run=1"])
-gap = (first1 - last0) / 1e9
-print(f"run 0 last wrote {(last0 - int(sys.argv[2])) / 1e9:.2f} s after the freeze; "
-      f"run 1 first wrote {gap:.2f} s after that")
-assert gap > 0, "run 1 started before run 0 stopped"
-assert set(runs) == {"run=0", "run=1"}, sorted(runs)
-PYEOF
+runs_apart 0 1 "$T_FREEZE" "the freeze" || fail "the job ran twice at once: $("$LOOM" show "$PART")"
+[ "$(cut -d' ' -f1 "$W/part.trace" | sort -u | tr '\n' ' ')" = "run=0 run=1 " ] ||
+  fail "runs other than 0 and 1: $(cut -d' ' -f1 "$W/part.trace" | sort -u)"
 state_is "$PART" running || fail "part not running after the heal"
 [ "$(jget "$PART" "len(j['placement']['tasks'])")" = 1 ] || fail "part has more than one task"
 echo "ok: partition healed; $FROZEN up again; job $PART ran once at a time"
@@ -208,20 +219,9 @@ T_KILL=$(date +%s%N)
 kill -9 "${AGENT_PIDS[$DI]}" || fail "kill the agent of $DEAD"
 wait_for 15 sh -c "grep -q '^run=3 ' $W/part.trace" || fail "part did not run again after its agent died: $("$LOOM" show "$PART")"
 sleep 1
-"$PY" - "$W/part.trace" "$T_KILL" <<'PYEOF' || fail "the job ran twice at once after its agent died: $("$LOOM" show "$PART")"
-import sys
-runs = {}
-for line in open(sys.argv[1]):
-    run, t = line.split()
-    runs.setdefault(run, []).append(int(t))
-kill = int(sys.argv[2])
-last2, first3 = max(runs["run=2"]), min(runs["run=3"])
-print(f"run 2 last wrote {(last2 - kill) / 1e9:.2f} s after its agent was killed; "
-      f"run 3 first wrote {(first3 - last2) / 1e9:.2f} s after that")
-assert first3 > last2, "run 3 started before run 2 stopped"
 # Fenced at the limit (4 s: 80% of the 5 s heartbeat timeout), not later.
-assert (last2 - kill) / 1e9 < 5.5, "run 2 outlived its lease"
-PYEOF
+runs_apart 2 3 "$T_KILL" "its agent was killed" 5.5 ||
+  fail "the job ran twice at once, or run 2 outlived its lease: $("$LOOM" show "$PART")"
 grep -q "^signaled 9 " "$W/agent$DI/tasks/$PART.0.2.exit" ||
   fail "no SIGKILL exit recorded by the shim: $(cat "$W/agent$DI/tasks/$PART.0.2.exit" 2>&1)"
 echo "ok: the agent of $DEAD was killed; its shim fenced run 2 before run 3 started"
