@@ -16,9 +16,7 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; cat "$W/dev.out" "$W"/dev/*.log 2>/dev/null | tail -30; exit 1; }
-# Below the kernel's ephemeral range (32768-60999): an outgoing connection
-# never holds one of these ports when a server (re)starts on it.
-PORT=$((20000 + RANDOM % 12000))
+source tests/lib/ports.sh
 export LOOM_SERVER="http://127.0.0.1:$PORT"
 # `loom dev` makes an admin token there and prints where (docs/security.md).
 export LOOM_TOKEN_FILE="$W/dev/admin.token"

@@ -23,10 +23,8 @@ fail() {
   exit 1
 }
 
-# Below the kernel's ephemeral range (32768-60999): an outgoing connection
-# never holds one of these ports when a server (re)starts on it. PORT to
-# PORT + 60 are used.
-PORT=$((20000 + RANDOM % 12000))
+# PORT to PORT + 60 are used (tests/lib/ports.sh).
+source tests/lib/ports.sh
 export LOOM_SERVER="http://127.0.0.1:$PORT"
 export LOOM_TOKEN_FILE="$W/admin.token"
 AUTH=()
