@@ -2680,6 +2680,14 @@ void Agent::Impl::HandleLogs(const httplib::Request& req,
               "process: must be a process index of the task", "process");
     return;
   }
+  // At most this many bytes (the server reads logs in bounded pieces).
+  int64_t limit = 0;
+  if (req.has_param("limit") &&
+      (!absl::SimpleAtoi(req.get_param_value("limit"), &limit) || limit < 1)) {
+    SendError(res, 400, "invalid_argument",
+              "limit: must be a positive byte count", "limit");
+    return;
+  }
   const std::string follow_text = req.get_param_value("follow");
   const bool follow = follow_text == "1" || follow_text == "true";
   absl::StatusOr<Node*> found = NodeForTask(req.get_param_value("node"), id);
@@ -2730,7 +2738,9 @@ void Agent::Impl::HandleLogs(const httplib::Request& req,
       return;
     }
     res.set_content_provider(
-        static_cast<size_t>(size - offset), "text/plain",
+        static_cast<size_t>(limit > 0 ? std::min(limit, size - offset)
+                                      : size - offset),
+        "text/plain",
         [fd_holder, offset](size_t off, size_t length,
                             httplib::DataSink& sink) {
           char buf[64 * 1024];

@@ -533,6 +533,44 @@ absl::StatusOr<std::pair<std::string, std::string>> Controller::TaskLocation(
           : absl::StrCat("job ", id, " has no task ", task));
 }
 
+absl::StatusOr<Controller::TaskLogSource> Controller::TaskLogs(JobId id,
+                                                               int task) const {
+  absl::StatusOr<std::pair<std::string, std::string>> where =
+      TaskLocation(id, task);
+  if (!where.ok()) return where.status();
+  TaskLogSource out;
+  out.address = where->first;
+  out.task_id = where->second;
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end())
+    return absl::NotFoundError(absl::StrCat("no job ", id));
+  for (const TaskRecord& t : it->second.tasks) {
+    if (t.task_id != out.task_id) continue;
+    out.node = t.node;
+    out.live = TaskLive(t);
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> Controller::JobUser(JobId id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end())
+    return absl::NotFoundError(absl::StrCat("no job ", id));
+  return it->second.spec.user;
+}
+
+bool Controller::TaskMayWrite(JobId id, const std::string& task_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return false;
+  for (const TaskRecord& t : it->second.tasks) {
+    if (t.task_id == task_id) return TaskLive(t);
+  }
+  return false;
+}
+
 void Controller::StartJob(JobRecord& job, absl::Time now) {
   const SchedJob* sj = scheduler_->Find(job.id);
   const Placement& p = sj->placement;

@@ -101,6 +101,21 @@ class Controller {
   // Where a task of a job runs, for logs: (agent address, task id).
   absl::StatusOr<std::pair<std::string, std::string>> TaskLocation(
       JobId id, int task) const;
+  // Where the output of task `task` of job `id` is, for the log proxy: the
+  // agent's address, the task's id and node, and whether it may still
+  // write (launching or running). Errors as `TaskLocation`.
+  struct TaskLogSource {
+    std::string address;
+    std::string task_id;
+    std::string node;
+    bool live = false;
+  };
+  absl::StatusOr<TaskLogSource> TaskLogs(JobId id, int task) const;
+  // The user job `id` runs as (NotFound when there is none): cheap, for
+  // access checks.
+  absl::StatusOr<std::string> JobUser(JobId id) const;
+  // Whether task `task_id` of job `id` may still write output.
+  bool TaskMayWrite(JobId id, const std::string& task_id) const;
 
   // Nodes and projects.
   nlohmann::json ListNodes(absl::Time now) const;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -11,11 +13,13 @@
 #include "httplib.h"
 #include "loom/core/job_spec.h"
 #include "loom/server/dashboard.h"
+#include "loom/server/log_proxy.h"
 
 namespace loom {
 namespace {
 
-constexpr size_t kMaxBody = 1 << 20;
+using Request = http::HttpRequest;
+using Response = http::HttpResponse;
 
 // "request body:3:5: resources.gpu_model: reason" -> "resources.gpu_model".
 std::string FieldOf(absl::string_view message) {
@@ -32,7 +36,7 @@ std::string FieldOf(absl::string_view message) {
   return std::string(field);
 }
 
-void Reply(httplib::Response& res, int status, const nlohmann::json& body) {
+void Reply(Response& res, int status, const nlohmann::json& body) {
   res.status = status;
   // Bytes that are not UTF-8 (a URL-decoded path quoted in an error, an
   // agent's message) become U+FFFD instead of throwing.
@@ -93,14 +97,14 @@ nlohmann::json ErrorJson(const absl::Status& st, int* http_status) {
   return err;
 }
 
-void ReplyError(httplib::Response& res, const absl::Status& st) {
+void ReplyError(Response& res, const absl::Status& st) {
   int status = 500;
   nlohmann::json err = ErrorJson(st, &status);
   Reply(res, status, {{"error", err}});
 }
 
-void ReplyResult(httplib::Response& res,
-                 const absl::StatusOr<nlohmann::json>& r, int ok_status = 200) {
+void ReplyResult(Response& res, const absl::StatusOr<nlohmann::json>& r,
+                 int ok_status = 200) {
   if (r.ok()) {
     Reply(res, ok_status, *r);
   } else {
@@ -109,7 +113,7 @@ void ReplyResult(httplib::Response& res,
 }
 
 // The filters of `GET /v1/jobs`.
-absl::StatusOr<JobQuery> JobQueryOf(const httplib::Request& req) {
+absl::StatusOr<JobQuery> JobQueryOf(const Request& req) {
   JobQuery f;
   if (req.has_param("state")) {
     for (absl::string_view s :
@@ -128,7 +132,7 @@ absl::StatusOr<JobQuery> JobQueryOf(const httplib::Request& req) {
   return f;
 }
 
-absl::StatusOr<nlohmann::json> JsonBody(const httplib::Request& req) {
+absl::StatusOr<nlohmann::json> JsonBody(const Request& req) {
   nlohmann::json j = nlohmann::json::parse(req.body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError("the request body is not a JSON object");
@@ -136,9 +140,9 @@ absl::StatusOr<nlohmann::json> JsonBody(const httplib::Request& req) {
   return j;
 }
 
-absl::StatusOr<JobId> JobIdOf(const httplib::Request& req) {
+absl::StatusOr<JobId> JobIdOf(const Request& req) {
   JobId id = 0;
-  if (!absl::SimpleAtoi(req.matches[1].str(), &id) || id <= 0) {
+  if (!absl::SimpleAtoi(req.matches[1], &id) || id <= 0) {
     return absl::InvalidArgumentError("bad job id");
   }
   return id;
@@ -296,73 +300,91 @@ const std::vector<RouteRule>& RouteTable() {
 
 namespace {
 
-// Whether `path` (no query) fits `route`: "{id}" is a decimal number,
-// "{token}" lowercase hex, "{name}" any one segment.
-bool RouteMatches(absl::string_view route, absl::string_view path) {
+// Whether `path` (no query) fits `route`: "{id}" is a canonical job id (1
+// to 2^63-1, decimal, no leading zero), "{token}" lowercase hex, "{name}"
+// any one non-empty segment. With `captures`, what the placeholders
+// matched, percent-decoded.
+bool RouteMatches(absl::string_view route, absl::string_view path,
+                  std::vector<std::string>* captures) {
   std::vector<absl::string_view> want =
       absl::StrSplit(route, '/', absl::SkipEmpty());
-  std::vector<absl::string_view> have =
-      absl::StrSplit(path, '/', absl::SkipEmpty());
+  std::vector<absl::string_view> have = absl::StrSplit(path, '/');
+  // "/v1/jobs" and "/": a leading '/' gives one empty first segment; a
+  // trailing '/' or "//" give empty ones, which no route has.
+  if (have.empty() || !have.front().empty()) return false;
+  have.erase(have.begin());
+  if (path == "/") have.clear();
   if (want.size() != have.size()) return false;
+  std::vector<std::string> got;
   for (size_t i = 0; i < want.size(); ++i) {
     const absl::string_view w = want[i], h = have[i];
     if (w == "{id}") {
-      if (h.empty() || h.size() > 18 ||
-          h.find_first_not_of("0123456789") != absl::string_view::npos) {
+      JobId id = 0;
+      if (h.empty() || h.size() > 19 || h[0] == '0' ||
+          h.find_first_not_of("0123456789") != absl::string_view::npos ||
+          !absl::SimpleAtoi(h, &id) || id <= 0) {
         return false;
       }
+      got.emplace_back(h);
     } else if (w == "{token}") {
       if (h.empty() || h.size() > 64 ||
           h.find_first_not_of("0123456789abcdef") != absl::string_view::npos) {
         return false;
       }
+      got.emplace_back(h);
     } else if (w == "{name}") {
       if (h.empty()) return false;
+      std::string decoded = http::PercentDecode(h, false);
+      if (decoded.empty() || decoded.find('/') != std::string::npos) {
+        return false;
+      }
+      got.push_back(std::move(decoded));
     } else if (w != h) {
       return false;
     }
   }
+  if (captures != nullptr) *captures = std::move(got);
   return true;
 }
 
-// The httplib pattern of a route template.
-std::string RoutePattern(absl::string_view route) {
-  return absl::StrReplaceAll(route, {{"{id}", R"((\d+))"},
-                                     {"{token}", "([0-9a-f]+)"},
-                                     {"{name}", "([^/]+)"}});
+absl::string_view PathOf(std::string_view full) {
+  absl::string_view path(full.data(), full.size());
+  const size_t q = path.find('?');
+  if (q != absl::string_view::npos) path = path.substr(0, q);
+  return path;
 }
 
 }  // namespace
 
-const RouteRule* FindRoute(std::string_view method, std::string_view full) {
-  absl::string_view path(full.data(), full.size());
-  const size_t q = path.find('?');
-  if (q != absl::string_view::npos) path = path.substr(0, q);
+const RouteRule* FindRoute(std::string_view method, std::string_view full,
+                           std::vector<std::string>* captures) {
+  const absl::string_view path = PathOf(full);
   for (const RouteRule& r : RouteTable()) {
-    if (r.method == method && RouteMatches(r.route, path)) return &r;
+    if (r.method == method && RouteMatches(r.route, path, captures)) return &r;
   }
   return nullptr;
 }
 
+bool PathHasRoute(std::string_view full) {
+  const absl::string_view path = PathOf(full);
+  for (const RouteRule& r : RouteTable()) {
+    if (RouteMatches(r.route, path, nullptr)) return true;
+  }
+  return false;
+}
+
 std::string RouteOf(std::string_view full) {
-  absl::string_view path(full.data(), full.size());
-  const size_t q = path.find('?');
-  if (q != absl::string_view::npos) path = path.substr(0, q);
+  absl::string_view path = PathOf(full);
   if (path.empty()) path = "/";
   // Literal routes first ("/v1/jobs/release" over "/v1/jobs/{id}").
   for (const RouteRule& r : RouteTable()) {
-    if (RouteMatches(r.route, path)) return r.route;
+    if (RouteMatches(r.route, path, nullptr)) return r.route;
   }
   return "other";
 }
 
 HttpServer::HttpServer(Controller* controller, HttpServerOptions options)
-    : controller_(controller),
-      options_(std::move(options)),
-      http_(options_.tls_cert.empty()
-                ? std::make_unique<httplib::Server>()
-                : std::make_unique<httplib::SSLServer>(
-                      options_.tls_cert.c_str(), options_.tls_key.c_str())) {
+    : controller_(controller), options_(std::move(options)) {
   pass_seconds_ =
       *Histogram::Create({0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
                           0.025, 0.05, 0.1, 0.25, 0.5, 1});
@@ -401,236 +423,181 @@ std::string HttpServer::Metrics() {
 HttpServer::~HttpServer() { Stop(); }
 
 void HttpServer::Routes() {
-  httplib::Server& s = *http_;
-  s.set_payload_max_length(kMaxBody);
-  // Headers and body go out in separate writes: without TCP_NODELAY, Nagle
-  // and delayed ACKs add ~40 ms to every request.
-  s.set_tcp_nodelay(true);
-  s.set_exception_handler([](const httplib::Request&, httplib::Response& res,
-                             std::exception_ptr ep) {
-    std::string what = "unexpected error";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
+  Handle("GET", "/v1/whoami", [this](const Request& req, Response& res) {
+    const Principal p = PrincipalOf(req);
+    nlohmann::json j = {{"role", std::string(RoleName(p.role))},
+                        {"user", p.user},
+                        {"projects", p.projects},
+                        {"token", p.token_id}};
+    if (p.role == Role::kJob) j["job"] = p.job;
+    Reply(res, 200, j);
+  });
+  Handle("GET", "/v1/tokens", [this](const Request&, Response& res) {
+    nlohmann::json out = nlohmann::json::array();
+    if (options_.auth != nullptr) {
+      for (const TokenRecord& t : options_.auth->List()) {
+        out.push_back(TokenRecordToJson(t, /*with_hash=*/false));
+      }
     }
-    Reply(res, 500, {{"error", {{"code", "internal"}, {"message", what}}}});
+    Reply(res, 200, {{"tokens", std::move(out)}});
   });
-  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    std::string code = res.status == 404   ? "not_found"
-                       : res.status == 413 ? "too_large"
-                       : res.status == 405 ? "method_not_allowed"
-                       : res.status == 400 ? "invalid_argument"
-                                           : "error";
-    std::string message =
-        res.status == 404 ? absl::StrCat("no route ", req.method, " ", req.path)
-        : res.status == 413 ? "request body over 1 MiB"
-                            : absl::StrCat("HTTP ", res.status);
-    Reply(res, res.status, {{"error", {{"code", code}, {"message", message}}}});
+  Handle("POST", "/v1/tokens", [this](const Request& req, Response& res) {
+    if (options_.auth == nullptr) {
+      return ReplyError(res,
+                        absl::FailedPreconditionError("authentication is off"));
+    }
+    absl::StatusOr<nlohmann::json> body = JsonBody(req);
+    if (!body.ok()) return ReplyError(res, body.status());
+    TokenRequest t;
+    try {
+      absl::StatusOr<Role> role =
+          ParseRole(body->value("role", std::string("user")));
+      if (!role.ok()) return ReplyError(res, role.status());
+      if (*role == Role::kNode || *role == Role::kJob) {
+        return ReplyError(res, absl::InvalidArgumentError(
+                                   "role: node credentials come from "
+                                   "joining, job tokens from the server"));
+      }
+      t.role = *role;
+      t.user = body->value("user", std::string());
+      t.projects = body->value("projects", std::vector<std::string>{});
+      const double ttl = body->value("ttl_seconds", 0.0);
+      if (!(ttl >= 0) || ttl > 10 * 365 * 86400.0) {
+        return ReplyError(res, absl::InvalidArgumentError(
+                                   "ttl_seconds: 0 (none) to 10 years"));
+      }
+      t.ttl = absl::Seconds(ttl);
+      t.once = body->value("once", false);
+      t.description = body->value("description", std::string());
+    } catch (const nlohmann::json::exception&) {
+      return ReplyError(res, absl::InvalidArgumentError(
+                                 "body: role, user, description must be "
+                                 "strings, projects a list of strings, "
+                                 "ttl_seconds a number, once a boolean"));
+    }
+    absl::StatusOr<std::pair<TokenRecord, std::string>> made =
+        options_.auth->Create(t, absl::Now());
+    if (!made.ok()) return ReplyError(res, made.status());
+    nlohmann::json j = TokenRecordToJson(made->first, /*with_hash=*/false);
+    j["token"] = made->second;  // the only time it is shown
+    Reply(res, 201, j);
   });
-
-  s.set_pre_routing_handler(
-      [this](const httplib::Request& req, httplib::Response& res) {
-        if (!Authorize(req, res) || Redirect(req, res)) {
-          return httplib::Server::HandlerResponse::Handled;
-        }
-        return httplib::Server::HandlerResponse::Unhandled;
-      });
-  Handle("GET", "/v1/whoami",
-         [this](const httplib::Request& req, httplib::Response& res) {
-           const Principal p = PrincipalOf(req);
-           nlohmann::json j = {{"role", std::string(RoleName(p.role))},
-                               {"user", p.user},
-                               {"projects", p.projects},
-                               {"token", p.token_id}};
-           if (p.role == Role::kJob) j["job"] = p.job;
-           Reply(res, 200, j);
-         });
-  Handle("GET", "/v1/tokens",
-         [this](const httplib::Request&, httplib::Response& res) {
-           nlohmann::json out = nlohmann::json::array();
-           if (options_.auth != nullptr) {
-             for (const TokenRecord& t : options_.auth->List()) {
-               out.push_back(TokenRecordToJson(t, /*with_hash=*/false));
-             }
-           }
-           Reply(res, 200, {{"tokens", std::move(out)}});
-         });
-  Handle(
-      "POST", "/v1/tokens",
-      [this](const httplib::Request& req, httplib::Response& res) {
-        if (options_.auth == nullptr) {
-          return ReplyError(
-              res, absl::FailedPreconditionError("authentication is off"));
-        }
-        absl::StatusOr<nlohmann::json> body = JsonBody(req);
-        if (!body.ok()) return ReplyError(res, body.status());
-        TokenRequest t;
-        try {
-          absl::StatusOr<Role> role =
-              ParseRole(body->value("role", std::string("user")));
-          if (!role.ok()) return ReplyError(res, role.status());
-          if (*role == Role::kNode || *role == Role::kJob) {
-            return ReplyError(res, absl::InvalidArgumentError(
-                                       "role: node credentials come from "
-                                       "joining, job tokens from the server"));
-          }
-          t.role = *role;
-          t.user = body->value("user", std::string());
-          t.projects = body->value("projects", std::vector<std::string>{});
-          const double ttl = body->value("ttl_seconds", 0.0);
-          if (!(ttl >= 0) || ttl > 10 * 365 * 86400.0) {
-            return ReplyError(res, absl::InvalidArgumentError(
-                                       "ttl_seconds: 0 (none) to 10 years"));
-          }
-          t.ttl = absl::Seconds(ttl);
-          t.once = body->value("once", false);
-          t.description = body->value("description", std::string());
-        } catch (const nlohmann::json::exception&) {
-          return ReplyError(res, absl::InvalidArgumentError(
-                                     "body: role, user, description must be "
-                                     "strings, projects a list of strings, "
-                                     "ttl_seconds a number, once a boolean"));
-        }
-        absl::StatusOr<std::pair<TokenRecord, std::string>> made =
-            options_.auth->Create(t, absl::Now());
-        if (!made.ok()) return ReplyError(res, made.status());
-        nlohmann::json j = TokenRecordToJson(made->first, /*with_hash=*/false);
-        j["token"] = made->second;  // the only time it is shown
-        Reply(res, 201, j);
-      });
   Handle("POST", "/v1/tokens/{token}/revoke",
-         [this](const httplib::Request& req, httplib::Response& res) {
+         [this](const Request& req, Response& res) {
            if (options_.auth == nullptr) {
              return ReplyError(
                  res, absl::FailedPreconditionError("authentication is off"));
            }
            absl::StatusOr<TokenRecord> t =
-               options_.auth->Revoke(req.matches[1].str(), absl::Now());
+               options_.auth->Revoke(req.matches[1], absl::Now());
            if (!t.ok()) return ReplyError(res, t.status());
            Reply(res, 200, TokenRecordToJson(*t, /*with_hash=*/false));
          });
-  Handle("GET", "/v1/leader",
-         [this](const httplib::Request&, httplib::Response& res) {
-           const std::string leader =
-               options_.leader_url ? options_.leader_url() : std::string();
-           Reply(res, 200,
-                 {{"role", leading_ ? "leader" : "standby"},
-                  {"leader", leader.empty() ? nlohmann::json(nullptr)
-                                            : nlohmann::json(leader)}});
-         });
-  s.set_logger(
-      [this](const httplib::Request& req, const httplib::Response& res) {
-        absl::MutexLock lock(&metrics_mu_);
-        ++requests_[{RouteOf(req.path), req.method, res.status}];
-      });
-  Handle("GET", "/", [](const httplib::Request&, httplib::Response& res) {
+  Handle("GET", "/v1/leader", [this](const Request&, Response& res) {
+    const std::string leader =
+        options_.leader_url ? options_.leader_url() : std::string();
+    Reply(res, 200,
+          {{"role", leading_ ? "leader" : "standby"},
+           {"leader", leader.empty() ? nlohmann::json(nullptr)
+                                     : nlohmann::json(leader)}});
+  });
+  Handle("GET", "/", [](const Request&, Response& res) {
     res.set_content(std::string(DashboardHtml()), "text/html; charset=utf-8");
   });
-  Handle("GET", "/v1/utilization",
-         [this](const httplib::Request&, httplib::Response& res) {
-           nlohmann::json samples = nlohmann::json::array();
-           absl::MutexLock lock(&metrics_mu_);
-           for (const UtilizationSample& s : utilization_) {
-             samples.push_back({{"t", absl::ToUnixSeconds(s.t)},
-                                {"total", s.u.total_gpus},
-                                {"allocated", s.u.allocated_gpus},
-                                {"pending", s.u.pending_jobs},
-                                {"running", s.u.running_jobs}});
-           }
-           Reply(res, 200,
-                 {{"every_s", absl::ToInt64Seconds(kUtilizationEvery)},
-                  {"samples", std::move(samples)}});
-         });
-  Handle("GET", "/metrics",
-         [this](const httplib::Request&, httplib::Response& res) {
-           res.set_content(Metrics(), std::string(kMetricsContentType));
-         });
-  Handle("GET", "/healthz",
-         [this](const httplib::Request&, httplib::Response& res) {
-           Reply(res, 200,
-                 {{"ok", true}, {"role", leading_ ? "leader" : "standby"}});
-         });
+  Handle("GET", "/v1/utilization", [this](const Request&, Response& res) {
+    nlohmann::json samples = nlohmann::json::array();
+    absl::MutexLock lock(&metrics_mu_);
+    for (const UtilizationSample& s : utilization_) {
+      samples.push_back({{"t", absl::ToUnixSeconds(s.t)},
+                         {"total", s.u.total_gpus},
+                         {"allocated", s.u.allocated_gpus},
+                         {"pending", s.u.pending_jobs},
+                         {"running", s.u.running_jobs}});
+    }
+    Reply(res, 200,
+          {{"every_s", absl::ToInt64Seconds(kUtilizationEvery)},
+           {"samples", std::move(samples)}});
+  });
+  Handle("GET", "/metrics", [this](const Request&, Response& res) {
+    res.set_content(Metrics(), std::string(kMetricsContentType));
+  });
+  Handle("GET", "/healthz", [this](const Request&, Response& res) {
+    Reply(res, 200, {{"ok", true}, {"role", leading_ ? "leader" : "standby"}});
+  });
 
-  Handle("POST", "/v1/jobs",
-         [this](const httplib::Request& req, httplib::Response& res) {
-           absl::StatusOr<JobSpec> spec =
-               ParseJobSpec(req.body, "request body");
-           if (!spec.ok()) return ReplyError(res, spec.status());
-           std::string user = req.get_header_value("X-Loom-User");
-           if (options_.auth != nullptr) {
-             // Users submit as themselves, to their projects; only an admin
-             // may name another user (root included).
-             const Principal p = PrincipalOf(req);
-             user = p.user;
-             if (!p.admin() && !spec->user.empty() && spec->user != p.user) {
-               return ReplyError(res, absl::PermissionDeniedError(absl::StrCat(
-                                          "user: you may only submit jobs as "
-                                          "yourself (",
-                                          p.user, "), not as ", spec->user)));
-             }
-             if (spec->user.empty()) spec->user = p.user;
-             if (!p.admin() && spec->user == "root") {
-               return ReplyError(res, absl::PermissionDeniedError(
-                                          "user: only an admin may run jobs as "
-                                          "root"));
-             }
-             if (!p.admin() && !p.InProject(spec->project)) {
-               return ReplyError(
-                   res, absl::PermissionDeniedError(absl::StrCat(
-                            "project: ", p.user, " is not a member of project ",
-                            spec->project)));
-             }
-           }
-           bool created = false;
-           std::string key = req.get_header_value("Idempotency-Key");
-           if (key.size() > 128) {
-             return ReplyError(
-                 res, absl::InvalidArgumentError("Idempotency-Key: at most 128 "
-                                                 "characters"));
-           }
-           // Keys are per user: another user's key never finds (and shows)
-           // someone else's job.
-           if (!key.empty() && options_.auth != nullptr) {
-             key = absl::StrCat(PrincipalOf(req).user, ":", key);
-           }
-           absl::StatusOr<nlohmann::json> job = controller_->Submit(
-               *std::move(spec), user, absl::Now(), key, &created);
-           // A retried submission (same Idempotency-Key) gets its job with 200.
-           ReplyResult(res, job, created ? 201 : 200);
-           if (created) Wake();
-         });
-  Handle("GET", "/v1/jobs",
-         [this](const httplib::Request& req, httplib::Response& res) {
-           absl::StatusOr<JobQuery> f = JobQueryOf(req);
-           if (!f.ok()) return ReplyError(res, f.status());
-           nlohmann::json jobs = controller_->ListJobs(*f, absl::Now());
-           const Principal p = PrincipalOf(req);
-           for (nlohmann::json& j : jobs["jobs"]) Redact(p, j);
-           Reply(res, 200, jobs);
-         });
-  Handle("GET", "/v1/jobs/{id}",
-         [this](const httplib::Request& req, httplib::Response& res) {
-           absl::StatusOr<JobId> id = JobIdOf(req);
-           if (!id.ok()) return ReplyError(res, id.status());
-           absl::StatusOr<nlohmann::json> job =
-               controller_->GetJob(*id, absl::Now());
-           if (job.ok()) Redact(PrincipalOf(req), *job);
-           ReplyResult(res, job);
-         });
+  Handle("POST", "/v1/jobs", [this](const Request& req, Response& res) {
+    absl::StatusOr<JobSpec> spec = ParseJobSpec(req.body, "request body");
+    if (!spec.ok()) return ReplyError(res, spec.status());
+    std::string user = req.get_header_value("X-Loom-User");
+    if (options_.auth != nullptr) {
+      // Users submit as themselves, to their projects; only an admin
+      // may name another user (root included).
+      const Principal p = PrincipalOf(req);
+      user = p.user;
+      if (!p.admin() && !spec->user.empty() && spec->user != p.user) {
+        return ReplyError(res, absl::PermissionDeniedError(absl::StrCat(
+                                   "user: you may only submit jobs as "
+                                   "yourself (",
+                                   p.user, "), not as ", spec->user)));
+      }
+      if (spec->user.empty()) spec->user = p.user;
+      if (!p.admin() && spec->user == "root") {
+        return ReplyError(res, absl::PermissionDeniedError(
+                                   "user: only an admin may run jobs as "
+                                   "root"));
+      }
+      if (!p.admin() && !p.InProject(spec->project)) {
+        return ReplyError(
+            res, absl::PermissionDeniedError(absl::StrCat(
+                     "project: ", p.user, " is not a member of project ",
+                     spec->project)));
+      }
+    }
+    bool created = false;
+    std::string key = req.get_header_value("Idempotency-Key");
+    if (key.size() > 128) {
+      return ReplyError(
+          res, absl::InvalidArgumentError("Idempotency-Key: at most 128 "
+                                          "characters"));
+    }
+    // Keys are per user: another user's key never finds (and shows)
+    // someone else's job.
+    if (!key.empty() && options_.auth != nullptr) {
+      key = absl::StrCat(PrincipalOf(req).user, ":", key);
+    }
+    absl::StatusOr<nlohmann::json> job =
+        controller_->Submit(*std::move(spec), user, absl::Now(), key, &created);
+    // A retried submission (same Idempotency-Key) gets its job with 200.
+    ReplyResult(res, job, created ? 201 : 200);
+    if (created) Wake();
+  });
+  Handle("GET", "/v1/jobs", [this](const Request& req, Response& res) {
+    absl::StatusOr<JobQuery> f = JobQueryOf(req);
+    if (!f.ok()) return ReplyError(res, f.status());
+    nlohmann::json jobs = controller_->ListJobs(*f, absl::Now());
+    const Principal p = PrincipalOf(req);
+    for (nlohmann::json& j : jobs["jobs"]) Redact(p, j);
+    Reply(res, 200, jobs);
+  });
+  Handle("GET", "/v1/jobs/{id}", [this](const Request& req, Response& res) {
+    absl::StatusOr<JobId> id = JobIdOf(req);
+    if (!id.ok()) return ReplyError(res, id.status());
+    absl::StatusOr<nlohmann::json> job = controller_->GetJob(*id, absl::Now());
+    if (job.ok()) Redact(PrincipalOf(req), *job);
+    ReplyResult(res, job);
+  });
   Handle("GET", "/v1/jobs/{id}/events",
-         [this](const httplib::Request& req, httplib::Response& res) {
+         [this](const Request& req, Response& res) {
            absl::StatusOr<JobId> id = JobIdOf(req);
            if (!id.ok()) return ReplyError(res, id.status());
            absl::StatusOr<nlohmann::json> job =
                controller_->GetJob(*id, absl::Now());
            if (!job.ok()) return ReplyError(res, job.status());
+           Redact(PrincipalOf(req), *job);
            Reply(res, 200, {{"events", (*job)["events"]}});
          });
   Handle("POST", "/v1/jobs/{id}/cancel",
-         [this](const httplib::Request& req, httplib::Response& res) {
+         [this](const Request& req, Response& res) {
            absl::StatusOr<JobId> id = JobIdOf(req);
            if (!id.ok()) return ReplyError(res, id.status());
            if (absl::Status st = MayTouchJob(PrincipalOf(req), *id, false);
@@ -641,7 +608,7 @@ void HttpServer::Routes() {
            Wake();
          });
   Handle("POST", "/v1/jobs/{id}/checkpoint",
-         [this](const httplib::Request& req, httplib::Response& res) {
+         [this](const Request& req, Response& res) {
            absl::StatusOr<JobId> id = JobIdOf(req);
            if (!id.ok()) return ReplyError(res, id.status());
            if (absl::Status st = MayTouchJob(PrincipalOf(req), *id, true);
@@ -669,67 +636,68 @@ void HttpServer::Routes() {
            }
            ReplyResult(res, controller_->Checkpoint(*id, step, absl::Now()));
          });
-  Handle(
-      "POST", "/v1/jobs/release",
-      [this](const httplib::Request& req, httplib::Response& res) {
-        // {"ids": [1, 2, ...]}: one write for all (`loom release --all`).
-        constexpr size_t kMaxIds = 100000;
-        nlohmann::json body = nlohmann::json::parse(req.body, nullptr, false);
-        if (body.is_discarded() || !body.is_object() || !body.contains("ids") ||
-            !body["ids"].is_array()) {
-          return ReplyError(res,
-                            absl::InvalidArgumentError(
-                                "ids: the body must be an object with a list "
-                                "of job IDs under `ids`"));
-        }
-        if (body["ids"].size() > kMaxIds) {
-          return ReplyError(
-              res, absl::InvalidArgumentError(
-                       absl::StrCat("ids: at most ", kMaxIds, " per request")));
-        }
-        std::vector<JobId> ids;
-        for (const nlohmann::json& v : body["ids"]) {
-          if (!v.is_number_integer()) {
-            return ReplyError(res, absl::InvalidArgumentError(absl::StrCat(
-                                       "ids: ", v.dump(), " is not a job ID")));
-          }
-          ids.push_back(v.get<JobId>());
-        }
-        // Another user's jobs are refused one by one.
-        const Principal p = PrincipalOf(req);
-        std::vector<JobId> mine;
-        std::map<JobId, absl::Status> refused;
-        for (JobId id : ids) {
-          absl::Status st = MayTouchJob(p, id, false);
-          if (st.ok()) {
-            mine.push_back(id);
-          } else {
-            refused[id] = st;
-          }
-        }
-        std::vector<absl::Status> mine_errors;
-        controller_->ReleaseMany(mine, absl::Now(), &mine_errors);
-        std::vector<absl::Status> errors;
-        for (size_t i = 0, k = 0; i < ids.size(); ++i) {
-          auto r = refused.find(ids[i]);
-          errors.push_back(r != refused.end() ? r->second : mine_errors[k++]);
-        }
-        nlohmann::json released = nlohmann::json::array();
-        nlohmann::json failed = nlohmann::json::array();
-        for (size_t i = 0; i < ids.size(); ++i) {
-          if (errors[i].ok()) {
-            released.push_back(ids[i]);
-          } else {
-            int status = 0;
-            failed.push_back(
-                {{"id", ids[i]}, {"error", ErrorJson(errors[i], &status)}});
-          }
-        }
-        Reply(res, 200, {{"released", released}, {"errors", failed}});
-        Wake();
-      });
+  Handle("POST", "/v1/jobs/release", [this](const Request& req, Response& res) {
+    // {"ids": [1, 2, ...]}: one write for all (`loom release --all`).
+    constexpr size_t kMaxIds = 100000;
+    nlohmann::json body = nlohmann::json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object() || !body.contains("ids") ||
+        !body["ids"].is_array()) {
+      return ReplyError(res, absl::InvalidArgumentError(
+                                 "ids: the body must be an object with a list "
+                                 "of job IDs under `ids`"));
+    }
+    if (body["ids"].size() > kMaxIds) {
+      return ReplyError(res, absl::InvalidArgumentError(absl::StrCat(
+                                 "ids: at most ", kMaxIds, " per request")));
+    }
+    // Each id once (in the order given): naming a job 5,000 times costs
+    // what naming it once does.
+    std::vector<JobId> ids;
+    absl::flat_hash_set<JobId> seen;
+    for (const nlohmann::json& v : body["ids"]) {
+      if (!v.is_number_integer() ||
+          (v.is_number_unsigned() &&
+           v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
+        return ReplyError(res, absl::InvalidArgumentError(absl::StrCat(
+                                   "ids: ", v.dump(), " is not a job ID")));
+      }
+      if (seen.insert(v.get<JobId>()).second) ids.push_back(v.get<JobId>());
+    }
+    // Another user's jobs are refused one by one.
+    const Principal p = PrincipalOf(req);
+    std::vector<JobId> mine;
+    std::map<JobId, absl::Status> refused;
+    for (JobId id : ids) {
+      absl::Status st = MayTouchJob(p, id, false);
+      if (st.ok()) {
+        mine.push_back(id);
+      } else {
+        refused[id] = st;
+      }
+    }
+    std::vector<absl::Status> mine_errors;
+    controller_->ReleaseMany(mine, absl::Now(), &mine_errors);
+    std::vector<absl::Status> errors;
+    for (size_t i = 0, k = 0; i < ids.size(); ++i) {
+      auto r = refused.find(ids[i]);
+      errors.push_back(r != refused.end() ? r->second : mine_errors[k++]);
+    }
+    nlohmann::json released = nlohmann::json::array();
+    nlohmann::json failed = nlohmann::json::array();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (errors[i].ok()) {
+        released.push_back(ids[i]);
+      } else {
+        int status = 0;
+        failed.push_back(
+            {{"id", ids[i]}, {"error", ErrorJson(errors[i], &status)}});
+      }
+    }
+    Reply(res, 200, {{"released", released}, {"errors", failed}});
+    Wake();
+  });
   Handle("POST", "/v1/jobs/{id}/release",
-         [this](const httplib::Request& req, httplib::Response& res) {
+         [this](const Request& req, Response& res) {
            absl::StatusOr<JobId> id = JobIdOf(req);
            if (!id.ok()) return ReplyError(res, id.status());
            if (absl::Status st = MayTouchJob(PrincipalOf(req), *id, false);
@@ -739,125 +707,106 @@ void HttpServer::Routes() {
            ReplyResult(res, controller_->Release(*id, absl::Now()));
            Wake();
          });
-  Handle("GET", "/v1/jobs/{id}/logs",
-         [this](const httplib::Request& req, httplib::Response& res) {
-           absl::StatusOr<JobId> id = JobIdOf(req);
-           if (!id.ok()) return ReplyError(res, id.status());
-           // Logs are their owner's (and an admin's): not an operator's.
-           if (absl::Status st = MayTouchJob(PrincipalOf(req), *id, false);
-               !st.ok()) {
-             return ReplyError(res, st);
-           }
-           // Numbers only: they are passed on to the agent's URL.
-           int64_t task = 0, process = 0, offset = 0;
-           for (auto [name, value] :
-                {std::pair<const char*, int64_t*>{"task", &task},
-                 {"process", &process},
-                 {"offset", &offset}}) {
-             if (req.has_param(name) &&
-                 (!absl::SimpleAtoi(req.get_param_value(name), value) ||
-                  *value < 0)) {
-               return ReplyError(
-                   res, absl::InvalidArgumentError(
-                            absl::StrCat(name, ": not a non-negative number")));
-             }
-           }
-           if (task > INT32_MAX) {
-             return ReplyError(
-                 res, absl::InvalidArgumentError("task: out of range"));
-           }
-           absl::StatusOr<std::pair<std::string, std::string>> where =
-               controller_->TaskLocation(*id, static_cast<int>(task));
-           if (!where.ok()) return ReplyError(res, where.status());
-           const std::string stream = req.has_param("stream")
-                                          ? req.get_param_value("stream")
-                                          : std::string("stdout");
-           if (stream != "stdout" && stream != "stderr") {
-             return ReplyError(res, absl::InvalidArgumentError(
-                                        "stream: must be stdout or stderr"));
-           }
-           const std::string path = absl::StrCat(
-               "/v1/tasks/", where->second, "/logs?stream=", stream,
-               "&offset=", offset, "&process=", process,
-               req.get_param_value("follow") == "1" ? "&follow=1" : "");
+  Handle(
+      "GET", "/v1/jobs/{id}/logs", [this](const Request& req, Response& res) {
+        absl::StatusOr<JobId> id = JobIdOf(req);
+        if (!id.ok()) return ReplyError(res, id.status());
+        // Logs are their owner's (and an admin's): not an operator's.
+        if (absl::Status st = MayTouchJob(PrincipalOf(req), *id, false);
+            !st.ok()) {
+          return ReplyError(res, st);
+        }
+        // Numbers only: they are passed on to the agent's URL.
+        int64_t task = 0, process = 0, offset = 0;
+        for (auto [name, value] :
+             {std::pair<const char*, int64_t*>{"task", &task},
+              {"process", &process},
+              {"offset", &offset}}) {
+          if (req.has_param(name) &&
+              (!absl::SimpleAtoi(req.get_param_value(name), value) ||
+               *value < 0)) {
+            return ReplyError(res, absl::InvalidArgumentError(absl::StrCat(
+                                       name, ": not a non-negative number")));
+          }
+        }
+        if (task > INT32_MAX) {
+          return ReplyError(res,
+                            absl::InvalidArgumentError("task: out of range"));
+        }
+        absl::StatusOr<Controller::TaskLogSource> where =
+            controller_->TaskLogs(*id, static_cast<int>(task));
+        if (!where.ok()) return ReplyError(res, where.status());
+        TaskLogRequest r;
+        r.address = where->address;
+        r.node = where->node;
+        r.task_id = where->task_id;
+        r.agent_auth = AgentAuthorization(where->node);
+        r.stream = req.has_param("stream") ? req.get_param_value("stream")
+                                           : std::string("stdout");
+        if (r.stream != "stdout" && r.stream != "stderr") {
+          return ReplyError(res, absl::InvalidArgumentError(
+                                     "stream: must be stdout or stderr"));
+        }
+        r.process = process;
+        r.offset = offset;
+        const std::string follow = req.get_param_value("follow");
+        r.follow = follow == "1" || follow == "true";
+        const JobId job = *id;
+        const std::string task_id = where->task_id;
+        const std::string authorization = req.get_header_value("Authorization");
+        ServeTaskLogs(
+            r,
+            [this, job, task_id] {
+              return controller_->TaskMayWrite(job, task_id);
+            },
+            [this, authorization] {
+              return options_.auth == nullptr ||
+                     options_.auth->Authenticate(authorization, absl::Now())
+                         .ok();
+            },
+            LogProxyOptions(), res);
+      });
 
-           const std::string address = where->first;
-           absl::StatusOr<nlohmann::json> job =
-               controller_->GetJob(*id, absl::Now());
-           std::string node;
-           if (job.ok() && (*job)["placement"].is_object()) {
-             for (const nlohmann::json& t : (*job)["placement"]["tasks"]) {
-               if (t.value("index", -1) == task) node = t.value("node", "");
-             }
-           }
-           const std::string key = AgentAuthorization(node);
-           res.set_chunked_content_provider(
-               "text/plain",
-               [address, path, key](size_t, httplib::DataSink& sink) {
-                 httplib::Client agent("http://" + address);
-                 if (!key.empty()) {
-                   agent.set_default_headers({{"Authorization", key}});
-                 }
-                 agent.set_connection_timeout(3);
-                 agent.set_read_timeout(24 * 3600);
-                 auto r = agent.Get(path, [&](const char* data, size_t len) {
-                   return sink.write(data, len);
-                 });
-                 if (!r) {
-                   const std::string msg =
-                       "loom: cannot reach the agent at " + address + "\n";
-                   sink.write(msg.data(), msg.size());
-                 }
-                 sink.done();
-                 return true;
-               });
-         });
-
-  Handle("GET", "/v1/nodes",
-         [this](const httplib::Request&, httplib::Response& res) {
-           Reply(res, 200, controller_->ListNodes(absl::Now()));
-         });
-  Handle("GET", "/v1/nodes/{name}",
-         [this](const httplib::Request& req, httplib::Response& res) {
-           ReplyResult(res,
-                       controller_->GetNode(req.matches[1].str(), absl::Now()));
-         });
+  Handle("GET", "/v1/nodes", [this](const Request&, Response& res) {
+    Reply(res, 200, controller_->ListNodes(absl::Now()));
+  });
+  Handle("GET", "/v1/nodes/{name}", [this](const Request& req, Response& res) {
+    ReplyResult(res, controller_->GetNode(req.matches[1], absl::Now()));
+  });
   for (const std::string op : {"cordon", "uncordon", "drain"}) {
     Handle("POST", absl::StrCat("/v1/nodes/{name}/", op),
-           [this, op](const httplib::Request& req, httplib::Response& res) {
-             ReplyResult(res, controller_->SetNodeMode(req.matches[1].str(), op,
+           [this, op](const Request& req, Response& res) {
+             ReplyResult(res, controller_->SetNodeMode(req.matches[1], op,
                                                        absl::Now()));
              Wake();
            });
   }
   Handle("POST", "/v1/nodes/{name}/revoke",
-         [this](const httplib::Request& req, httplib::Response& res) {
+         [this](const Request& req, Response& res) {
            if (options_.auth == nullptr) {
              return ReplyError(
                  res, absl::FailedPreconditionError("authentication is off"));
            }
-           const std::string node = req.matches[1].str();
+           const std::string node = req.matches[1];
            absl::Status st = options_.auth->RevokeNode(node, absl::Now());
            if (!st.ok()) return ReplyError(res, st);
            Reply(res, 200, {{"node", node}, {"revoked", true}});
          });
-  Handle("GET", "/v1/projects",
-         [this](const httplib::Request&, httplib::Response& res) {
-           Reply(res, 200, controller_->ListProjects(absl::Now()));
-         });
+  Handle("GET", "/v1/projects", [this](const Request&, Response& res) {
+    Reply(res, 200, controller_->ListProjects(absl::Now()));
+  });
 
-  Handle("POST", "/v1/chaos",
-         [this](const httplib::Request& req, httplib::Response& res) {
-           absl::StatusOr<nlohmann::json> body = JsonBody(req);
-           if (!body.ok()) return ReplyError(res, body.status());
-           ReplyResult(
-               res, Chaos(*controller_, *body, [this](const std::string& node) {
-                 return AgentAuthorization(node);
-               }));
-           Wake();
-         });
+  Handle("POST", "/v1/chaos", [this](const Request& req, Response& res) {
+    absl::StatusOr<nlohmann::json> body = JsonBody(req);
+    if (!body.ok()) return ReplyError(res, body.status());
+    ReplyResult(res,
+                Chaos(*controller_, *body, [this](const std::string& node) {
+                  return AgentAuthorization(node);
+                }));
+    Wake();
+  });
   Handle("POST", "/v1/agents/register",
-         [this](const httplib::Request& req, httplib::Response& res) {
+         [this](const Request& req, Response& res) {
            absl::StatusOr<nlohmann::json> body = JsonBody(req);
            if (!body.ok()) return ReplyError(res, body.status());
            const std::string node = body->value("name", std::string());
@@ -894,7 +843,7 @@ void HttpServer::Routes() {
            Wake();
          });
   Handle("POST", "/v1/agents/heartbeat",
-         [this](const httplib::Request& req, httplib::Response& res) {
+         [this](const Request& req, Response& res) {
            absl::StatusOr<nlohmann::json> body = JsonBody(req);
            if (!body.ok()) return ReplyError(res, body.status());
            if (options_.auth != nullptr &&
@@ -910,26 +859,92 @@ void HttpServer::Routes() {
 }
 
 absl::StatusOr<int> HttpServer::Start() {
-  if (!http_->is_valid()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot use the TLS certificate ", options_.tls_cert, " and key ",
-        options_.tls_key, " (missing, unreadable, not PEM, or not a pair)"));
-  }
   Routes();
-  int port = options_.port;
-  if (port == 0) {
-    port = http_->bind_to_any_port(options_.host);
-    if (port < 0) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot listen on ", options_.host));
-    }
-  } else if (!http_->bind_to_port(options_.host, port)) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", options_.host, ":", port, " (in use?)"));
-  }
-  http_thread_ = std::thread([this] { http_->listen_after_bind(); });
+  http::EventLoopServerOptions o = options_.http;
+  o.host = options_.host;
+  o.port = options_.port;
+  o.tls_cert = options_.tls_cert;
+  o.tls_key = options_.tls_key;
+  http_ = std::make_unique<http::EventLoopServer>(
+      std::move(o), [this](Request& req, Response& res) { Serve(req, res); },
+      [this](const Request& req) { return Classify(req); });
+  absl::StatusOr<int> port = http_->Start();
+  if (!port.ok()) return port.status();
   if (controller_ != nullptr) StartWorkers();
-  return port;
+  return *port;
+}
+
+http::Dispatch HttpServer::Classify(const Request& req) const {
+  http::Dispatch d;
+  // The agent protocol has threads of its own: no user request, however
+  // slow or many, delays a heartbeat (agents fence after `fence_after`).
+  d.lane = absl::StartsWith(req.path, "/v1/agents/") ? http::Lane::kPriority
+                                                     : http::Lane::kUser;
+  // The caller, for the per-caller limits: the id part of its token
+  // ("loom.<id>.<secret>", "loomjob.<job>.<mac>"), else its address. Not
+  // verified here (no I/O on the event loop): a made-up id only shares a
+  // queue with that id's requests, which are refused with 401 at once.
+  const std::string header = req.get_header_value("authorization");
+  absl::string_view auth = header;
+  std::string key;
+  if (absl::ConsumePrefix(&auth, "Bearer ")) {
+    std::vector<absl::string_view> parts = absl::StrSplit(auth, '.');
+    if (parts.size() == 3 && parts[1].size() <= 32) {
+      key = absl::StrCat(parts[0].substr(0, 8), ":", parts[1]);
+    }
+  }
+  d.principal = key.empty() ? absl::StrCat("addr:", req.remote_addr) : key;
+  return d;
+}
+
+void HttpServer::Serve(Request& req, Response& res) {
+  std::vector<std::string> captures;
+  const RouteRule* rule = FindRoute(req.method, req.path, &captures);
+  auto count = [&] {
+    absl::MutexLock lock(&metrics_mu_);
+    ++requests_[{RouteOf(req.path), req.method, res.status}];
+  };
+  if (rule == nullptr) {
+    // No rule, no handler: nothing unlisted is ever served (or allowed).
+    const bool other_method = PathHasRoute(req.path);
+    if (other_method) {
+      std::string allow;
+      for (const RouteRule& r : RouteTable()) {
+        if (RouteMatches(r.route, PathOf(req.path), nullptr)) {
+          absl::StrAppend(&allow, allow.empty() ? "" : ", ", r.method);
+        }
+      }
+      res.set_header("Allow", allow);
+    }
+    Reply(
+        res, other_method ? 405 : 404,
+        {{"error",
+          {{"code", other_method ? "method_not_allowed" : "not_found"},
+           {"message", absl::StrCat(other_method ? "method " : "no route ",
+                                    req.method, " ", req.path,
+                                    other_method ? " is not allowed" : "")}}}});
+    return count();
+  }
+  req.matches.clear();
+  req.matches.push_back(req.path);
+  for (std::string& c : captures) req.matches.push_back(std::move(c));
+  if (!Authorize(req, res) || Redirect(req, res)) return count();
+  auto it = handlers_.find(static_cast<size_t>(rule - RouteTable().data()));
+  if (it == handlers_.end()) {
+    Reply(res, 404,
+          {{"error",
+            {{"code", "not_found"},
+             {"message",
+              absl::StrCat("no route ", req.method, " ", req.path)}}}});
+    return count();
+  }
+  try {
+    it->second(req, res);
+  } catch (const std::exception& e) {
+    res = Response();
+    Reply(res, 500, {{"error", {{"code", "internal"}, {"message", e.what()}}}});
+  }
+  count();
 }
 
 void HttpServer::StartWorkers() {
@@ -959,15 +974,15 @@ void HttpServer::Handle(const std::string& method, const std::string& route,
                  method.c_str(), route.c_str());
     std::abort();
   }
-  const std::string pattern = RoutePattern(route);
-  if (method == "GET") {
-    http_->Get(pattern, std::move(handler));
-  } else {
-    http_->Post(pattern, std::move(handler));
+  for (size_t i = 0; i < RouteTable().size(); ++i) {
+    const RouteRule& r = RouteTable()[i];
+    if (r.method == method && r.route == route) {
+      handlers_[i] = std::move(handler);
+    }
   }
 }
 
-Principal HttpServer::PrincipalOf(const httplib::Request& req) const {
+Principal HttpServer::PrincipalOf(const Request& req) const {
   if (options_.auth == nullptr) {
     Principal admin;
     admin.role = Role::kAdmin;
@@ -984,8 +999,7 @@ Principal HttpServer::PrincipalOf(const httplib::Request& req) const {
   return p.ok() ? *p : Principal{.role = Role::kJoin};
 }
 
-bool HttpServer::Authorize(const httplib::Request& req,
-                           httplib::Response& res) {
+bool HttpServer::Authorize(const Request& req, Response& res) {
   if (options_.auth == nullptr) return true;
   const RouteRule* rule = FindRoute(req.method, req.path);
   if (rule != nullptr && rule->access == Access::kPublic) return true;
@@ -1003,7 +1017,7 @@ bool HttpServer::Authorize(const httplib::Request& req,
              {"message", std::string(p.status().message())}}}});
     return false;
   }
-  if (rule == nullptr) return true;  // no such route: httplib answers 404
+  if (rule == nullptr) return false;  // `Serve` answered 404 already
   bool allowed = false;
   const Role role = p->role;
   const bool human =
@@ -1055,9 +1069,9 @@ absl::Status HttpServer::MayTouchJob(const Principal& p, JobId id,
                      "'s token may only report its own "
                      "checkpoints"));
   }
-  absl::StatusOr<nlohmann::json> job = controller_->GetJob(id, absl::Now());
-  if (!job.ok()) return job.status();
-  const std::string owner = (*job).value("user", std::string());
+  absl::StatusOr<std::string> user = controller_->JobUser(id);
+  if (!user.ok()) return user.status();
+  const std::string& owner = *user;
   if (owner == p.user) return absl::OkStatus();
   return absl::PermissionDeniedError(
       absl::StrCat("job ", id, " belongs to ", owner, ", not to ", p.user));
@@ -1065,11 +1079,52 @@ absl::Status HttpServer::MayTouchJob(const Principal& p, JobId id,
 
 void HttpServer::Redact(const Principal& p, nlohmann::json& job) {
   if (p.admin() || job.value("user", std::string()) == p.user) return;
-  if (job.contains("spec") && job["spec"].is_object()) {
-    nlohmann::json& spec = job["spec"];
-    for (const char* field : {"command", "env", "working_dir"}) {
-      if (spec.contains(field)) spec[field] = "(hidden: another user's job)";
+  if (!job.contains("spec") || !job["spec"].is_object()) return;
+  nlohmann::json& spec = job["spec"];
+  // What is hidden must not come back through a reason or an event (an
+  // exec error quotes the argv, a launch error the working dir): every
+  // string of the job outside its spec has those values cut out.
+  std::vector<std::string> secrets;
+  auto add = [&](const nlohmann::json& v) {
+    if (v.is_string() && v.get<std::string>().size() >= 4) {
+      secrets.push_back(v.get<std::string>());
     }
+  };
+  for (const char* field : {"command", "env", "working_dir"}) {
+    if (!spec.contains(field)) continue;
+    const nlohmann::json& v = spec[field];
+    if (v.is_array() || v.is_object()) {
+      for (const nlohmann::json& e : v) add(e);
+    } else {
+      add(v);
+    }
+    spec[field] = "(hidden: another user's job)";
+  }
+  // Longest first, so that a value containing another is cut whole.
+  std::sort(secrets.begin(), secrets.end(),
+            [](const std::string& a, const std::string& b) {
+              return a.size() > b.size();
+            });
+  std::function<void(nlohmann::json&)> scrub = [&](nlohmann::json& v) {
+    if (v.is_string()) {
+      std::string text = v.get<std::string>();
+      bool changed = false;
+      for (const std::string& secret : secrets) {
+        for (size_t at = text.find(secret); at != std::string::npos;
+             at = text.find(secret, at)) {
+          text.replace(at, secret.size(), "(hidden)");
+          at += 8;
+          changed = true;
+        }
+      }
+      if (changed) v = text;
+    } else if (v.is_array() || v.is_object()) {
+      for (nlohmann::json& e : v) scrub(e);
+    }
+  };
+  if (secrets.empty()) return;
+  for (auto it = job.begin(); it != job.end(); ++it) {
+    if (it.key() != "spec") scrub(it.value());
   }
 }
 
@@ -1078,8 +1133,7 @@ std::string HttpServer::AgentAuthorization(const std::string& node) const {
   return absl::StrCat("Bearer ", options_.auth->AgentKey(node));
 }
 
-bool HttpServer::ServeStandbyRead(const httplib::Request& req,
-                                  httplib::Response& res) {
+bool HttpServer::ServeStandbyRead(const Request& req, Response& res) {
   if (options_.standby_reads == nullptr || req.method != "GET") return false;
   const StandbyReader& reads = *options_.standby_reads;
   absl::string_view path = req.path;
@@ -1115,7 +1169,7 @@ bool HttpServer::ServeStandbyRead(const httplib::Request& req,
   return true;
 }
 
-bool HttpServer::Redirect(const httplib::Request& req, httplib::Response& res) {
+bool HttpServer::Redirect(const Request& req, Response& res) {
   if (leading_) return false;
   if (req.path == "/healthz" || req.path == "/metrics" ||
       req.path == "/v1/leader") {
@@ -1149,14 +1203,13 @@ bool HttpServer::Redirect(const httplib::Request& req, httplib::Response& res) {
 
 void HttpServer::Stop() {
   if (stopping_.exchange(true)) return;
-  http_->stop();
+  if (http_ != nullptr) http_->Stop();
   {
     std::lock_guard<std::mutex> lock(mu_);
     woken_ = true;
   }
   wake_.notify_all();
   work_.notify_all();
-  if (http_thread_.joinable()) http_thread_.join();
   if (scheduler_thread_.joinable()) scheduler_thread_.join();
   for (std::thread& t : dispatchers_) {
     if (t.joinable()) t.join();

@@ -15,15 +15,11 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "loom/common/metrics_text.h"
+#include "loom/http/event_loop_server.h"
+#include "loom/http/http_message.h"
 #include "loom/server/auth.h"
 #include "loom/server/controller.h"
 #include "loom/server/standby_reader.h"
-
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace loom {
 
@@ -52,14 +48,17 @@ struct HttpServerOptions {
   // and private key; both empty: plain HTTP.
   std::string tls_cert;
   std::string tls_key;
+  // Deadlines, lanes and per-caller limits of the HTTP front
+  // (docs/server.md); its host, port and TLS files are the ones above.
+  http::EventLoopServerOptions http;
 };
 
 // `loom server`'s HTTP front (REST API of docs/api.md) plus the scheduling
 // thread that drives the controller and the dispatcher threads that carry
-// its actions to agents. Why cpp-httplib: it is in Debian, small, has a
-// thread pool and keep-alive, and holds the agent heartbeat load on a
-// 2-core machine (see bench/); the controller, not the HTTP layer, is where
-// the work is.
+// its actions to agents. Requests are read by `http::EventLoopServer`
+// (deadlines, per-caller limits, the agent protocol in a lane of its own:
+// docs/server.md) and routed here by `RouteTable()`, the one matcher for
+// both access rules and handlers.
 //
 // With a null controller it starts as a standby of a replicated controller
 // (docs/ha.md): it answers /healthz, /metrics and /v1/leader, and sends
@@ -83,18 +82,19 @@ class HttpServer {
 
  private:
   void Routes();
-  using Handler =
-      std::function<void(const httplib::Request&, httplib::Response&)>;
+  using Request = http::HttpRequest;
+  using Response = http::HttpResponse;
+  using Handler = std::function<void(const Request&, Response&)>;
   // Registers a route of `RouteTable()` (aborts for one that is not there:
   // a programming error that every test run would show).
   void Handle(const std::string& method, const std::string& route,
               Handler handler);
   // The caller of a request that passed the route's access check (an admin
   // when there is no authentication).
-  Principal PrincipalOf(const httplib::Request& req) const;
+  Principal PrincipalOf(const Request& req) const;
   // Checks the request against its route's access rule; false after
   // answering 401 or 403.
-  bool Authorize(const httplib::Request& req, httplib::Response& res);
+  bool Authorize(const Request& req, Response& res);
   // OK when `p` may act on job `id` (its owner or an admin; a job's own
   // token for `allow_job_token`); PermissionDenied or NotFound otherwise.
   absl::Status MayTouchJob(const Principal& p, JobId id, bool allow_job_token);
@@ -107,10 +107,10 @@ class HttpServer {
   void StartWorkers();
   // A standby's answer to a request it cannot serve (see the class comment);
   // false for the routes a standby serves itself.
-  bool Redirect(const httplib::Request& req, httplib::Response& res);
+  bool Redirect(const Request& req, Response& res);
   // A standby's answer to a job read from `options_.standby_reads`; false
   // for anything else.
-  bool ServeStandbyRead(const httplib::Request& req, httplib::Response& res);
+  bool ServeStandbyRead(const Request& req, Response& res);
   // GET /metrics: the controller's metrics, then this server's.
   std::string Metrics();
   void SchedulerLoop();
@@ -121,8 +121,17 @@ class HttpServer {
   Controller* controller_;
   std::atomic<bool> leading_{false};
   const HttpServerOptions options_;
-  std::unique_ptr<httplib::Server> http_;
-  std::thread http_thread_;
+  // Every request: route, access check, standby redirect, handler, count.
+  void Serve(Request& req, Response& res);
+  // The lane and caller of a request, on the event loop (no I/O).
+  http::Dispatch Classify(const Request& req) const;
+  // GET /v1/jobs/{id}/logs?follow=1: a stream that polls the agent.
+  void FollowLogs(const Request& req, Response& res, JobId id, int task,
+                  const std::string& path_base, int64_t offset);
+
+  std::unique_ptr<http::EventLoopServer> http_;
+  // Handlers by route (an index into `RouteTable()`).
+  std::map<size_t, Handler> handlers_;
   std::thread scheduler_thread_;
   std::vector<std::thread> dispatchers_;
   std::atomic<bool> stopping_{false};
@@ -171,8 +180,13 @@ struct RouteRule {
   Access access;
 };
 const std::vector<RouteRule>& RouteTable();
-// The rule for a request; null when no route matches.
-const RouteRule* FindRoute(std::string_view method, std::string_view path);
+// The rule for a request; null when no route matches. With `captures`,
+// what the route's placeholders matched, percent-decoded. `{id}` matches
+// only canonical job ids: 1 to 2^63-1 in decimal, no sign, no leading zero.
+const RouteRule* FindRoute(std::string_view method, std::string_view path,
+                           std::vector<std::string>* captures = nullptr);
+// Whether any route has this path (for 405 against 404).
+bool PathHasRoute(std::string_view path);
 
 // The route template of a request path, for metrics: "/v1/jobs/{id}/logs".
 // Paths of no route give "other".
