@@ -18,7 +18,8 @@ seconds="${1:-30}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(job_spec_fuzzer cluster_spec_fuzzer server_api_fuzzer auth_fuzzer)
+  targets=(job_spec_fuzzer cluster_spec_fuzzer server_api_fuzzer auth_fuzzer
+           http_request_fuzzer)
 fi
 dir=build-fuzz
 jobs=$(nproc 2>/dev/null || echo 2)

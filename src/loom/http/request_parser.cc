@@ -6,7 +6,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "loom/common/utf8.h"
 
 namespace loom::http {
 namespace {
@@ -54,13 +53,13 @@ bool IsFieldValue(absl::string_view s) {
   return true;
 }
 
-// Quotes what a client sent for an error message: at most 60 bytes, valid
-// UTF-8, control characters escaped.
+// Quotes what a client sent for an error message: at most 60 bytes,
+// printable ASCII, anything else escaped as \xNN (so always valid UTF-8).
 std::string Shown(absl::string_view s) {
   std::string out;
-  for (char c : TruncateUtf8(std::string_view(s.data(), s.size()), 60)) {
+  for (char c : s.substr(0, 60)) {
     const unsigned char u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
+    if (u < 0x20 || u >= 0x7f) {
       absl::StrAppend(&out, "\\x", absl::Hex(u, absl::kZeroPad2));
     } else {
       out.push_back(c);

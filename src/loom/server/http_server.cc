@@ -14,6 +14,7 @@
 #include "loom/core/job_spec.h"
 #include "loom/server/dashboard.h"
 #include "loom/server/log_proxy.h"
+#include "loom/server/redact.h"
 
 namespace loom {
 namespace {
@@ -406,6 +407,32 @@ std::string HttpServer::Metrics() {
              "due, the scheduler's pass and writing its decisions).",
              MetricType::kHistogram);
   out.HistogramSample("loom_scheduling_pass_seconds", {}, pass_seconds_);
+  if (http_ != nullptr) {
+    const http::EventLoopServerStats h = http_->stats();
+    out.Family("loom_http_connections",
+               "Client connections open to the API (idle ones included).",
+               MetricType::kGauge);
+    out.Sample("loom_http_connections", {},
+               static_cast<double>(h.connections_open));
+    out.Family("loom_http_streams", "Streamed answers open (log follows).",
+               MetricType::kGauge);
+    out.Sample("loom_http_streams", {}, static_cast<double>(h.streams_open));
+    out.Family("loom_http_refused_total",
+               "What the HTTP front refused or cut before a handler ran: "
+               "connections over a limit, malformed framing, deadlines "
+               "missed (408, idle, write), callers over their limits "
+               "(429/503); docs/server.md.",
+               MetricType::kCounter);
+    for (const auto& [reason, n] :
+         {std::pair<const char*, int64_t>{"connection_limit",
+                                          h.connections_refused},
+          {"malformed", h.malformed},
+          {"timeout", h.timeouts},
+          {"throttled", h.throttled}}) {
+      out.Sample("loom_http_refused_total", {{"reason", reason}},
+                 static_cast<double>(n));
+    }
+  }
   out.Family("loom_api_requests_total",
              "API requests answered, by route, method and HTTP status.",
              MetricType::kCounter);
@@ -1078,54 +1105,7 @@ absl::Status HttpServer::MayTouchJob(const Principal& p, JobId id,
 }
 
 void HttpServer::Redact(const Principal& p, nlohmann::json& job) {
-  if (p.admin() || job.value("user", std::string()) == p.user) return;
-  if (!job.contains("spec") || !job["spec"].is_object()) return;
-  nlohmann::json& spec = job["spec"];
-  // What is hidden must not come back through a reason or an event (an
-  // exec error quotes the argv, a launch error the working dir): every
-  // string of the job outside its spec has those values cut out.
-  std::vector<std::string> secrets;
-  auto add = [&](const nlohmann::json& v) {
-    if (v.is_string() && v.get<std::string>().size() >= 4) {
-      secrets.push_back(v.get<std::string>());
-    }
-  };
-  for (const char* field : {"command", "env", "working_dir"}) {
-    if (!spec.contains(field)) continue;
-    const nlohmann::json& v = spec[field];
-    if (v.is_array() || v.is_object()) {
-      for (const nlohmann::json& e : v) add(e);
-    } else {
-      add(v);
-    }
-    spec[field] = "(hidden: another user's job)";
-  }
-  // Longest first, so that a value containing another is cut whole.
-  std::sort(secrets.begin(), secrets.end(),
-            [](const std::string& a, const std::string& b) {
-              return a.size() > b.size();
-            });
-  std::function<void(nlohmann::json&)> scrub = [&](nlohmann::json& v) {
-    if (v.is_string()) {
-      std::string text = v.get<std::string>();
-      bool changed = false;
-      for (const std::string& secret : secrets) {
-        for (size_t at = text.find(secret); at != std::string::npos;
-             at = text.find(secret, at)) {
-          text.replace(at, secret.size(), "(hidden)");
-          at += 8;
-          changed = true;
-        }
-      }
-      if (changed) v = text;
-    } else if (v.is_array() || v.is_object()) {
-      for (nlohmann::json& e : v) scrub(e);
-    }
-  };
-  if (secrets.empty()) return;
-  for (auto it = job.begin(); it != job.end(); ++it) {
-    if (it.key() != "spec") scrub(it.value());
-  }
+  RedactJobFor(p, job);
 }
 
 std::string HttpServer::AgentAuthorization(const std::string& node) const {

@@ -5,9 +5,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -520,6 +522,151 @@ TEST_F(HttpServerTest, MetricsCountRequestsAndAllocations) {
             std::string::npos);
   EXPECT_NE(m.find("# TYPE loom_scheduling_pass_seconds histogram\n"),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// Only what the route table names is served: a path of no rule is 404
+// before any check or handler, a known path with another method 405, and
+// job ids are canonical (a zero-padded id was read as job 7 by the router
+// but matched no access rule, so any token could read any job).
+TEST_F(HttpServerAuthTest, NoRuleNoAnswerAndCanonicalIdsOnly) {
+  ASSERT_EQ(
+      Call("POST", "/v1/jobs", alice_,
+           R"({"name": "a", "command": ["true"], "resources": {"gpus": 1}})")
+          .first,
+      201);
+  const std::string job = auth_.JobToken(2);  // not job 1's
+  for (const std::string& token : {alice_, job, join_}) {
+    for (const char* path :
+         {"/v1/jobs/0000000000000000001", "/v1/jobs/01", "/v1/jobs/+1",
+          "/v1/jobs/0000000000000000001/events", "/v1/jobs/1/", "/v1/jobs//1",
+          "/v1/jobs/9223372036854775808"}) {
+      auto [status, body] = Call("GET", path, token);
+      EXPECT_EQ(status, 404) << path << ": " << body;
+      EXPECT_EQ(body.dump().find("\"a\""), std::string::npos) << path;
+    }
+  }
+  EXPECT_EQ(Call("GET", "/v1/jobs/1", alice_).first, 200);
+  EXPECT_EQ(Call("GET", "/v1/jobs/1", job).first, 403);
+  // A wrong method: 405 with the methods that are allowed.
+  httplib::Headers h = {{"Authorization", "Bearer " + alice_}};
+  auto r = client_->Delete("/v1/jobs", h);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->get_header_value("Allow"), "POST, GET");
+  r = client_->Put("/v1/jobs/1/cancel", h, "", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+}
+
+// A fake agent for the log proxy: launches succeed, log reads answer what
+// `logs` says.
+class LogProxyTest : public HttpServerTest {
+ protected:
+  void SetUp() override {
+    HttpServerTest::SetUp();
+    agent_.Post("/v1/tasks",
+                [](const httplib::Request&, httplib::Response& res) {
+                  res.set_content(R"({"ok": true})", "application/json");
+                });
+    agent_.Get(R"(/v1/tasks/([^/]+)/logs)", [this](const httplib::Request& req,
+                                                   httplib::Response& res) {
+      if (missing_) {
+        res.status = 404;
+        res.set_content(
+            R"({"error": {"code": "not_found", "message": "no stdout for task 1.0.0"}})",
+            "application/json");
+        return;
+      }
+      int64_t offset = std::stoll(req.get_param_value("offset"));
+      res.set_content(log_.substr(std::min<size_t>(offset, log_.size())),
+                      "text/plain");
+    });
+    agent_.set_keep_alive_timeout(1);
+    agent_port_ = agent_.bind_to_any_port("127.0.0.1");
+    agent_thread_ = std::thread([this] { agent_.listen_after_bind(); });
+    nlohmann::json gpus = nlohmann::json::array();
+    for (int i = 0; i < 8; ++i)
+      gpus.push_back({{"index", i}, {"model", "h200"}});
+    Post("/v1/agents/register",
+         nlohmann::json{{"name", "h200-0"},
+                        {"address", absl::StrCat("127.0.0.1:", agent_port_)},
+                        {"gpus", gpus},
+                        {"tasks", nlohmann::json::array()}}
+             .dump(),
+         200);
+    Post("/v1/jobs",
+         R"({"name": "l", "command": ["true"], "resources": {"gpus": 1}})",
+         201);
+    for (int i = 0; i < 100; ++i) {
+      auto j = client_->Get("/v1/jobs/1");
+      if (j && nlohmann::json::parse(j->body)["state"] == "running") break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  void TearDown() override {
+    agent_.stop();
+    if (agent_thread_.joinable()) agent_thread_.join();
+    HttpServerTest::TearDown();
+  }
+  httplib::Server agent_;
+  std::thread agent_thread_;
+  int agent_port_ = 0;
+  std::string log_ = "line 1\nline 2\n";
+  std::atomic<bool> missing_{false};
+};
+
+TEST_F(LogProxyTest, LogsComeThroughAndAgentErrorsKeepTheirStatus) {
+  auto r = client_->Get("/v1/jobs/1/logs");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "line 1\nline 2\n");
+  r = client_->Get("/v1/jobs/1/logs?offset=7");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "line 2\n");
+  // The agent's 404 is a 404 with its message, not log text with a 200.
+  missing_ = true;
+  r = client_->Get("/v1/jobs/1/logs");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404) << r->body;
+  nlohmann::json err = nlohmann::json::parse(r->body, nullptr, false);
+  EXPECT_EQ(err["error"]["code"], "not_found") << r->body;
+  EXPECT_NE(err["error"]["message"].get<std::string>().find("no stdout"),
+            std::string::npos);
+  // An agent that is gone: 503, at once.
+  agent_.stop();
+  agent_thread_.join();
+  const auto start = std::chrono::steady_clock::now();
+  r = client_->Get("/v1/jobs/1/logs");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503) << r->body;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST_F(LogProxyTest, AFollowStreamsWhatTheTaskWritesAndEndsWithIt) {
+  std::string got;
+  std::thread reader([&] {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(20);
+    c.Get("/v1/jobs/1/logs?follow=1", [&](const char* d, size_t n) {
+      got.append(d, n);
+      return true;
+    });
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // The task ends: the controller hears of its exit; the stream sends the
+  // rest and ends.
+  Post(
+      "/v1/agents/heartbeat",
+      R"({"name": "h200-0", "tasks": [{"task_id": "1.0.0", "state": "exited", "exit_code": 0}]})",
+      200);
+  reader.join();
+  EXPECT_EQ(got, "line 1\nline 2\n");
 }
 
 }  // namespace
