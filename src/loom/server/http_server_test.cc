@@ -600,6 +600,15 @@ TEST_F(HttpServerAuthTest, TokenRequestsAreValidated) {
   ASSERT_EQ(made, 201) << join;
   EXPECT_EQ(join["nodes"][0], "h200-0");
   EXPECT_EQ(join["once"], true);
+  // What an older CLI sends makes a single-use token all the same.
+  auto [old_made, old_join] =
+      Call("POST", "/v1/tokens", admin_, R"({"role": "join", "once": false})");
+  ASSERT_EQ(old_made, 201) << old_join;
+  EXPECT_EQ(old_join["once"], true);
+  auto [reusable, many] = Call("POST", "/v1/tokens", admin_,
+                               R"({"role": "join", "reusable": true})");
+  ASSERT_EQ(reusable, 201) << many;
+  EXPECT_EQ(many["once"], false);
 }
 
 // Issue 15, items 6 and 8: a project's priority classes (low and normal by

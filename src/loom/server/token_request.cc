@@ -108,15 +108,17 @@ absl::StatusOr<TokenRequest> ParseTokenRequest(const nlohmann::json& body,
     }
     t.ttl = absl::Seconds(ttl);
   }
+  // `once` is what older clients send (`false` unless asked): single use
+  // is the default now whatever it says, and only `reusable` makes a join
+  // token reusable, so that an old client never makes one by accident.
   for (const char* flag : {"reusable", "once"}) {
     auto it = body.find(flag);
     if (it == body.end()) continue;
     if (!it->is_boolean()) return Bad(flag, "must be true or false");
-    const bool on = it->get<bool>();
-    // `once` is the default; `once: false` is what `reusable: true` says.
-    const bool reusable = std::string(flag) == "reusable" ? on : !on;
-    if (reusable && !join) return Bad(flag, "only for a join token");
-    if (reusable) t.reusable = true;
+  }
+  if (auto it = body.find("reusable"); it != body.end() && it->get<bool>()) {
+    if (!join) return Bad("reusable", "only for a join token");
+    t.reusable = true;
   }
   if (auto it = body.find("nodes"); it != body.end()) {
     absl::StatusOr<std::vector<std::string>> nodes = Names(*it, "nodes");

@@ -18,9 +18,9 @@ inline constexpr size_t kMaxTokenDescription = 256;
 // "user": NAME (not for join), "projects": [NAME|"*", ...] (not for join),
 // "ttl_seconds": 0 (none) or 1 to 10 years, "reusable": bool (join),
 // "nodes": [NODE, ...] (join: each must be a node of `cluster`),
-// "once": bool (join; the default, kept for older clients; false means
-// reusable), "description": TEXT}. User names follow `IsValidUserName`,
-// project names `IsValidProjectName`.
+// "once": bool (what older clients send; ignored: join tokens are
+// single-use unless `reusable`), "description": TEXT}. User names follow
+// `IsValidUserName`, project names `IsValidProjectName`.
 absl::StatusOr<TokenRequest> ParseTokenRequest(const nlohmann::json& body,
                                                const Cluster& cluster);
 
