@@ -3,20 +3,21 @@
 // The registry, over a memory store, holds an admin token, a user token, a
 // one-time join token already used to join node `h200-0` (so the node has a
 // credential), a revoked token and an expired one; job tokens derive from the
-// cluster secret.
+// cluster's secret key, and run 0 of jobs 1 to 9 is live (other runs and jobs
+// are not).
 //
 // Secrets are random in each process, so an input names them by placeholder,
 // replaced before the header is checked: `{admin}`, `{user}`, `{join}`,
 // `{node}`, `{revoked}`, `{expired}` (a whole token, "loom.<id>.<secret>"),
-// `{id:NAME}` and `{secret:NAME}` (its parts), `{job:N}` (the token of job
-// N) and `{mac:N}` (its HMAC part). Mutations of the text around them probe
-// tokens that are nearly right.
+// `{id:NAME}` and `{secret:NAME}` (its parts), `{job:N}` (the token of run 0
+// of job N), `{job:N:R}` (of run R) and `{mac:N}`, `{mac:N:R}` (its HMAC part).
+// Mutations of the text around them probe tokens that are nearly right.
 //
 // Checks: never an exception; an error is Unauthenticated (Unavailable only
 // if the store fails, which a memory store does not) and never repeats the
 // secret presented nor any real secret; a success is the principal of a live
 // token made here, for a header that carries that token's exact secret (or
-// job N's exact HMAC).
+// the exact token of a live run of a job).
 
 #include <algorithm>
 #include <cstddef>
@@ -58,8 +59,14 @@ struct Made {
 
 class World {
  public:
-  World() : registry_(&store_, /*authoritative=*/true) {
+  World()
+      : registry_(&store_, /*authoritative=*/true,
+                  TokenRegistry::NewSecretKey()) {
     Ok(registry_.Load(kStart));
+    registry_.SetJobRunCheck([](int64_t job, int64_t run) {
+      return LiveRun(job, run) ? absl::OkStatus()
+                               : absl::FailedPreconditionError("ended");
+    });
     absl::StatusOr<std::optional<std::string>> admin =
         registry_.BootstrapAdmin(kStart, "root");
     LOOM_FUZZ_CHECK(admin.ok() && admin->has_value(),
@@ -67,16 +74,15 @@ class World {
     Add("admin", **admin, true);
     Add("user", Create(Request(Role::kUser, "alice", {"search"})), true);
     TokenRequest join = Request(Role::kJoin, "", {});
-    join.once = true;
     const std::string join_token = Create(join);
     absl::StatusOr<Principal> joiner =
         registry_.Authenticate("Bearer " + join_token, kStart);
     LOOM_FUZZ_CHECK(joiner.ok(), joiner.status().ToString());
-    absl::StatusOr<std::string> node =
+    absl::StatusOr<JoinedNode> node =
         registry_.JoinNode(*joiner, "h200-0", kStart);
     LOOM_FUZZ_CHECK(node.ok(), node.status().ToString());
     Add("join", join_token, false);  // used up
-    Add("node", *node, true);
+    Add("node", node->credential, true);
     const std::string revoked = Create(Request(Role::kUser, "bob", {}));
     Add("revoked", revoked, false);
     absl::StatusOr<TokenRecord> r =
@@ -137,14 +143,18 @@ class World {
     }
     // A success: the header must carry a live token's exact secret.
     const std::vector<absl::string_view> parts = TokenParts(header);
-    LOOM_FUZZ_CHECK(parts.size() == 3, absl::StrCat("accepted: ", header));
     if (p->role == Role::kJob) {
-      const std::string token = registry_.JobToken(p->job);
-      LOOM_FUZZ_CHECK(parts[0] == "loomjob" &&
-                          parts[2] == token.substr(token.rfind('.') + 1),
-                      absl::StrCat("accepted as job ", p->job, ": ", header));
+      const std::string token = registry_.JobToken(p->job, p->run);
+      LOOM_FUZZ_CHECK(LiveRun(p->job, p->run) && parts.size() == 4 &&
+                          parts[0] == "loomjob" &&
+                          parts[1] == absl::StrCat(p->job) &&
+                          parts[2] == absl::StrCat(p->run) &&
+                          parts[3] == token.substr(token.rfind('.') + 1),
+                      absl::StrCat("accepted as job ", p->job, " run ", p->run,
+                                   ": ", header));
       return;
     }
+    LOOM_FUZZ_CHECK(parts.size() == 3, absl::StrCat("accepted: ", header));
     for (const auto& [name, m] : made_) {
       if (m.id != p->token_id) continue;
       LOOM_FUZZ_CHECK(m.live, absl::StrCat("accepted the ", name,
@@ -160,6 +170,10 @@ class World {
   }
 
  private:
+  static bool LiveRun(int64_t job, int64_t run) {
+    return job >= 1 && job <= 9 && run == 0;
+  }
+
   static void Ok(const absl::Status& st) {
     LOOM_FUZZ_CHECK(st.ok(), st.ToString());
   }
@@ -206,10 +220,13 @@ class World {
       if (kv.first == "id") return m->id;
       if (kv.first == "secret") return m->secret;
     }
-    int64_t job = 0;
+    int64_t job = 0, run = 0;
+    std::pair<absl::string_view, absl::string_view> job_run =
+        absl::StrSplit(kv.second, absl::MaxSplits(':', 1));
     if ((kv.first == "job" || kv.first == "mac") &&
-        absl::SimpleAtoi(kv.second, &job)) {
-      const std::string token = registry_.JobToken(job);
+        absl::SimpleAtoi(job_run.first, &job) &&
+        (job_run.second.empty() || absl::SimpleAtoi(job_run.second, &run))) {
+      const std::string token = registry_.JobToken(job, run);
       return kv.first == "job" ? token : token.substr(token.rfind('.') + 1);
     }
     return std::string(as_is);

@@ -54,6 +54,8 @@
 #include "loom/core/job_spec.h"
 #include "loom/server/controller.h"
 #include "loom/server/job_record.h"
+#include "loom/server/submission_policy.h"
+#include "loom/server/token_request.h"
 #include "loom/store/memory_state_store.h"
 #include "nlohmann/json.hpp"
 
@@ -266,9 +268,11 @@ class Harness {
     if (path == "/v1/jobs") {
       absl::StatusOr<JobSpec> spec = ParseJobSpec(body, "request body");
       if (!spec.ok()) return Reply(spec.status(), kParseJobSpecRoute);
+      CheckSubmissionPolicy(*spec);
       return Reply(controller_->Submit(*std::move(spec), "", now_),
                    "POST /v1/jobs");
     }
+    if (path == "/v1/tokens") return TokenRequestOf(body);
     if (path == "/v1/jobs/release") return ReleaseMany(body);
     if (path == "/v1/agents/register" || path == "/v1/agents/heartbeat") {
       absl::StatusOr<json> j = JsonBody(body);
@@ -296,6 +300,51 @@ class Harness {
       return Reply(controller_->SetNodeMode(seg[1], seg[2], now_),
                    "POST /v1/nodes/{name}/{op}");
     }
+  }
+
+  // The route's `CheckSubmission`, as an admin and as a user of `search`,
+  // on copies (the job is then submitted as the admin's would be, so that
+  // the corpus keeps reaching the controller): errors are 400 or 403 only.
+  static void CheckSubmissionPolicy(const JobSpec& spec) {
+    const Principal admin = {.user = "root", .role = Role::kAdmin};
+    const Principal user = {
+        .user = "alice", .role = Role::kUser, .projects = {"search"}};
+    for (const Principal& p : {admin, user}) {
+      JobSpec copy = spec;
+      absl::Status st = CheckSubmission(p, SmallCluster(), &copy);
+      if (st.ok()) {
+        LOOM_FUZZ_CHECK(!copy.user.empty(), "CheckSubmission left no user");
+        continue;
+      }
+      fuzz::CheckErrorCode(st,
+                           {absl::StatusCode::kInvalidArgument,
+                            absl::StatusCode::kPermissionDenied},
+                           "CheckSubmission: an error that is not 400 or 403");
+      (void)ReplyText({{"error", {{"message", std::string(st.message())}}}});
+    }
+  }
+
+  // POST /v1/tokens: the body is read by `ParseTokenRequest` (making the
+  // token is the auth fuzzer's). A request it accepts names a valid user.
+  static void TokenRequestOf(const std::string& body) {
+    absl::StatusOr<json> j = JsonBody(body);
+    if (!j.ok()) return;  // a 400
+    absl::StatusOr<TokenRequest> t = ParseTokenRequest(*j, SmallCluster());
+    if (!t.ok()) {
+      fuzz::CheckErrorCode(t.status(), {absl::StatusCode::kInvalidArgument},
+                           "POST /v1/tokens: an error that is not 400");
+      (void)ReplyText(
+          {{"error", {{"message", std::string(t.status().message())}}}});
+      return;
+    }
+    LOOM_FUZZ_CHECK(t->role != Role::kNode && t->role != Role::kJob,
+                    "POST /v1/tokens accepted a node or job token request");
+    LOOM_FUZZ_CHECK(
+        t->role == Role::kJoin ? t->user.empty() : IsValidUserName(t->user),
+        absl::StrCat("POST /v1/tokens accepted user '", t->user, "'"));
+    LOOM_FUZZ_CHECK(
+        t->ttl == absl::ZeroDuration() || t->ttl >= absl::Seconds(1),
+        "POST /v1/tokens accepted a TTL under 1 s");
   }
 
   // POST /v1/jobs/{id}/checkpoint: an empty body or {"step": n}.

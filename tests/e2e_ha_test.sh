@@ -56,7 +56,8 @@ export LOOM_SERVER="$URL_A,$URL_B"
 start_ha_server() {
   "$LOOM" server --store etcd --etcd-endpoints "$EP" --leader-lease 2 \
     --listen "127.0.0.1:$2" --data-dir "$W/server-$1" --cluster "$W/cluster.yaml" \
-    --heartbeat-timeout 10 --admin-token-file "$W/admin.token" >> "$W/server-$1.log" 2>&1 &
+    --heartbeat-timeout 10 --admin-token-file "$W/admin.token" \
+    --secret-key-file "$W/secret.key" >> "$W/server-$1.log" 2>&1 &
   eval "SERVER_$1=$!"
   PIDS+=($!)
 }

@@ -36,7 +36,7 @@ after_server_start() {
   [ -s "$W/admin.token" ] || fail "the server wrote no admin token"
   AUTH=(-H "Authorization: Bearer $(cat "$W/admin.token")")
   if [ ! -s "$W/join.token" ]; then
-    "$LOOM" token create --join --description "test agents" > "$W/join.token" 2> /dev/null ||
+    "$LOOM" token create --join --reusable --description "test agents" > "$W/join.token" 2> /dev/null ||
       fail "cannot make a join token"
     chmod 600 "$W/join.token"
   fi

@@ -265,10 +265,17 @@ int RunDev(const DevFlags& f) {
                              admin_token, " is not its admin token)"),
                 &children[0]);
   }
+  // The agents' names, to which their join token is bound (each joins once).
+  std::vector<std::string> names;
+  for (int i = 0; i < nodes; ++i) {
+    names.push_back(i < f.h200_nodes ? absl::StrCat("h200-", i)
+                                     : absl::StrCat("a100-", i - f.h200_nodes));
+  }
   {
     auto r = client.Post(
         "/v1/tokens",
         nlohmann::json{{"role", "join"},
+                       {"nodes", names},
                        {"description", "made by `loom dev` for its agents"}}
             .dump(),
         "application/json");
@@ -283,8 +290,7 @@ int RunDev(const DevFlags& f) {
   }
   for (int i = 0; i < nodes; ++i) {
     const bool h200 = i < f.h200_nodes;
-    const std::string name = h200 ? absl::StrCat("h200-", i)
-                                  : absl::StrCat("a100-", i - f.h200_nodes);
+    const std::string& name = names[i];
     std::vector<std::string> args = {
         "agent",
         "--server",

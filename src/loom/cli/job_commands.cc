@@ -975,10 +975,18 @@ int Token(const Verb& v) {
                                            "' is not create, list or revoke"));
   }
   Json request = {{"role", f.token_join ? std::string("join") : f.token_role},
-                  {"user", f.token_user},
-                  {"projects", f.token_projects},
-                  {"once", f.token_once},
                   {"description", f.token_description}};
+  if (f.token_join) {
+    // Single-use unless --reusable; --nodes binds it to those names.
+    if (f.token_reusable) request["reusable"] = true;
+    if (!f.token_nodes.empty()) request["nodes"] = f.token_nodes;
+  } else {
+    if (f.token_reusable || !f.token_nodes.empty()) {
+      return v.Fail(kExitUsage, "--reusable and --nodes go with --join");
+    }
+    request["user"] = f.token_user;
+    request["projects"] = f.token_projects;
+  }
   if (!f.token_ttl.empty()) {
     absl::StatusOr<absl::Duration> ttl = ParseDuration(f.token_ttl);
     if (!ttl.ok()) {
@@ -1656,7 +1664,8 @@ void AddJobCommands(CLI::App& app, JobCommandFlags* f) {
   CLI::App* token = AddVerb(
       app, f, "token",
       "API tokens (admin): create [--role R --user U --project P... | --join "
-      "[--once]] [--ttl D], list, revoke ID | revoke --node NAME");
+      "[--reusable] [--nodes N,...]] [--ttl D], list, revoke ID | revoke "
+      "--node NAME");
   token->add_option("action", f->token_action, "create, list or revoke")
       ->required()
       ->check(CLI::IsMember({"create", "list", "revoke"}));
@@ -1672,7 +1681,16 @@ void AddJobCommands(CLI::App& app, JobCommandFlags* f) {
   token->add_flag("--join", f->token_join,
                   "create: a bootstrap token for agents to join with");
   token->add_flag("--once", f->token_once,
-                  "create --join: redeemable by one node only");
+                  "create --join: redeemable by one node only (the default; "
+                  "kept for older scripts)");
+  token->add_flag("--reusable", f->token_reusable,
+                  "create --join: any number of nodes may join with it "
+                  "(each only while it has no live credential)");
+  token
+      ->add_option("--nodes", f->token_nodes,
+                   "create --join: only these nodes may join with it, each "
+                   "once (comma-separated)")
+      ->delimiter(',');
   token->add_option("--description", f->token_description,
                     "create: a note shown by `token list`");
   token->add_option("--node", f->token_node,

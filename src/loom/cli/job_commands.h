@@ -84,7 +84,9 @@ struct JobCommandFlags {
   std::vector<std::string> token_projects;
   std::string token_ttl;
   bool token_join = false;
-  bool token_once = false;
+  bool token_once = false;  // the default for --join; accepted, no effect
+  bool token_reusable = false;
+  std::vector<std::string> token_nodes;
   std::string token_node;
   std::string token_description;
 

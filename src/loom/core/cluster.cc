@@ -1,5 +1,8 @@
 #include "loom/core/cluster.h"
 
+#include <algorithm>
+#include <optional>
+
 namespace loom {
 
 int Cluster::TotalGpus() const {
@@ -35,6 +38,34 @@ const ProjectSpec* Cluster::FindProject(std::string_view name) const {
     if (p.name == name) return &p;
   }
   return nullptr;
+}
+
+std::vector<std::string> Cluster::AllowedPriorityClasses(
+    std::string_view project) const {
+  if (const ProjectSpec* p = FindProject(project);
+      p != nullptr && !p->priority_classes.empty()) {
+    std::vector<std::string> out;
+    for (const PriorityClass& pc : priority_classes) {
+      if (std::find(p->priority_classes.begin(), p->priority_classes.end(),
+                    pc.name) != p->priority_classes.end()) {
+        out.push_back(pc.name);
+      }
+    }
+    return out;
+  }
+  std::optional<int> ceiling;
+  if (const PriorityClass* normal = FindPriorityClass("normal")) {
+    ceiling = normal->value;
+  } else {
+    for (const PriorityClass& pc : priority_classes) {
+      if (!ceiling || pc.value < *ceiling) ceiling = pc.value;
+    }
+  }
+  std::vector<std::string> out;
+  for (const PriorityClass& pc : priority_classes) {
+    if (ceiling && pc.value <= *ceiling) out.push_back(pc.name);
+  }
+  return out;
 }
 
 std::vector<GpuModel> DefaultGpuModels() {

@@ -55,11 +55,14 @@ struct NodeSpec {
 };
 
 // A team: fair share is computed per project against `weight`; `quota_gpus`
-// is the guaranteed share (0 = none).
+// is the guaranteed share (0 = none). `priority_classes` are the classes its
+// users may submit with; empty: the default ones
+// (`Cluster::AllowedPriorityClasses`).
 struct ProjectSpec {
   std::string name;
   int quota_gpus = 0;
   double weight = 1.0;
+  std::vector<std::string> priority_classes;
 };
 
 struct PriorityClass {
@@ -84,6 +87,14 @@ struct Cluster {
   // Returns the class's value, or nullptr when it is not defined.
   const PriorityClass* FindPriorityClass(std::string_view name) const;
   const ProjectSpec* FindProject(std::string_view name) const;
+  // The priority classes a non-admin may submit to `project` with, in the
+  // cluster's order: the project's `priority_classes` if it lists any, else
+  // every class whose value is at most that of `normal` (the job spec's
+  // default class; without one, the lowest class only), as Slurm grants
+  // only the `normal` QOS until an admin adds others. A project the spec
+  // does not declare gets the default too.
+  std::vector<std::string> AllowedPriorityClasses(
+      std::string_view project) const;
 };
 
 // The built-in GPU models: `h200` (speed 1.0, 141Gi) and `a100` (0.4, 80Gi).

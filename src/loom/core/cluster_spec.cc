@@ -688,8 +688,9 @@ absl::Status SpecParser::ParseProjects(const Field& field,
   if (!items.ok()) return items.status();
   NameLines seen;
   for (size_t i = 0; i < items->size(); ++i) {
-    absl::StatusOr<MapNode> map = ReadMap((*items)[i], ElementPath(path, i),
-                                          {"name", "quota_gpus", "weight"});
+    absl::StatusOr<MapNode> map =
+        ReadMap((*items)[i], ElementPath(path, i),
+                {"name", "quota_gpus", "weight", "priority_classes"});
     if (!map.ok()) return map.status();
     ProjectSpec project;
     absl::StatusOr<std::string> name = ReadUniqueName(*map, "project", &seen);
@@ -710,6 +711,32 @@ absl::Status SpecParser::ParseProjects(const Field& field,
                      absl::StrCat("must be more than zero, got ", *weight));
       }
       project.weight = *weight;
+    }
+    if (const Field* pc = map->Find("priority_classes"); pc != nullptr) {
+      const std::string pc_path = ChildPath(map->path, "priority_classes");
+      absl::StatusOr<std::vector<YAML::Node>> names =
+          ReadList(pc->value, pc_path, /*allow_empty=*/false);
+      if (!names.ok()) return names.status();
+      for (size_t k = 0; k < names->size(); ++k) {
+        const std::string name_path = ElementPath(pc_path, k);
+        absl::StatusOr<std::string> name = ReadString((*names)[k], name_path);
+        if (!name.ok()) return name.status();
+        if (cluster->FindPriorityClass(*name) == nullptr) {
+          std::vector<std::string> known;
+          for (const PriorityClass& c : cluster->priority_classes) {
+            known.push_back(c.name);
+          }
+          return Error(
+              (*names)[k], name_path,
+              absl::StrCat("no priority class '", *name, "' (the cluster has ",
+                           absl::StrJoin(known, ", "), ")"));
+        }
+        if (std::find(project.priority_classes.begin(),
+                      project.priority_classes.end(),
+                      *name) == project.priority_classes.end()) {
+          project.priority_classes.push_back(*name);
+        }
+      }
     }
     cluster->projects.push_back(std::move(project));
   }
@@ -778,16 +805,17 @@ absl::StatusOr<Cluster> SpecParser::Parse(const YAML::Node& root) {
     return st;
   }
 
-  if (const Field* f = map->Find("projects"); f != nullptr) {
-    absl::Status st = ParseProjects(*f, &cluster);
-    if (!st.ok()) return st;
-  }
-
+  // Classes first: a project's `priority_classes` name them.
   if (const Field* f = map->Find("priority_classes"); f != nullptr) {
     absl::Status st = ParsePriorityClasses(*f, &cluster);
     if (!st.ok()) return st;
   } else {
     cluster.priority_classes = DefaultPriorityClasses();
+  }
+
+  if (const Field* f = map->Find("projects"); f != nullptr) {
+    absl::Status st = ParseProjects(*f, &cluster);
+    if (!st.ok()) return st;
   }
   return cluster;
 }

@@ -453,6 +453,48 @@ TEST(ParseClusterSpec, ProjectAndPriorityErrors) {
                         "name 'low'"));
 }
 
+// Issue 15, item 6: which priority classes a project's users may use.
+TEST(ParseClusterSpec, ProjectPriorityClasses) {
+  const std::string yaml =
+      absl::StrCat(kTwoPools,
+                   "projects:\n  - {name: search}\n"
+                   "  - {name: prod, priority_classes: [low, high, high]}\n");
+  absl::StatusOr<Cluster> c = ParseClusterSpec(yaml, "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  // Listed: those (in the cluster's order, once each); not listed, or an
+  // undeclared project: every class up to `normal`, as Slurm's default QOS.
+  EXPECT_THAT(c->AllowedPriorityClasses("prod"),
+              ::testing::ElementsAre("low", "high"));
+  EXPECT_THAT(c->AllowedPriorityClasses("search"),
+              ::testing::ElementsAre("low", "normal"));
+  EXPECT_THAT(c->AllowedPriorityClasses("elsewhere"),
+              ::testing::ElementsAre("low", "normal"));
+  // A cluster without `normal`: its lowest class.
+  Cluster other = *c;
+  other.priority_classes = {{"batch", 5}, {"interactive", 50}};
+  EXPECT_THAT(other.AllowedPriorityClasses("search"),
+              ::testing::ElementsAre("batch"));
+
+  const std::string unknown = absl::StrCat(
+      kTwoPools, "projects:\n  - {name: a, priority_classes: [urgent]}\n");
+  EXPECT_THAT(ParseError(unknown),
+              HasSubstr("projects[0].priority_classes[0]: no priority class "
+                        "'urgent' (the cluster has low, normal, high)"));
+  const std::string empty = absl::StrCat(
+      kTwoPools, "projects:\n  - {name: a, priority_classes: []}\n");
+  EXPECT_THAT(ParseError(empty), HasSubstr("projects[0].priority_classes"));
+  // Custom classes are declared before projects name them, wherever they
+  // are in the file.
+  const std::string custom =
+      absl::StrCat(kTwoPools,
+                   "projects:\n  - {name: a, priority_classes: [gold]}\n"
+                   "priority_classes:\n  - {name: normal, value: 1}\n"
+                   "  - {name: gold, value: 9}\n");
+  absl::StatusOr<Cluster> g = ParseClusterSpec(custom, "c.yaml");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_THAT(g->AllowedPriorityClasses("a"), ::testing::ElementsAre("gold"));
+}
+
 TEST(ParseClusterSpec, NodeInTwoLeaves) {
   const std::string yaml = absl::StrCat(kTwoPools, R"(network:
   tree:

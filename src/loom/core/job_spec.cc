@@ -130,6 +130,33 @@ bool IsValidId(absl::string_view id) {
   });
 }
 
+}  // namespace
+
+bool IsValidProjectName(std::string_view name) {
+  return IsValidId(absl::string_view(name.data(), name.size()));
+}
+
+bool IsValidUserName(std::string_view name) {
+  if (name.empty() || name.size() > kMaxUserNameLength) return false;
+  std::string_view body = name;
+  if (body.back() == '$') body.remove_suffix(1);
+  if (body.empty()) return false;
+  const auto first = static_cast<unsigned char>(body[0]);
+  if (!absl::ascii_isalnum(first) && first != '_') return false;
+  bool digits_only = true;
+  for (char c : body) {
+    const auto u = static_cast<unsigned char>(c);
+    if (!absl::ascii_isalnum(u) && c != '_' && c != '.' && c != '-' &&
+        c != '@') {
+      return false;
+    }
+    digits_only &= absl::ascii_isdigit(u);
+  }
+  return !digits_only;
+}
+
+namespace {
+
 // True for a GPU model name as the cluster spec allows them, or `any`.
 bool IsValidGpuModel(absl::string_view name) {
   if (name.empty() || name.size() > kMaxIdLength ||
@@ -870,8 +897,15 @@ absl::StatusOr<JobSpec> JobSpecParser::Parse(const YAML::Node& root) {
     spec.project = *std::move(project);
   }
   if (const Field* f = map->Find("user"); f != nullptr) {
-    absl::StatusOr<std::string> user = ReadId(f->value, f->key);
+    absl::StatusOr<std::string> user = ReadText(f->value, f->key, false);
     if (!user.ok()) return user.status();
+    if (!IsValidUserName(*user)) {
+      return Error(f->value, f->key,
+                   absl::StrCat("'", *user, "' is not a valid user name (1 to ",
+                                kMaxUserNameLength,
+                                " letters, digits, '_', '.', '-', '@', "
+                                "starting with a letter, digit or '_')"));
+    }
     spec.user = *std::move(user);
   }
   if (const Field* f = map->Find("kind"); f != nullptr) {

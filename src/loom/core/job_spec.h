@@ -22,6 +22,22 @@ namespace loom {
 // The most processes one task may run (`resources.processes_per_task`).
 inline constexpr int kMaxProcessesPerTask = 256;
 
+// The longest user name a job spec or a token may carry.
+inline constexpr size_t kMaxUserNameLength = 64;
+
+// True for a project name (also a priority class name) as a job spec and a
+// token accept it: 1 to 128 bytes of printable ASCII or UTF-8, no spaces or
+// control characters.
+bool IsValidProjectName(std::string_view name);
+
+// True for a user name as a job spec (`user`) and a token accept it, the
+// portable subset of what useradd and sssd allow: 1 to
+// `kMaxUserNameLength` characters of letters, digits, '_', '.', '-' and '@',
+// starting with a letter, digit or '_', optionally ending in '$' (a machine
+// account), not digits only (it would read as a uid). So never ".", "..",
+// "-rf" or a path.
+bool IsValidUserName(std::string_view name);
+
 // What the agent does to let a job save its state before it is preempted:
 // send `signal` to every task, wait up to `grace`, then SIGKILL.
 struct CheckpointSpec {

@@ -595,6 +595,11 @@ TEST(ParseJobSpec, FieldErrors) {
       {Minimal("project: \"my team\"\n"), "\"my team\"", 0,
        "project: 'my team' is not a valid name"},
       {Minimal("user: \"\"\n"), "\"\"", 0, "user: must not be empty"},
+      {Minimal("user: ..\n"), "..", 0, "user: '..' is not a valid user name"},
+      {Minimal("user: -rf\n"), "-rf", 0,
+       "user: '-rf' is not a valid user name"},
+      {Minimal("user: 1000\n"), "1000", 0,
+       "user: '1000' is not a valid user name"},
       {Minimal("priority: [high]\n"), "[high]", 0,
        "priority: must be a string, got a list"},
       {Minimal("name: k\n"), "name: k", 0,
@@ -915,6 +920,31 @@ TEST(ParseJobSpec, MutatedInputNeverCrashes) {
   }
   EXPECT_GT(parsed, 100);
   EXPECT_GT(failed, 100);
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// Issue 15, item 8: one rule for user names in job specs and tokens.
+TEST(IsValidUserName, PortableUnixNamesOnly) {
+  for (const char* ok : {"alice", "a", "_svc", "alice.b", "build-bot",
+                         "alice@corp.example", "host01$", "Alice", "a1000"}) {
+    EXPECT_TRUE(IsValidUserName(ok)) << ok;
+  }
+  for (const char* bad : {"", ".", "..", "-rf", ".hidden", "a b", "a/b", "a:b",
+                          "1000", "$", "a\nb", "ünï"}) {
+    EXPECT_FALSE(IsValidUserName(bad)) << bad;
+  }
+  EXPECT_TRUE(IsValidUserName(std::string(64, 'a')));
+  EXPECT_FALSE(IsValidUserName(std::string(65, 'a')));
+  EXPECT_TRUE(IsValidProjectName("search"));
+  for (const char* bad : {"", "a b", "a\tb"}) {
+    EXPECT_FALSE(IsValidProjectName(bad)) << bad;
+  }
+  EXPECT_FALSE(IsValidProjectName(std::string_view("a\0b", 3)));
 }
 
 }  // namespace

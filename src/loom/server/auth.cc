@@ -7,18 +7,40 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "loom/core/job_spec.h"
 
 namespace loom {
 namespace {
 
 constexpr char kTokenPrefix[] = "/auth/tokens/";
-constexpr char kSecretKey[] = "/auth/cluster-secret";
+// The longest decimal number a job id or run may have (int64).
+constexpr size_t kMaxDecimalDigits = 18;
 
 bool IsHex(std::string_view s, size_t n) {
   return s.size() == n && std::all_of(s.begin(), s.end(), [](char c) {
            return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
          });
+}
+
+// A canonical decimal number: digits only, no sign, no leading zero (but
+// "0" itself), at most 18 digits. So "02", "+2", " 2" and "2 " are not 2.
+bool ParseCanonical(std::string_view s, int64_t* out) {
+  if (s.empty() || s.size() > kMaxDecimalDigits ||
+      (s.size() > 1 && s[0] == '0') ||
+      !std::all_of(s.begin(), s.end(),
+                   [](char c) { return c >= '0' && c <= '9'; })) {
+    return false;
+  }
+  int64_t v = 0;
+  for (char c : s) v = v * 10 + (c - '0');
+  *out = v;
+  return true;
+}
+
+bool Contains(const std::vector<std::string>& list, const std::string& s) {
+  return std::find(list.begin(), list.end(), s) != list.end();
 }
 
 absl::Status Invalid() {
@@ -74,6 +96,10 @@ nlohmann::json TokenRecordToJson(const TokenRecord& t, bool with_hash) {
                       {"used", t.used},
                       {"revoked", t.revoked},
                       {"description", t.description}};
+  if (t.role == Role::kJoin) {
+    j["nodes"] = t.nodes;
+    j["joined"] = t.joined;
+  }
   j["expires"] = t.expires ? nlohmann::json(absl::ToUnixSeconds(*t.expires))
                            : nlohmann::json(nullptr);
   if (with_hash) j["sha256"] = t.secret_sha256;
@@ -98,6 +124,8 @@ absl::StatusOr<TokenRecord> TokenRecordFromJson(const nlohmann::json& j) {
     t.once = j.value("once", false);
     t.used = j.value("used", false);
     t.revoked = j.value("revoked", false);
+    t.nodes = j.value("nodes", std::vector<std::string>{});
+    t.joined = j.value("joined", std::vector<std::string>{});
     t.description = j.value("description", "");
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat("token record: ", e.what()));
@@ -105,19 +133,18 @@ absl::StatusOr<TokenRecord> TokenRecordFromJson(const nlohmann::json& j) {
   return t;
 }
 
+std::string TokenRegistry::NewSecretKey() { return RandomHex(32); }
+
+void TokenRegistry::SetJobRunCheck(JobRunCheck check) {
+  absl::MutexLock lock(&mu_);
+  job_run_check_ = std::move(check);
+}
+
 absl::Status TokenRegistry::LoadFrom(absl::Time now, bool load_tokens) {
-  absl::StatusOr<KeyValue> secret = store_->Get(kSecretKey);
-  if (!secret.ok() && secret.status().code() == absl::StatusCode::kNotFound) {
-    const std::string fresh = RandomHex(32);
-    absl::StatusOr<int64_t> r =
-        store_->Commit({{kSecretKey, Condition::kMustNotExist}},
-                       {Mutation::Put(kSecretKey, fresh)});
-    if (!r.ok() && r.status().code() != absl::StatusCode::kFailedPrecondition) {
-      return r.status();
-    }
-    secret = store_->Get(kSecretKey);  // ours, or another server's
+  if (!IsHex(secret_key_, 64)) {
+    return absl::FailedPreconditionError(
+        "the cluster's secret key is not 64 hex digits");
   }
-  if (!secret.ok()) return secret.status();
   std::map<std::string, TokenRecord> tokens;
   if (load_tokens) {
     absl::StatusOr<std::vector<KeyValue>> all = store_->List(kTokenPrefix);
@@ -133,7 +160,6 @@ absl::Status TokenRegistry::LoadFrom(absl::Time now, bool load_tokens) {
     }
   }
   absl::MutexLock lock(&mu_);
-  cluster_secret_ = secret->value;
   tokens_ = std::move(tokens);
   return absl::OkStatus();
 }
@@ -195,15 +221,33 @@ absl::StatusOr<std::pair<TokenRecord, std::string>> TokenRegistry::Create(
   if (request.role != Role::kJoin && request.user.empty()) {
     return absl::InvalidArgumentError("user: required");
   }
-  for (char c : request.user) {
-    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' &&
-        c != '_' && c != '.') {
+  if (request.role == Role::kNode) {
+    // A node credential's user is a node name (from the cluster spec).
+    if (!IsValidProjectName(request.user)) {
+      return absl::InvalidArgumentError("user: not a valid node name");
+    }
+  } else if (!request.user.empty() && !IsValidUserName(request.user)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "user: not a valid user name (1 to ", kMaxUserNameLength,
+        " letters, digits, '_', '.', '-', '@', starting with a letter, digit "
+        "or '_', not digits only)"));
+  }
+  for (const std::string& p : request.projects) {
+    if (p != "*" && !IsValidProjectName(p)) {
       return absl::InvalidArgumentError(
-          "user: only letters, digits and . _ - are allowed");
+          "projects: each must be a project name (1 to 128 characters, no "
+          "spaces or control characters) or *");
     }
   }
-  if (request.ttl < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("ttl: must not be negative");
+  if (request.role != Role::kJoin &&
+      (request.reusable || !request.nodes.empty())) {
+    return absl::InvalidArgumentError(
+        "nodes: only a join token is reusable or bound to nodes");
+  }
+  if (request.ttl < absl::ZeroDuration() ||
+      (request.ttl > absl::ZeroDuration() && request.ttl < absl::Seconds(1))) {
+    return absl::InvalidArgumentError(
+        "ttl_seconds: 0 (no expiry) or at least 1 second");
   }
   TokenRecord t;
   t.id = RandomHex(8);
@@ -212,7 +256,8 @@ absl::StatusOr<std::pair<TokenRecord, std::string>> TokenRegistry::Create(
   t.projects = request.projects;
   t.created = now;
   if (request.ttl > absl::ZeroDuration()) t.expires = now + request.ttl;
-  t.once = request.once;
+  t.once = request.role == Role::kJoin && !request.reusable;
+  if (request.role == Role::kJoin) t.nodes = request.nodes;
   t.description = request.description;
   const std::string secret = RandomHex(32);
   t.secret_sha256 = Sha256Hex(secret);
@@ -276,18 +321,46 @@ absl::StatusOr<Principal> TokenRegistry::Authenticate(
   token.remove_prefix(7);
   while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
   std::vector<absl::string_view> parts = absl::StrSplit(token, '.');
-  if (parts.size() != 3) return Invalid();
+  if (parts.size() != 3 && !(parts.size() == 4 && parts[0] == "loomjob")) {
+    return Invalid();
+  }
   if (parts[0] == "loomjob") {
-    int64_t job = 0;
-    if (!absl::SimpleAtoi(parts[1], &job) || job <= 0 ||
-        !SecureEquals(std::string_view(parts[2].data(), parts[2].size()),
-                      JobToken(job).substr(JobToken(job).rfind('.') + 1))) {
+    // "loomjob.<job>.<run>.<mac>": canonical numbers only, so that one job
+    // and run have exactly one token.
+    int64_t job = 0, run = 0;
+    if (parts.size() != 4 ||
+        !ParseCanonical(std::string_view(parts[1].data(), parts[1].size()),
+                        &job) ||
+        job <= 0 ||
+        !ParseCanonical(std::string_view(parts[2].data(), parts[2].size()),
+                        &run)) {
       return Invalid();
+    }
+    const std::string want = JobToken(job, run);
+    if (!SecureEquals(std::string_view(parts[3].data(), parts[3].size()),
+                      std::string_view(want).substr(want.rfind('.') + 1))) {
+      return Invalid();
+    }
+    JobRunCheck check;
+    {
+      absl::MutexLock lock(&mu_);
+      check = job_run_check_;
+    }
+    if (!check) {
+      return absl::UnauthenticatedError(
+          "job tokens are not accepted by this server");
+    }
+    if (absl::Status st = check(job, run); !st.ok()) {
+      if (st.code() == absl::StatusCode::kUnavailable) return st;
+      return absl::UnauthenticatedError(
+          absl::StrCat("the token of job ", job, " run ", run,
+                       " is no longer valid: ", st.message()));
     }
     Principal p;
     p.role = Role::kJob;
     p.job = job;
-    p.token_id = absl::StrCat("job-", job);
+    p.run = run;
+    p.token_id = absl::StrCat("job-", job, ".", run);
     return p;
   }
   if (parts[0] != "loom" ||
@@ -326,25 +399,65 @@ absl::StatusOr<Principal> TokenRegistry::Authenticate(
   return p;
 }
 
-absl::StatusOr<std::string> TokenRegistry::JoinNode(const Principal& join,
-                                                    const std::string& node,
-                                                    absl::Time now) {
+std::optional<TokenRecord> TokenRegistry::LiveCredential(
+    const std::string& node) const {
+  std::optional<TokenRecord> live;
+  auto consider = [&](const TokenRecord& t) {
+    if (t.role == Role::kNode && t.user == node && !t.revoked &&
+        (!live || t.created > live->created)) {
+      live = t;
+    }
+  };
+  if (authoritative_) {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, t] : tokens_) consider(t);
+  } else {
+    for (const TokenRecord& t : List()) consider(t);
+  }
+  return live;
+}
+
+absl::StatusOr<JoinedNode> TokenRegistry::JoinNode(const Principal& join,
+                                                   const std::string& node,
+                                                   absl::Time now) {
   if (join.role != Role::kJoin) {
     return absl::PermissionDeniedError("only a join token can join a node");
   }
+  absl::MutexLock serial(&join_mu_);
   absl::StatusOr<TokenRecord> jt = Find(join.token_id);
   if (!jt.ok()) return Invalid();
+  // Checked again here: another join may have used it up in between.
+  if (jt->revoked || (jt->expires && now >= *jt->expires) ||
+      (jt->once && jt->used)) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("join token ", jt->id, " is revoked, expired or used up"));
+  }
+  if (!jt->nodes.empty() && !Contains(jt->nodes, node)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("join token ", jt->id, " may join only ",
+                     absl::StrJoin(jt->nodes, ", "), ", not ", node));
+  }
+  if (jt->once && !jt->nodes.empty() && Contains(jt->joined, node)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "join token ", jt->id, " has already joined ", node, " once"));
+  }
+  if (std::optional<TokenRecord> live = LiveCredential(node)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", node, " already has a live credential (token ", live->id,
+        "): a join token cannot take over a node that has joined; if its "
+        "agent lost its credential (a reinstall), an admin first revokes the "
+        "old one with `loom token revoke --node ",
+        node, "`, then the node joins again"));
+  }
+  if (!Contains(jt->joined, node)) jt->joined.push_back(node);
   if (jt->once) {
-    jt->used = true;
-    if (absl::Status st = Save(*jt); !st.ok()) return st;
+    jt->used =
+        jt->nodes.empty() || std::all_of(jt->nodes.begin(), jt->nodes.end(),
+                                         [&](const std::string& n) {
+                                           return Contains(jt->joined, n);
+                                         });
   }
-  for (const TokenRecord& t : List()) {
-    if (t.role == Role::kNode && t.user == node && !t.revoked) {
-      if (absl::StatusOr<TokenRecord> r = Revoke(t.id, now); !r.ok()) {
-        return r.status();
-      }
-    }
-  }
+  if (absl::Status st = Save(*jt); !st.ok()) return st;
   TokenRequest req;
   req.role = Role::kNode;
   req.user = node;
@@ -352,26 +465,36 @@ absl::StatusOr<std::string> TokenRegistry::JoinNode(const Principal& join,
                                  ", joined with token ", join.token_id);
   absl::StatusOr<std::pair<TokenRecord, std::string>> made = Create(req, now);
   if (!made.ok()) return made.status();
-  return made->second;
+  return JoinedNode{made->second, made->first.id};
 }
 
-std::string TokenRegistry::JobToken(int64_t job) const {
-  std::string secret;
-  {
-    absl::MutexLock lock(&mu_);
-    secret = cluster_secret_;
+absl::Status TokenRegistry::UndoJoin(const Principal& join,
+                                     const std::string& node,
+                                     const JoinedNode& joined, absl::Time now) {
+  absl::MutexLock serial(&join_mu_);
+  if (absl::StatusOr<TokenRecord> r = Revoke(joined.credential_id, now);
+      !r.ok()) {
+    return r.status();
   }
-  return absl::StrCat("loomjob.", job, ".",
-                      HmacSha256Hex(secret, absl::StrCat("job:", job)));
+  absl::StatusOr<TokenRecord> jt = Find(join.token_id);
+  if (!jt.ok()) return jt.status();
+  jt->joined.erase(std::remove(jt->joined.begin(), jt->joined.end(), node),
+                   jt->joined.end());
+  jt->used = false;
+  return Save(*jt);
+}
+
+std::string TokenRegistry::JobToken(int64_t job, int64_t run) const {
+  return absl::StrCat(
+      "loomjob.", job, ".", run, ".",
+      HmacSha256Hex(secret_key_, absl::StrCat("job:", job, ":", run)));
 }
 
 std::string TokenRegistry::AgentKey(const std::string& node) const {
-  std::string secret;
-  {
-    absl::MutexLock lock(&mu_);
-    secret = cluster_secret_;
-  }
-  return HmacSha256Hex(secret, absl::StrCat("agent:", node));
+  std::optional<TokenRecord> live = LiveCredential(node);
+  if (!live) return "";
+  return HmacSha256Hex(secret_key_,
+                       absl::StrCat("agent:", node, ":", live->id));
 }
 
 }  // namespace loom

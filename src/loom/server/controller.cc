@@ -485,6 +485,15 @@ absl::StatusOr<nlohmann::json> Controller::GetJob(JobId id,
   return JobJson(it->second, now);
 }
 
+absl::Status Controller::CheckRun(JobId id, int64_t run) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no job ", id));
+  }
+  return CheckLiveRun(it->second, run);
+}
+
 nlohmann::json Controller::ListJobs(const JobQuery& f, absl::Time now) const {
   absl::MutexLock lock(&mu_);
   nlohmann::json out = nlohmann::json::array();
@@ -644,6 +653,7 @@ AgentAction Controller::LaunchAction(const JobRecord& job,
   a.address = n >= 0 ? nodes_[n].address : "";
   a.task_id = t.task_id;
   a.job = job.id;
+  a.run = job.restart_count;
   a.body = {{"task_id", t.task_id},
             {"node", t.node},
             {"job_id", job.id},

@@ -53,6 +53,7 @@ struct AgentAction {
   std::string address;  // the agent's host:port
   std::string task_id;
   JobId job = 0;
+  int run = 0;          // kLaunch: the job's restart count (its run)
   nlohmann::json body;  // POST /v1/tasks or /v1/tasks/{id}/stop body
 };
 
@@ -95,6 +96,9 @@ class Controller {
   void ReleaseMany(const std::vector<JobId>& ids, absl::Time now,
                    std::vector<absl::Status>* errors);
   absl::StatusOr<nlohmann::json> GetJob(JobId id, absl::Time now) const;
+  // OK while `run` is job `id`'s current run and it is running or stopping
+  // (a job token of that run is valid); NotFound or FailedPrecondition.
+  absl::Status CheckRun(JobId id, int64_t run) const;
   nlohmann::json ListJobs(const JobQuery& filter, absl::Time now) const;
   // The agent address of a registered node, for fault injection.
   absl::StatusOr<std::string> NodeAddress(const std::string& name) const;

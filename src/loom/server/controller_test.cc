@@ -231,6 +231,50 @@ TEST_F(ControllerTest, RestartPolicyRequeuesTheWholeGang) {
   EXPECT_EQ(State(1, 11), "failed");
 }
 
+// A job token's run (issue 15, item 7): valid while the run is the job's
+// current one and runs; not before, not after a restart, not once it ended.
+TEST_F(ControllerTest, OnlyTheCurrentLiveRunChecksOut) {
+  Register(0, nlohmann::json::array(), 1);
+  Register(1, nlohmann::json::array(), 1);
+  JobSpec spec = Gang(16);
+  spec.restart.max = 1;
+  spec.restart.backoff = absl::Seconds(1);
+  ASSERT_TRUE(c_->Submit(spec, "alice", T(2)).ok());
+  EXPECT_FALSE(c_->CheckRun(1, 0).ok());  // pending: no run yet
+  EXPECT_EQ(c_->CheckRun(9, 0).code(), absl::StatusCode::kNotFound);
+  c_->Tick(T(2));
+  auto first = c_->TakeActions();
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0].run, 0);
+  EXPECT_TRUE(c_->CheckRun(1, 0).ok());
+  EXPECT_FALSE(c_->CheckRun(1, 1).ok());
+  Beat(0,
+       {{{"task_id", first[0].task_id}, {"state", "exited"}, {"exit_code", 3}}},
+       3);
+  EXPECT_TRUE(c_->CheckRun(1, 0).ok());  // stopping: may still checkpoint
+  c_->TakeActions();
+  Beat(1,
+       {{{"task_id", first[1].task_id}, {"state", "exited"}, {"signal", 15}}},
+       4);
+  EXPECT_FALSE(c_->CheckRun(1, 0).ok());  // requeued: run 0 is over
+  c_->Tick(T(6));
+  auto second = c_->TakeActions();
+  ASSERT_EQ(second.size(), 2u);
+  EXPECT_EQ(second[0].run, 1);
+  EXPECT_TRUE(c_->CheckRun(1, 1).ok());
+  EXPECT_FALSE(c_->CheckRun(1, 0).ok());
+  ASSERT_TRUE(c_->Cancel(1, T(7)).ok());
+  c_->TakeActions();
+  for (int n = 0; n < 2; ++n) {
+    Beat(
+        n,
+        {{{"task_id", second[n].task_id}, {"state", "exited"}, {"signal", 15}}},
+        8);
+  }
+  EXPECT_EQ(State(1, 8), "cancelled");
+  EXPECT_FALSE(c_->CheckRun(1, 1).ok());
+}
+
 TEST_F(ControllerTest, CheckpointsAreRecorded) {
   Register(0, nlohmann::json::array(), 1);
   ASSERT_TRUE(c_->Submit(Gang(8), "a", T(2)).ok());

@@ -15,6 +15,8 @@
 #include "loom/server/dashboard.h"
 #include "loom/server/log_proxy.h"
 #include "loom/server/redact.h"
+#include "loom/server/submission_policy.h"
+#include "loom/server/token_request.h"
 
 namespace loom {
 namespace {
@@ -475,37 +477,14 @@ void HttpServer::Routes() {
     }
     absl::StatusOr<nlohmann::json> body = JsonBody(req);
     if (!body.ok()) return ReplyError(res, body.status());
-    TokenRequest t;
-    try {
-      absl::StatusOr<Role> role =
-          ParseRole(body->value("role", std::string("user")));
-      if (!role.ok()) return ReplyError(res, role.status());
-      if (*role == Role::kNode || *role == Role::kJob) {
-        return ReplyError(res, absl::InvalidArgumentError(
-                                   "role: node credentials come from "
-                                   "joining, job tokens from the server"));
-      }
-      t.role = *role;
-      t.user = body->value("user", std::string());
-      t.projects = body->value("projects", std::vector<std::string>{});
-      const double ttl = body->value("ttl_seconds", 0.0);
-      if (!(ttl >= 0) || ttl > 10 * 365 * 86400.0) {
-        return ReplyError(res, absl::InvalidArgumentError(
-                                   "ttl_seconds: 0 (none) to 10 years"));
-      }
-      t.ttl = absl::Seconds(ttl);
-      t.once = body->value("once", false);
-      t.description = body->value("description", std::string());
-    } catch (const nlohmann::json::exception&) {
-      return ReplyError(res, absl::InvalidArgumentError(
-                                 "body: role, user, description must be "
-                                 "strings, projects a list of strings, "
-                                 "ttl_seconds a number, once a boolean"));
-    }
+           absl::StatusOr<TokenRequest> t =
+               ParseTokenRequest(*body, controller_->cluster());
+           if (!t.ok()) return ReplyError(res, t.status());
     absl::StatusOr<std::pair<TokenRecord, std::string>> made =
-        options_.auth->Create(t, absl::Now());
+               options_.auth->Create(*t, absl::Now());
     if (!made.ok()) return ReplyError(res, made.status());
-    nlohmann::json j = TokenRecordToJson(made->first, /*with_hash=*/false);
+           nlohmann::json j =
+               TokenRecordToJson(made->first, /*with_hash=*/false);
     j["token"] = made->second;  // the only time it is shown
     Reply(res, 201, j);
   });
@@ -555,31 +534,15 @@ void HttpServer::Routes() {
   Handle("POST", "/v1/jobs", [this](const Request& req, Response& res) {
     absl::StatusOr<JobSpec> spec = ParseJobSpec(req.body, "request body");
     if (!spec.ok()) return ReplyError(res, spec.status());
-    std::string user = req.get_header_value("X-Loom-User");
-    if (options_.auth != nullptr) {
-      // Users submit as themselves, to their projects; only an admin
-      // may name another user (root included).
+           // Without authentication, everyone is an admin (X-Loom-User
+           // names the user).
       const Principal p = PrincipalOf(req);
-      user = p.user;
-      if (!p.admin() && !spec->user.empty() && spec->user != p.user) {
-        return ReplyError(res, absl::PermissionDeniedError(absl::StrCat(
-                                   "user: you may only submit jobs as "
-                                   "yourself (",
-                                   p.user, "), not as ", spec->user)));
-      }
-      if (spec->user.empty()) spec->user = p.user;
-      if (!p.admin() && spec->user == "root") {
-        return ReplyError(res, absl::PermissionDeniedError(
-                                   "user: only an admin may run jobs as "
-                                   "root"));
-      }
-      if (!p.admin() && !p.InProject(spec->project)) {
-        return ReplyError(
-            res, absl::PermissionDeniedError(absl::StrCat(
-                     "project: ", p.user, " is not a member of project ",
-                     spec->project)));
-      }
+           if (absl::Status st =
+                   CheckSubmission(p, controller_->cluster(), &*spec);
+               !st.ok()) {
+             return ReplyError(res, st);
     }
+           const std::string user = p.user;
     bool created = false;
     std::string key = req.get_header_value("Idempotency-Key");
     if (key.size() > 128) {
@@ -837,9 +800,10 @@ void HttpServer::Routes() {
            absl::StatusOr<nlohmann::json> body = JsonBody(req);
            if (!body.ok()) return ReplyError(res, body.status());
            const std::string node = body->value("name", std::string());
-           std::string credential;
+           std::optional<JoinedNode> joined;
+           Principal p;
            if (options_.auth != nullptr) {
-             const Principal p = PrincipalOf(req);
+             p = PrincipalOf(req);
              if (p.role == Role::kNode && p.user != node) {
                return ReplyError(res, absl::PermissionDeniedError(absl::StrCat(
                                           "this credential is node ", p.user,
@@ -851,20 +815,27 @@ void HttpServer::Routes() {
                                                          "' in the cluster "
                                                          "spec")));
              }
+             // Before the node's address changes: a join token takes no
+             // node that has a live credential (409).
              if (p.role == Role::kJoin) {
-               absl::StatusOr<std::string> c =
+               absl::StatusOr<JoinedNode> j =
                    options_.auth->JoinNode(p, node, absl::Now());
-               if (!c.ok()) return ReplyError(res, c.status());
-               credential = *std::move(c);
+               if (!j.ok()) return ReplyError(res, j.status());
+               joined = *std::move(j);
              }
            }
            absl::StatusOr<nlohmann::json> r =
                controller_->Register(*body, absl::Now());
+           if (!r.ok() && joined) {
+             // Nobody got the credential: the token keeps its use.
+             (void)options_.auth->UndoJoin(p, node, *joined, absl::Now());
+           }
            if (r.ok() && options_.auth != nullptr) {
-             // The key this server shows the agent on every call, and, for a
-             // node that joined just now, the credential of its heartbeats.
+             // The key this server shows the agent on every call (new with
+             // every join), and, for a node that joined just now, the
+             // credential of its heartbeats.
              (*r)["agent_key"] = options_.auth->AgentKey(node);
-             if (!credential.empty()) (*r)["credential"] = credential;
+             if (joined) (*r)["credential"] = joined->credential;
            }
            ReplyResult(res, r);
            Wake();
@@ -1285,7 +1256,7 @@ void HttpServer::DispatchLoop() {
         a.body.contains("env") && a.body["env"].is_object()) {
       // The job's own token, for `loom checkpoint` inside the task. Added
       // here, not in the controller, so that it is never stored.
-      a.body["env"]["LOOM_TOKEN"] = options_.auth->JobToken(a.job);
+      a.body["env"]["LOOM_TOKEN"] = options_.auth->JobToken(a.job, a.run);
     }
     httplib::Result r =
         c->Post(path, headers, a.body.dump(), "application/json");

@@ -266,6 +266,9 @@ class HttpServerAuthTest : public ::testing::Test {
     ASSERT_TRUE(c.ok());
     controller_ = *std::move(c);
     ASSERT_TRUE(auth_.Load(absl::Now()).ok());
+    auth_.SetJobRunCheck([this](int64_t job, int64_t run) {
+      return controller_->CheckRun(job, run);
+    });
     admin_ = Make({.role = Role::kAdmin, .user = "root", .projects = {"*"}});
     alice_ =
         Make({.role = Role::kUser, .user = "alice", .projects = {"default"}});
@@ -303,7 +306,8 @@ class HttpServerAuthTest : public ::testing::Test {
   Cluster cluster_;
   MemoryStateStore store_;
   std::unique_ptr<Controller> controller_;
-  TokenRegistry auth_{&store_, /*authoritative=*/true};
+  TokenRegistry auth_{&store_, /*authoritative=*/true,
+                      TokenRegistry::NewSecretKey()};
   std::unique_ptr<HttpServer> server_;
   std::unique_ptr<httplib::Client> client_;
   std::string admin_, alice_, bob_, olga_, join_;
@@ -421,11 +425,40 @@ TEST_F(HttpServerAuthTest, UsersSeeAndTouchOnlyTheirOwnJobs) {
   EXPECT_EQ(nlohmann::json::parse(a1->body)["id"],
             nlohmann::json::parse(a2->body)["id"]);
   EXPECT_EQ(nlohmann::json::parse(b1->body)["user"], "bob");
-  // A job's own token reports its checkpoints, and nothing else.
-  const std::string job2 = auth_.JobToken(2);
+  // A job's own token (of a live run) reports its checkpoints, and nothing
+  // else.
+  auth_.SetJobRunCheck([](int64_t, int64_t) { return absl::OkStatus(); });
+  const std::string job2 = auth_.JobToken(2, 0);
   EXPECT_NE(Call("POST", "/v1/jobs/2/checkpoint", job2).first, 403);
   EXPECT_EQ(Call("POST", "/v1/jobs/1/checkpoint", job2).first, 403);
   EXPECT_EQ(Call("GET", "/v1/jobs", job2).first, 403);
+}
+
+// Issue 15, item 7: a job token dies with its run, and its numbers are
+// canonical ("loomjob.02." is not job 2's).
+TEST_F(HttpServerAuthTest, JobTokensOfEndedRunsAndOddNumbersAreRefused) {
+  const std::string spec =
+      R"({"name": "t", "command": ["true"], "resources": {"gpus": 1}})";
+  ASSERT_EQ(Call("POST", "/v1/jobs", alice_, spec).first, 201);
+  // Pending (no node is up): no run is live yet.
+  auto [pending, why] =
+      Call("POST", "/v1/jobs/1/checkpoint", auth_.JobToken(1, 0));
+  EXPECT_EQ(pending, 401) << why;
+  ASSERT_EQ(Call("POST", "/v1/jobs/1/cancel", alice_).first, 200);
+  auto [ended, why_ended] =
+      Call("POST", "/v1/jobs/1/checkpoint", auth_.JobToken(1, 0));
+  EXPECT_EQ(ended, 401);
+  EXPECT_THAT(std::string(why_ended["error"]["message"]),
+              ::testing::HasSubstr("no longer valid"));
+  // With every run live, the canonical token passes and look-alikes do not.
+  auth_.SetJobRunCheck([](int64_t, int64_t) { return absl::OkStatus(); });
+  const std::string good = auth_.JobToken(2, 0);
+  const std::string mac = good.substr(good.rfind('.') + 1);
+  EXPECT_EQ(Call("GET", "/v1/whoami", good).first, 200);
+  for (const std::string& bad : {"loomjob.02.0." + mac, "loomjob.+2.0." + mac,
+                                 "loomjob.2.00." + mac, "loomjob.2." + mac}) {
+    EXPECT_EQ(Call("GET", "/v1/whoami", bad).first, 401) << bad;
+  }
 }
 
 TEST_F(HttpServerAuthTest, AgentsJoinWithATokenAndRevokedCredentialsStop) {
@@ -463,6 +496,142 @@ TEST_F(HttpServerAuthTest, AgentsJoinWithATokenAndRevokedCredentialsStop) {
   EXPECT_EQ(after, 401);
   EXPECT_THAT(std::string(why["error"]["message"]),
               ::testing::HasSubstr("revoked"));
+}
+
+// Issue 15, item 1: a join token does not take over a node that has joined
+// (the impostor gets 409, and no key, no credential, no address change);
+// after the admin's revocation the node joins again with a new key, and the
+// old key and credential are dead.
+TEST_F(HttpServerAuthTest, AJoinTokenCannotTakeOverALiveNode) {
+  nlohmann::json reg = {{"name", "h200-0"},
+                        {"address", "127.0.0.2:7100"},
+                        {"gpus", nlohmann::json::array()},
+                        {"emulated", true},
+                        {"tasks", nlohmann::json::array()}};
+  for (int g = 0; g < 8; ++g) {
+    reg["gpus"].push_back({{"index", g}, {"model", "h200"}});
+  }
+  auto [status, real] = Call("POST", "/v1/agents/register", join_, reg.dump());
+  ASSERT_EQ(status, 200) << real;
+  const std::string old_key = real["agent_key"];
+  const std::string old_credential = real["credential"];
+  // The join token was single-use.
+  EXPECT_EQ(Call("POST", "/v1/agents/register", join_, reg.dump()).first, 401);
+  // An impostor with a fresh (even reusable) join token.
+  const std::string other = Make({.role = Role::kJoin, .reusable = true});
+  nlohmann::json evil = reg;
+  evil["address"] = "127.0.0.66:7100";
+  auto [refused, why] = Call("POST", "/v1/agents/register", other, evil.dump());
+  EXPECT_EQ(refused, 409) << why;
+  EXPECT_THAT(std::string(why["error"]["message"]),
+              ::testing::HasSubstr("loom token revoke --node h200-0"));
+  EXPECT_FALSE(why.contains("agent_key"));
+  EXPECT_EQ(auth_.AgentKey("h200-0"), old_key);
+  EXPECT_EQ((*controller_->NodeAddress("h200-0")), "127.0.0.2:7100");
+  const std::string beat =
+      nlohmann::json{{"name", "h200-0"}, {"tasks", nlohmann::json::array()}}
+          .dump();
+  EXPECT_EQ(Call("POST", "/v1/agents/heartbeat", old_credential, beat).first,
+            200);
+  // A token bound to other nodes may not join this one.
+  const std::string bound = Make({.role = Role::kJoin, .nodes = {"h200-1"}});
+  EXPECT_EQ(Call("POST", "/v1/agents/register", bound, reg.dump()).first, 403);
+  // The admin revokes the node's credential; it joins again.
+  ASSERT_EQ(Call("POST", "/v1/nodes/h200-0/revoke", admin_).first, 200);
+  auto [again, fresh] = Call("POST", "/v1/agents/register", other, reg.dump());
+  ASSERT_EQ(again, 200) << fresh;
+  EXPECT_NE(fresh["agent_key"], old_key);
+  EXPECT_EQ(fresh["agent_key"], auth_.AgentKey("h200-0"));
+  EXPECT_EQ(Call("POST", "/v1/agents/heartbeat", old_credential, beat).first,
+            401);
+  EXPECT_EQ(Call("POST", "/v1/agents/heartbeat",
+                 fresh["credential"].get<std::string>(), beat)
+                .first,
+            200);
+  // A registration that fails after the join gives the token its use back.
+  const std::string once = Make({.role = Role::kJoin});
+  nlohmann::json wrong = reg;
+  wrong["name"] = "h200-1";
+  wrong["gpus"] = nlohmann::json::array();  // the spec says 8
+  EXPECT_EQ(Call("POST", "/v1/agents/register", once, wrong.dump()).first, 400);
+  wrong["gpus"] = reg["gpus"];
+  EXPECT_EQ(Call("POST", "/v1/agents/register", once, wrong.dump()).first, 200);
+}
+
+// Issue 15, item 8: POST /v1/tokens refuses what is not a valid request,
+// naming the field.
+TEST_F(HttpServerAuthTest, TokenRequestsAreValidated) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"({"user": "a", "projects": ["a b"]})", "projects"},
+      {"{\"user\": \"a\", \"projects\": [\"\\u0000\"]}", "projects"},
+      {R"({"user": "a", "projects": [""]})", "projects"},
+      {R"({"user": "a", "projects": "x"})", "projects"},
+      {R"({"user": "a", "projectz": ["x"]})", "projectz"},
+      {R"({"user": "."})", "user"},
+      {R"({"user": ".."})", "user"},
+      {R"({"user": "-rf"})", "user"},
+      {R"({"user": "a/b"})", "user"},
+      {R"({"user": ")" + std::string(10000, 'a') + R"("})", "user"},
+      {R"({"user": ""})", "user"},
+      {R"({"user": 7})", "user"},
+      {R"({"user": "a", "ttl_seconds": 1e-9})", "ttl_seconds"},
+      {R"({"user": "a", "ttl_seconds": 0.5})", "ttl_seconds"},
+      {R"({"user": "a", "ttl_seconds": -1})", "ttl_seconds"},
+      {R"({"user": "a", "ttl_seconds": "1h"})", "ttl_seconds"},
+      {R"({"user": "a", "reusable": true})", "reusable"},
+      {R"({"role": "join", "nodes": ["ghost"]})", "nodes"},
+      {R"({"role": "join", "user": "a"})", "user"},
+      {R"({"role": "node", "user": "h200-0"})", "role"},
+      {R"({"role": "root", "user": "a"})", "role"},
+      {"{\"user\": \"a\", \"description\": \"\\u001b[2J\"}", "description"},
+  };
+  for (const auto& [body, field] : bad) {
+    auto [status, answer] = Call("POST", "/v1/tokens", admin_, body);
+    EXPECT_EQ(status, 400) << body.substr(0, 80) << ": " << answer;
+    EXPECT_EQ(answer["error"]["field"], field) << body.substr(0, 80) << answer;
+  }
+  EXPECT_EQ(auth_.List().size(), 5u);  // the fixture's, nothing more
+  EXPECT_EQ(Call("POST", "/v1/tokens", admin_,
+                 R"({"user": "alice.b", "projects": ["default", "*"],
+                     "ttl_seconds": 1})")
+                .first,
+            201);
+  auto [made, join] = Call("POST", "/v1/tokens", admin_,
+                           R"({"role": "join", "nodes": ["h200-0"]})");
+  ASSERT_EQ(made, 201) << join;
+  EXPECT_EQ(join["nodes"][0], "h200-0");
+  EXPECT_EQ(join["once"], true);
+  // What an older CLI sends makes a single-use token all the same.
+  auto [old_made, old_join] =
+      Call("POST", "/v1/tokens", admin_, R"({"role": "join", "once": false})");
+  ASSERT_EQ(old_made, 201) << old_join;
+  EXPECT_EQ(old_join["once"], true);
+  auto [reusable, many] = Call("POST", "/v1/tokens", admin_,
+                               R"({"role": "join", "reusable": true})");
+  ASSERT_EQ(reusable, 201) << many;
+  EXPECT_EQ(many["once"], false);
+}
+
+// Issue 15, items 6 and 8: a project's priority classes (low and normal by
+// default; the cluster spec grants more), and declared projects only.
+TEST_F(HttpServerAuthTest, PriorityClassesAndProjectsAreChecked) {
+  const std::string high =
+      R"({"name": "x", "command": ["true"], "priority": "high", "resources": {"gpus": 1}})";
+  auto [st, body] = Call("POST", "/v1/jobs", alice_, high);
+  EXPECT_EQ(st, 403) << body;
+  EXPECT_THAT(std::string(body["error"]["message"]),
+              ::testing::HasSubstr("project default may not use priority "
+                                   "class 'high'"));
+  EXPECT_EQ(Call("POST", "/v1/jobs", admin_, high).first, 201);
+  for (const char* priority : {"low", "normal"}) {
+    EXPECT_EQ(
+        Call("POST", "/v1/jobs", alice_,
+             absl::StrCat(R"({"name": "x", "command": ["true"], "priority": ")",
+                          priority, R"(", "resources": {"gpus": 1}})"))
+            .first,
+        201)
+        << priority;
+  }
 }
 
 TEST(RouteOf, TemplatesOfEveryRoute) {
@@ -540,7 +709,7 @@ TEST_F(HttpServerAuthTest, NoRuleNoAnswerAndCanonicalIdsOnly) {
            R"({"name": "a", "command": ["true"], "resources": {"gpus": 1}})")
           .first,
       201);
-  const std::string job = auth_.JobToken(2);  // not job 1's
+  const std::string job = auth_.JobToken(2, 0);  // not job 1's
   for (const std::string& token : {alice_, job, join_}) {
     for (const char* path :
          {"/v1/jobs/0000000000000000001", "/v1/jobs/01", "/v1/jobs/+1",
@@ -552,7 +721,7 @@ TEST_F(HttpServerAuthTest, NoRuleNoAnswerAndCanonicalIdsOnly) {
     }
   }
   EXPECT_EQ(Call("GET", "/v1/jobs/1", alice_).first, 200);
-  EXPECT_EQ(Call("GET", "/v1/jobs/1", job).first, 403);
+  EXPECT_NE(Call("GET", "/v1/jobs/1", job).first, 200);
   // A wrong method: 405 with the methods that are allowed.
   httplib::Headers h = {{"Authorization", "Bearer " + alice_}};
   auto r = client_->Delete("/v1/jobs", h);

@@ -51,6 +51,18 @@ bool IsFinal(JobState state) {
          state == JobState::kCancelled;
 }
 
+absl::Status CheckLiveRun(const JobRecord& job, int64_t run) {
+  if (run != job.restart_count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job.id, " is on run ", job.restart_count));
+  }
+  if (job.state != JobState::kRunning && job.state != JobState::kStopping) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job.id, " is ", std::string(JobStateName(job.state))));
+  }
+  return absl::OkStatus();
+}
+
 std::string FormatTimestamp(absl::Time t) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t, absl::UTCTimeZone());
 }

@@ -103,6 +103,11 @@ struct JobRecord {
   }
 };
 
+// Whether `run` (a restart count) is `job`'s current run and that run is
+// live (running or stopping): what a job token of that run needs. OK, or
+// FailedPrecondition saying why not.
+absl::Status CheckLiveRun(const JobRecord& job, int64_t run);
+
 // The storage form. `FromJson` rejects documents that are not a job record
 // with InvalidArgument (a corrupt store entry is reported, never crashes).
 nlohmann::json JobRecordToJson(const JobRecord& job);

@@ -20,9 +20,11 @@
 #include "absl/strings/str_cat.h"
 #include "loom/common/atomic_file.h"
 #include "loom/core/cluster_spec.h"
+#include "loom/core/job_spec.h"
 #include "loom/server/auth.h"
 #include "loom/server/controller.h"
 #include "loom/server/http_server.h"
+#include "loom/server/server_secrets.h"
 #include "loom/server/standby_reader.h"
 #include "loom/store/etcd_leader_election.h"
 #include "loom/store/etcd_state_store.h"
@@ -45,13 +47,34 @@ std::string AdminTokenFile(const ServerFlags& f) {
                                     : f.admin_token_file;
 }
 
+std::string SecretKeyFile(const ServerFlags& f) {
+  return f.secret_key_file.empty() ? f.data_dir + "/secret.key"
+                                   : f.secret_key_file;
+}
+
+// The cluster's secret key (server/server_secrets.h), saying in the log
+// when it was made or moved out of the store.
+absl::StatusOr<std::string> SecretKey(const ServerFlags& f, StateStore* store) {
+  absl::StatusOr<SecretKeyLoad> key = LoadSecretKey(SecretKeyFile(f), store);
+  if (!key.ok()) {
+    return absl::Status(
+        key.status().code(),
+        absl::StrCat("--secret-key-file: ", key.status().message()));
+  }
+  if (!key->note.empty()) {
+    std::cerr << "loom server: " << key->note << std::endl;
+  }
+  return key->key;
+}
+
 // Makes the first admin token when the cluster has none and writes it to
 // `path` (0600), so that its secret is never printed or logged.
 absl::Status BootstrapAdmin(TokenRegistry& auth, const std::string& path) {
   // The admin is the Unix user that runs the server (root on a real
   // cluster), as Slurm's SlurmUser is.
   std::string user = "admin";
-  if (const passwd* pw = getpwuid(geteuid()); pw != nullptr) {
+  if (const passwd* pw = getpwuid(geteuid());
+      pw != nullptr && IsValidUserName(pw->pw_name)) {
     user = pw->pw_name;
   }
   absl::StatusOr<std::optional<std::string>> token =
@@ -132,7 +155,13 @@ int RunReplicated(const ServerFlags& f, Cluster cluster,
   hopts.leader_url = [&election] { return election.Leader(); };
   StandbyReader standby_reads(&cluster, store->get());
   hopts.standby_reads = &standby_reads;
-  TokenRegistry auth(store->get(), /*authoritative=*/false);
+  absl::StatusOr<std::string> secret = SecretKey(f, store->get());
+  if (!secret.ok()) return Fail(std::string(secret.status().message()));
+  TokenRegistry auth(store->get(), /*authoritative=*/false, *secret);
+  // Job tokens: checked against the store until this server leads.
+  auth.SetJobRunCheck([&standby_reads](int64_t job, int64_t run) {
+    return standby_reads.CheckRun(job, run);
+  });
   if (absl::Status st = auth.Load(absl::Now()); !st.ok()) {
     return Fail(absl::StrCat("loading tokens: ", st.message()));
   }
@@ -176,6 +205,9 @@ int RunReplicated(const ServerFlags& f, Cluster cluster,
     server.Stop();
     return 1;
   }
+  auth.SetJobRunCheck([c = controller->get()](int64_t job, int64_t run) {
+    return c->CheckRun(job, run);
+  });
   server.Lead(controller->get());
   std::cerr << "loom server: leading (term " << *term << "), state loaded in "
             << absl::FormatDuration(absl::Now() - won) << std::endl;
@@ -215,6 +247,11 @@ CLI::App* AddServerCommand(CLI::App& app, ServerFlags* f) {
   cmd->add_option("--admin-token-file", f->admin_token_file,
                   "Where the first admin token is written (mode 0600) when "
                   "the cluster has none (default DATA_DIR/admin.token)");
+  cmd->add_option("--secret-key-file", f->secret_key_file,
+                  "The cluster's secret key (mode 0600), from which agent "
+                  "keys and job tokens derive; made at the first start, "
+                  "the same file on every server of an etcd cluster "
+                  "(default DATA_DIR/secret.key)");
   cmd->add_option("--tls-cert", f->tls_cert,
                   "Serve the API over HTTPS with this PEM certificate (chain); "
                   "with --tls-key");
@@ -255,9 +292,16 @@ int RunServer(const ServerFlags& f) {
       port > 65535) {
     return Fail("--listen: expected HOST:PORT, got '" + f.listen + "'");
   }
-  std::error_code ec;
-  std::filesystem::create_directories(f.data_dir, ec);
-  if (ec) return Fail("--data-dir: " + f.data_dir + ": " + ec.message());
+  // 0700, its files 0600: it holds the store (tokens, credentials) and the
+  // secret key. A data dir others may read is refused, not repaired.
+  if (absl::Status st = PrepareDataDir(f.data_dir); !st.ok()) {
+    return Fail(absl::StrCat("--data-dir: ", st.message()));
+  }
+  for (const std::string& file : {AdminTokenFile(f), SecretKeyFile(f)}) {
+    if (absl::Status st = CheckPrivateFile(file); !st.ok()) {
+      return Fail(std::string(st.message()));
+    }
+  }
   absl::StatusOr<Cluster> cluster = LoadCluster(f.cluster);
   if (!cluster.ok()) {
     return Fail(absl::StrCat("--cluster: ", cluster.status().message()));
@@ -304,6 +348,10 @@ int RunServer(const ServerFlags& f) {
   if (f.store == "etcd") {
     return RunReplicated(f, *std::move(cluster), copts, hopts);
   }
+  // SQLite gives -wal, -shm and -journal the database file's mode.
+  if (absl::Status st = CreatePrivateFile(f.data_dir + "/state.db"); !st.ok()) {
+    return Fail(absl::StrCat("--data-dir: ", st.message()));
+  }
   absl::StatusOr<std::unique_ptr<SqliteStateStore>> store =
       SqliteStateStore::Open(f.data_dir + "/state.db");
   if (!store.ok()) return Fail(std::string(store.status().message()));
@@ -312,10 +360,15 @@ int RunServer(const ServerFlags& f) {
   if (!controller.ok()) {
     return Fail(std::string(controller.status().message()));
   }
-  TokenRegistry auth(store->get(), /*authoritative=*/true);
+  absl::StatusOr<std::string> secret = SecretKey(f, store->get());
+  if (!secret.ok()) return Fail(std::string(secret.status().message()));
+  TokenRegistry auth(store->get(), /*authoritative=*/true, *secret);
   if (absl::Status st = auth.Load(absl::Now()); !st.ok()) {
     return Fail(absl::StrCat("loading tokens: ", st.message()));
   }
+  auth.SetJobRunCheck([c = controller->get()](int64_t job, int64_t run) {
+    return c->CheckRun(job, run);
+  });
   if (absl::Status st = BootstrapAdmin(auth, AdminTokenFile(f)); !st.ok()) {
     return Fail(std::string(st.message()));
   }

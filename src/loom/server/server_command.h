@@ -26,6 +26,9 @@ struct ServerFlags {
   // Where the first admin token is written (mode 0600) when the cluster has
   // none; default DATA_DIR/admin.token.
   std::string admin_token_file;
+  // The cluster's secret key file (mode 0600; server/server_secrets.h),
+  // shared by every server of an etcd cluster; default DATA_DIR/secret.key.
+  std::string secret_key_file;
   // TLS for the API (PEM files); both or neither.
   std::string tls_cert;
   std::string tls_key;

@@ -40,6 +40,20 @@ absl::StatusOr<nlohmann::json> StandbyReader::GetJob(JobId id) const {
   return Render(*job);
 }
 
+absl::Status StandbyReader::CheckRun(JobId id, int64_t run) const {
+  absl::StatusOr<KeyValue> kv = store_->Get(JobKey(id));
+  if (!kv.ok()) {
+    if (kv.status().code() == absl::StatusCode::kNotFound) {
+      return absl::NotFoundError(absl::StrCat("no job ", id));
+    }
+    return absl::UnavailableError(
+        absl::StrCat("cannot read job ", id, ": ", kv.status().message()));
+  }
+  absl::StatusOr<JobRecord> job = Parse(*kv);
+  if (!job.ok()) return job.status();
+  return CheckLiveRun(*job, run);
+}
+
 absl::StatusOr<nlohmann::json> StandbyReader::ListJobs(
     const JobQuery& query) const {
   absl::StatusOr<std::vector<KeyValue>> kvs = store_->List("/jobs/");

@@ -23,6 +23,8 @@ class StandbyReader {
   // As `Controller::GetJob` and `Controller::ListJobs`.
   absl::StatusOr<nlohmann::json> GetJob(JobId id) const;
   absl::StatusOr<nlohmann::json> ListJobs(const JobQuery& query) const;
+  // As `Controller::CheckRun`, from the store.
+  absl::Status CheckRun(JobId id, int64_t run) const;
 
  private:
   absl::StatusOr<JobRecord> Parse(const KeyValue& kv) const;
