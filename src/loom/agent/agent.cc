@@ -35,6 +35,7 @@
 #include "absl/time/clock.h"
 #include "httplib.h"
 #include "loom/agent/agent_metrics.h"
+#include "loom/agent/api_guard.h"
 #include "loom/agent/fake_task_launcher.h"
 #include "loom/agent/health_check.h"
 #include "loom/agent/shim_task_launcher.h"
@@ -759,16 +760,8 @@ class Agent::Impl {
   std::vector<std::string> host_problems_ ABSL_GUARDED_BY(health_mu_);
   // Injected delay of every agent API answer but `/v1/faults` (slow agent).
   std::atomic<int64_t> api_delay_ms_{0};
-  // SHA-256 digests of the keys this agent's server presents (one per node,
-  // the same server for all; a fleet emulator holds thousands). Empty:
-  // requests need none (a server without authentication). Looking up the
-  // digest of what a request presents costs one hash whatever the count,
-  // and its timing tells nothing about the keys themselves.
-  absl::Mutex keys_mu_;
-  std::set<std::string> server_key_digests_ ABSL_GUARDED_BY(keys_mu_);
-  // Set when the agent takes part in authentication (it has a join token or
-  // a credential): until a key is known, the API refuses requests.
-  std::atomic<bool> auth_expected_{false};
+  // Who may call the API (the server's keys; `--insecure`).
+  ApiGuard guard_{options_.insecure};
   std::vector<std::unique_ptr<Worker>> workers_;
 
   mutable absl::Mutex sched_mu_;
@@ -823,6 +816,11 @@ absl::Status Agent::Impl::Init() {
   }
   if (options_.data_dir.empty()) {
     return absl::InvalidArgumentError("no data directory (--data-dir)");
+  }
+  if (absl::Status s =
+          CheckInsecureListen(options_.insecure, options_.listen_host);
+      !s.ok()) {
+    return s;
   }
   if (!options_.now) options_.now = [] { return absl::Now(); };
   if (options_.stop_signal <= 0 || options_.stop_signal >= NSIG) {
@@ -903,6 +901,14 @@ absl::Status Agent::Impl::Init() {
     by_name_[name] = node.get();
     nodes_.push_back(std::move(node));
   }
+  if (!guard_.HasKey()) {
+    Log(options_.insecure ? "warn" : "info", "",
+        options_.insecure
+            ? "--insecure: until a server key is known, the agent API serves "
+              "anyone who can reach it"
+            : "the agent API answers 503 until this agent has registered "
+              "and knows its server's key");
+  }
 
   server_ = std::make_unique<httplib::Server>();
   const size_t threads = static_cast<size_t>(options_.http_threads);
@@ -949,12 +955,9 @@ absl::Status Agent::Impl::InitNode(Node& node, const HostInfo& host,
       node.credential = line;
     }
     std::ifstream key(absl::StrCat(node.root, "/agent_key"));
-    if (key && std::getline(key, line) && !line.empty()) {
-      absl::MutexLock lock(&keys_mu_);
-      server_key_digests_.insert(Sha256Hex(line));
-    }
+    if (key && std::getline(key, line) && !line.empty()) guard_.AddKey(line);
     if (!node.credential.empty() || !options_.join_token.empty()) {
-      auth_expected_ = true;
+      guard_.SetCanRegister(true);
     }
   }
   node.units_dir = options_.fake_tasks ? "" : absl::StrCat(node.root, "/units");
@@ -2339,39 +2342,17 @@ std::optional<json> ObjectBody(const httplib::Request& req,
 
 bool Agent::Impl::Authorized(const httplib::Request& req,
                              httplib::Response& res) {
-  std::string presented = req.get_header_value("Authorization");
-  if (absl::StartsWithIgnoreCase(presented, "Bearer ")) {
-    presented = presented.substr(7);
-  } else {
-    presented.clear();
+  const ApiVerdict v = guard_.Check(req.get_header_value("Authorization"));
+  if (v.allowed) return true;
+  if (v.status == 401) {
+    res.set_header("WWW-Authenticate", "Bearer realm=\"loom-agent\"");
   }
-  const std::string digest = Sha256Hex(presented);
-  {
-    absl::MutexLock lock(&keys_mu_);
-    if (server_key_digests_.empty() && !auth_expected_) return true;
-    if (!presented.empty() && server_key_digests_.contains(digest)) {
-      return true;
-    }
-    if (server_key_digests_.empty()) {
-      SendError(res, 503, "unavailable",
-                "this agent has not registered with its server yet", "");
-      return false;
-    }
-  }
-  res.set_header("WWW-Authenticate", "Bearer realm=\"loom-agent\"");
-  SendError(res, 401, "unauthenticated",
-            "only this agent's loom server may call it (missing or wrong "
-            "server key)",
-            "");
+  SendError(res, v.status, v.code, v.message);
   return false;
 }
 
 void Agent::Impl::AcceptServerKey(Node& node, const std::string& key) {
-  {
-    absl::MutexLock lock(&keys_mu_);
-    if (!server_key_digests_.insert(Sha256Hex(key)).second) return;
-  }
-  auth_expected_ = true;
+  if (!guard_.AddKey(key)) return;
   if (absl::Status s =
           WriteSecretFile(absl::StrCat(node.root, "/agent_key"), key + "\n");
       !s.ok()) {

@@ -41,6 +41,13 @@ struct AgentOptions {
   // credential yet (docs/security.md). A node that joins gets a credential
   // of its own, kept in `<node dir>/credential` and used from then on.
   std::string join_token;
+  // Serve the agent API without a server key while none is known (tests on
+  // loopback; `--insecure`). Off (the default), the agent fails closed: it
+  // answers 503 to every route but health and telemetry until it has
+  // registered and knows its server's key (docs/security.md). `Create`
+  // refuses it with `InvalidArgument` on a `listen_host` that is not
+  // loopback.
+  bool insecure = false;
   // For https:// servers: a PEM file of the CA(s) that signed the server's
   // certificate ("" : the system's CAs).
   std::string ca_cert;
