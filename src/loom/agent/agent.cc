@@ -36,6 +36,7 @@
 #include "httplib.h"
 #include "loom/agent/agent_metrics.h"
 #include "loom/agent/api_guard.h"
+#include "loom/agent/data_dir.h"
 #include "loom/agent/fake_task_launcher.h"
 #include "loom/agent/health_check.h"
 #include "loom/agent/shim_task_launcher.h"
@@ -884,11 +885,10 @@ absl::Status Agent::Impl::Init() {
     }
   }
 
-  std::error_code ec;
-  fs::create_directories(options_.data_dir, ec);
-  if (ec) {
-    return absl::ErrnoToStatus(
-        ec.value(), absl::StrCat("create --data-dir ", options_.data_dir));
+  if (absl::Status s = EnsureDirectory(options_.data_dir, kAgentDirMode);
+      !s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("--data-dir: ", Str(s.message())));
   }
   for (const std::string& name : options_.node_names) {
     auto node = std::make_unique<Node>();
@@ -962,14 +962,19 @@ absl::Status Agent::Impl::InitNode(Node& node, const HostInfo& host,
   }
   node.units_dir = options_.fake_tasks ? "" : absl::StrCat(node.root, "/units");
   node.logs_dir = absl::StrCat(node.root, "/logs");
-  for (const std::string& dir :
-       {node.tasks_dir, node.units_dir, node.logs_dir}) {
+  // Modes: data_dir.h.
+  const std::pair<std::string, mode_t> dirs[] = {
+      {options_.fleet ? absl::StrCat(options_.data_dir, "/nodes") : "",
+       kAgentDirMode},
+      {node.root, kAgentDirMode},
+      {node.tasks_dir, kPrivateDirMode},
+      {node.units_dir, kPrivateDirMode},
+      {node.logs_dir, kPrivateDirMode}};
+  for (const auto& [dir, mode] : dirs) {
     if (dir.empty()) continue;
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) {
-      return absl::ErrnoToStatus(
-          ec.value(), absl::StrCat("node ", node.name, ": create ", dir));
+    if (absl::Status s = EnsureDirectory(dir, mode); !s.ok()) {
+      return absl::Status(
+          s.code(), absl::StrCat("node ", node.name, ": ", Str(s.message())));
     }
   }
   node.host = host;
@@ -1186,8 +1191,8 @@ void Agent::Impl::WriteLease(Node& node, absl::Time sent,
       Dump(json{{"last_ack_sent_ms", absl::ToUnixMillis(sent)},
                 {"fence_after_ms", absl::ToInt64Milliseconds(fence_after)}});
   const char* step = "open";
-  const int fd =
-      open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                      kPrivateFileMode);
   bool ok = fd >= 0;
   if (ok) {
     step = "write";
@@ -1768,7 +1773,8 @@ absl::StatusOr<json> Agent::Impl::LaunchUnit(Node& node, const LaunchRequest& r,
                                 {"stdout", p.stdout_path},
                                 {"stderr", p.stderr_path}});
     }
-    absl::Status s = WriteFileAtomically(UnitPath(node, r.task_id), Dump(m, 2));
+    absl::Status s = WriteFileAtomically(UnitPath(node, r.task_id), Dump(m, 2),
+                                         kPrivateFileMode);
     if (!s.ok()) {
       absl::MutexLock lock(&node.mu);
       for (const Proc& p : procs) node.by_launcher_id.erase(p.launcher_id);

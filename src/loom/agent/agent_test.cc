@@ -1515,6 +1515,55 @@ TEST(AgentTest, InsecureIsRefusedOffLoopback) {
   EXPECT_EQ(agent.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// What the agent keeps (task records with their argv, units, logs, the
+// lease) is readable by root and the agent only: directories 0700 (0711 for
+// the data dir, which tasks pass through to their checkpoint dir), files
+// 0600, also in a data dir that an older agent made 0755.
+TEST(AgentTest, KeepsItsFilesPrivate) {
+  FakeServer server;
+  server.set_fence_after_ms(60000);
+  TempDir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+  fs::create_directories(dir.path() + "/tasks");
+  ASSERT_EQ(::chmod((dir.path() + "/tasks").c_str(), 0755), 0);
+  std::unique_ptr<Agent> agent = StartAgent(BaseOptions(server, dir.path()));
+  ASSERT_NE(agent, nullptr);
+  ASSERT_TRUE(WaitFor([&] { return agent->Registered("h200-0"); }));
+  AgentClient client(*agent);
+  httplib::Result res = client.Post(
+      "/v1/tasks",
+      Launch("5.0.0", {"/bin/sh", "-c", "echo secret-argv; echo err >&2"},
+             json::object(), 2));
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 201) << res->body;
+  ASSERT_TRUE(WaitFor(
+      [&] { return StateIs(server.LastStatus("h200-0", "5.0.0"), "exited"); }));
+  ASSERT_TRUE(WaitFor([&] { return fs::exists(dir.path() + "/lease"); }));
+
+  auto mode = [](const std::string& path) {
+    struct stat st {};
+    EXPECT_EQ(::lstat(path.c_str(), &st), 0) << path;
+    return st.st_mode & 07777;
+  };
+  EXPECT_EQ(mode(dir.path()), 0711u);
+  for (const char* sub : {"/tasks", "/units", "/logs"}) {
+    EXPECT_EQ(mode(dir.path() + sub), 0700u) << sub;
+  }
+  int files = 0;
+  std::set<std::string> kinds;
+  for (const auto& entry : fs::recursive_directory_iterator(dir.path())) {
+    if (!entry.is_regular_file()) continue;
+    ++files;
+    kinds.insert(entry.path().extension().string());
+    EXPECT_EQ(mode(entry.path().string()), 0600u) << entry.path();
+  }
+  // Records, pid and exit files, a unit, logs, the lease.
+  EXPECT_GE(files, 10);
+  for (const char* ext : {".json", ".pid", ".exit", ".out", ".err"}) {
+    EXPECT_TRUE(kinds.contains(ext)) << ext;
+  }
+}
+
 TEST(AgentTest, RegistersAgainWhenTheServerForgetsTheNode) {
   FakeServer server;
   TempDir dir;

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "loom/agent/data_dir.h"
 #include "loom/agent/spawn.h"
 #include "loom/common/atomic_file.h"
 
@@ -156,10 +157,10 @@ absl::Status OpenOutput(const std::string& task_id, const std::string& path,
     if (raw >= 0) {
       (void)::fchown(raw, identity.uid, identity.gid);
     } else if (errno == EEXIST) {
-      raw = ::open(target.c_str(), kFlags, 0644);
+      raw = ::open(target.c_str(), kFlags, kPrivateFileMode);
     }
   } else {
-    raw = ::open(target.c_str(), kFlags, 0644);
+    raw = ::open(target.c_str(), kFlags, kPrivateFileMode);
   }
   if (raw < 0) return TaskErrno(task_id, errno, absl::StrCat("open ", target));
   raw = AboveStdio(raw);
@@ -316,11 +317,10 @@ absl::StatusOr<std::unique_ptr<ShimTaskLauncher>> ShimTaskLauncher::Create(
   }
   std::string state_dir = dir.string();
   while (state_dir.size() > 1 && state_dir.back() == '/') state_dir.pop_back();
-  fs::create_directories(state_dir, ec);
-  if (ec) {
-    return absl::ErrnoToStatus(
-        ec.value(),
-        absl::StrCat("task launcher: create state_dir ", state_dir));
+  // Task records name programs and arguments: root and the agent only.
+  if (absl::Status s = EnsureDirectory(state_dir, kPrivateDirMode); !s.ok()) {
+    return absl::Status(
+        s.code(), absl::StrCat("task launcher: state_dir: ", s.message()));
   }
   if (::access(state_dir.c_str(), W_OK | X_OK) != 0) {
     return absl::ErrnoToStatus(
@@ -518,7 +518,8 @@ absl::StatusOr<ShimTaskLauncher::Task> ShimTaskLauncher::LaunchUnlocked(
     ::unlink(PathFor(id, suffix).c_str());
   }
   if (absl::Status s = WriteFileAtomically(
-          json_path, agent_internal::TaskRecordToJson(record));
+          json_path, agent_internal::TaskRecordToJson(record),
+          kPrivateFileMode);
       !s.ok()) {
     drop_cgroups();
     return absl::Status(s.code(), absl::StrCat(TaskPrefix(id), s.message()));
@@ -588,7 +589,8 @@ absl::StatusOr<ShimTaskLauncher::Task> ShimTaskLauncher::LaunchUnlocked(
   record.shim_start_ticks =
       agent_internal::ProcStartTicks(shim).value_or(0);  // our unreaped child
   if (absl::Status s = WriteFileAtomically(
-          json_path, agent_internal::TaskRecordToJson(record));
+          json_path, agent_internal::TaskRecordToJson(record),
+          kPrivateFileMode);
       !s.ok()) {
     // Without a durable record the task could not be recovered: undo it.
     ::kill(-record.pgid, SIGKILL);
@@ -923,7 +925,8 @@ absl::StatusOr<std::vector<TaskInfo>> ShimTaskLauncher::Recover() {
       // the pid file stays authoritative until then).
       task.record.phase = "running";
       (void)WriteFileAtomically(PathFor(id, ".json"),
-                                agent_internal::TaskRecordToJson(task.record));
+                                agent_internal::TaskRecordToJson(task.record),
+                                kPrivateFileMode);
     }
     tasks_.emplace(id, std::move(task));
   }

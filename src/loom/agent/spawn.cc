@@ -137,7 +137,8 @@ void CloseAllExcept(const SpawnPlan& plan) {
 // Writes `data` to `tmp`, fsyncs, renames it to `path` and fsyncs `dir`.
 bool WriteFileAtomic(const char* tmp, const char* path, const char* dir,
                      const char* data, size_t size) {
-  int fd = ::open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // The agent's files are private (data_dir.h).
+  int fd = ::open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return false;
   const bool ok = WriteAll(fd, data, size) && ::fsync(fd) == 0;
   ::close(fd);
