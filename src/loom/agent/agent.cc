@@ -36,6 +36,7 @@
 #include "httplib.h"
 #include "loom/agent/agent_metrics.h"
 #include "loom/agent/api_guard.h"
+#include "loom/agent/checkpoint_dir.h"
 #include "loom/agent/data_dir.h"
 #include "loom/agent/fake_task_launcher.h"
 #include "loom/agent/health_check.h"
@@ -1727,6 +1728,24 @@ absl::StatusOr<json> Agent::Impl::LaunchUnit(Node& node, const LaunchRequest& r,
                      " failed: ", Str(account.status().message())));
     return account.status();
   }
+  // Nobody named a checkpoint dir: the job gets one on this node, its
+  // user's (checkpoint_dir.h). Without it the task runs, without the env.
+  std::string checkpoint_dir;
+  if (!options_.fake_tasks && r.job_id > 0 &&
+      !r.env.contains("LOOM_CHECKPOINT_DIR")) {
+    const UserAccount* user = account->has_value() ? &**account : nullptr;
+    absl::StatusOr<std::string> dir = PrepareCheckpointDir(
+        absl::StrCat(node.root, "/checkpoints"), r.job_id,
+        user ? std::optional<uid_t>(user->uid) : std::nullopt,
+        user ? std::optional<gid_t>(user->gid) : std::nullopt);
+    if (dir.ok()) {
+      checkpoint_dir = *std::move(dir);
+    } else {
+      Log("warn", node.name,
+          absl::StrCat("task ", r.task_id, ": no checkpoint directory: ",
+                       Str(dir.status().message())));
+    }
+  }
   const int count = r.processes;
   Unit unit;
   unit.task_id = r.task_id;
@@ -1787,8 +1806,12 @@ absl::StatusOr<json> Agent::Impl::LaunchUnit(Node& node, const LaunchRequest& r,
   int failed_k = 0;
   std::vector<pid_t> pids;
   for (int k = 0; k < count; ++k) {
-    absl::StatusOr<TaskHandle> handle = node.launcher->Launch(BuildSpec(
-        node, r, procs[k], k, account->has_value() ? &**account : nullptr));
+    TaskSpec spec = BuildSpec(node, r, procs[k], k,
+                              account->has_value() ? &**account : nullptr);
+    if (!checkpoint_dir.empty()) {
+      spec.env.try_emplace("LOOM_CHECKPOINT_DIR", checkpoint_dir);
+    }
+    absl::StatusOr<TaskHandle> handle = node.launcher->Launch(spec);
     if (!handle.ok()) {
       failure = handle.status();
       failed_k = k;
