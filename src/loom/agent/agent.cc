@@ -578,6 +578,8 @@ class Agent::Impl {
     std::vector<GpuDevice> gpus;
     bool emulated = false;
     std::unique_ptr<CgroupManager> cgroups;
+    // A cgroup v2 group per task (task_group.h); null: process groups only.
+    std::unique_ptr<TaskGroups> groups;
     std::unique_ptr<TaskLauncher> launcher;
 
     absl::Mutex mu;
@@ -1002,10 +1004,21 @@ absl::Status Agent::Impl::InitNode(Node& node, const HostInfo& host,
   } else {
     if (options_.use_cgroups) {
       node.cgroups = std::make_unique<CgroupV1Manager>();
+      absl::StatusOr<std::unique_ptr<TaskGroups>> groups =
+          TaskGroups::Create(node.tasks_dir);
+      if (groups.ok()) {
+        node.groups = *std::move(groups);
+      } else {
+        Log("info", node.name,
+            absl::StrCat("tasks are in process groups only, not in cgroup "
+                         "v2 groups: ",
+                         Str(groups.status().message())));
+      }
     }
     ShimTaskLauncherOptions shim;
     shim.state_dir = node.tasks_dir;
     shim.cgroups = node.cgroups.get();
+    shim.groups = node.groups.get();
     shim.now = options_.now;
     shim.lease_path = LeasePath(node);
     absl::StatusOr<std::unique_ptr<ShimTaskLauncher>> launcher =

@@ -124,8 +124,10 @@ struct AgentOptions {
   // Timeouts of calls to the server.
   absl::Duration connect_timeout = absl::Seconds(2);
   absl::Duration request_timeout = absl::Seconds(10);
-  // Put tasks that ask for limits in cgroup v1 (`CgroupV1Manager`); false:
-  // no cgroups.
+  // Put tasks that ask for limits in cgroup v1 (`CgroupV1Manager`), and
+  // every task in a cgroup v2 group of its own where the host has a
+  // writable unified hierarchy (`TaskGroups`); false: no cgroups (process
+  // groups only).
   bool use_cgroups = true;
   // Null: `ShimTaskLauncher` (or `FakeTaskLauncher` with `fake_tasks`).
   TaskLauncherFactory launcher_factory;
