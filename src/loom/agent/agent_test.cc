@@ -1564,6 +1564,54 @@ TEST(AgentTest, KeepsItsFilesPrivate) {
   }
 }
 
+// A task whose shim dies is not left running unsupervised: its processes
+// (a background child included) die and the server hears at once that it
+// was lost, and why.
+TEST(AgentTest, ATaskWhoseShimDiesIsKilledAndReportedLost) {
+  FakeServer server;
+  TempDir dir;
+  std::unique_ptr<Agent> agent = StartAgent(BaseOptions(server, dir.path()));
+  ASSERT_NE(agent, nullptr);
+  ASSERT_TRUE(WaitFor([&] { return agent->Registered("h200-0"); }));
+  AgentClient client(*agent);
+  const std::string pids = dir.path() + "/bg.pid";
+  httplib::Result res = client.Post(
+      "/v1/tasks",
+      Launch("6.0.0", {"/bin/sh", "-c",
+                       absl::StrCat("sleep 600 & echo $! > ", pids,
+                                    "; sleep 600")}));
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 201) << res->body;
+  ASSERT_TRUE(WaitFor([&] {
+    std::ifstream in(pids);
+    pid_t p = 0;
+    return static_cast<bool>(in >> p) && p > 0;
+  }));
+  pid_t background = 0;
+  std::ifstream(pids) >> background;
+  std::ifstream record(dir.path() + "/tasks/6.0.0.json");
+  const json r = json::parse(record, nullptr, false);
+  ASSERT_TRUE(r.is_object());
+  const pid_t shim = r.value("shim_pid", 0);
+  const pid_t main = r.value("pid", 0);
+  ASSERT_GT(shim, 0);
+  ASSERT_EQ(::kill(shim, SIGKILL), 0);
+  ASSERT_TRUE(WaitFor(
+      [&] { return StateIs(server.LastStatus("h200-0", "6.0.0"), "lost"); }))
+      << server.LastStatus("h200-0", "6.0.0").dump();
+  EXPECT_THAT(server.LastStatus("h200-0", "6.0.0").dump(),
+              HasSubstr("supervisor (shim) died"));
+  auto dead = [](pid_t pid) {
+    std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+    std::string text((std::istreambuf_iterator<char>(stat)),
+                     std::istreambuf_iterator<char>());
+    const size_t close = text.rfind(')');
+    return close == std::string::npos || text[close + 2] == 'Z';
+  };
+  EXPECT_TRUE(WaitFor([&] { return dead(main) && dead(background); }))
+      << "the task's processes outlived its shim";
+}
+
 TEST(AgentTest, RegistersAgainWhenTheServerForgetsTheNode) {
   FakeServer server;
   TempDir dir;
