@@ -904,14 +904,7 @@ absl::Status Agent::Impl::Init() {
     by_name_[name] = node.get();
     nodes_.push_back(std::move(node));
   }
-  if (!guard_.HasKey()) {
-    Log(options_.insecure ? "warn" : "info", "",
-        options_.insecure
-            ? "--insecure: until a server key is known, the agent API serves "
-              "anyone who can reach it"
-            : "the agent API answers 503 until this agent has registered "
-              "and knows its server's key");
-  }
+  if (!guard_.HasKey()) Log("info", "", guard_.Describe());
 
   server_ = std::make_unique<httplib::Server>();
   const size_t threads = static_cast<size_t>(options_.http_threads);
@@ -1004,16 +997,9 @@ absl::Status Agent::Impl::InitNode(Node& node, const HostInfo& host,
   } else {
     if (options_.use_cgroups) {
       node.cgroups = std::make_unique<CgroupV1Manager>();
-      absl::StatusOr<std::unique_ptr<TaskGroups>> groups =
-          TaskGroups::Create(node.tasks_dir);
-      if (groups.ok()) {
-        node.groups = *std::move(groups);
-      } else {
-        Log("info", node.name,
-            absl::StrCat("tasks are in process groups only, not in cgroup "
-                         "v2 groups: ",
-                         Str(groups.status().message())));
-      }
+      auto groups = TaskGroups::Create(node.tasks_dir);
+      if (groups.ok()) node.groups = *std::move(groups);
+      if (!groups.ok()) Log("info", node.name, NoGroupsNote(groups.status()));
     }
     ShimTaskLauncherOptions shim;
     shim.state_dir = node.tasks_dir;
@@ -1743,21 +1729,14 @@ absl::StatusOr<json> Agent::Impl::LaunchUnit(Node& node, const LaunchRequest& r,
   }
   // Nobody named a checkpoint dir: the job gets one on this node, its
   // user's (checkpoint_dir.h). Without it the task runs, without the env.
-  std::string checkpoint_dir;
-  if (!options_.fake_tasks && r.job_id > 0 &&
-      !r.env.contains("LOOM_CHECKPOINT_DIR")) {
-    const UserAccount* user = account->has_value() ? &**account : nullptr;
-    absl::StatusOr<std::string> dir = PrepareCheckpointDir(
-        absl::StrCat(node.root, "/checkpoints"), r.job_id,
-        user ? std::optional<uid_t>(user->uid) : std::nullopt,
-        user ? std::optional<gid_t>(user->gid) : std::nullopt);
-    if (dir.ok()) {
-      checkpoint_dir = *std::move(dir);
-    } else {
-      Log("warn", node.name,
-          absl::StrCat("task ", r.task_id, ": no checkpoint directory: ",
-                       Str(dir.status().message())));
-    }
+  const UserAccount* user = account->has_value() ? &**account : nullptr;
+  absl::StatusOr<std::string> checkpoint_dir = DefaultCheckpointDir(
+      options_.fake_tasks ? "" : node.root, r.job_id, r.env,
+      user ? std::optional(std::pair(user->uid, user->gid)) : std::nullopt);
+  if (!checkpoint_dir.ok()) {
+    Log("warn", node.name,
+        absl::StrCat("task ", r.task_id, ": ",
+                     Str(checkpoint_dir.status().message())));
   }
   const int count = r.processes;
   Unit unit;
@@ -1821,8 +1800,8 @@ absl::StatusOr<json> Agent::Impl::LaunchUnit(Node& node, const LaunchRequest& r,
   for (int k = 0; k < count; ++k) {
     TaskSpec spec = BuildSpec(node, r, procs[k], k,
                               account->has_value() ? &**account : nullptr);
-    if (!checkpoint_dir.empty()) {
-      spec.env.try_emplace("LOOM_CHECKPOINT_DIR", checkpoint_dir);
+    if (checkpoint_dir.ok() && !checkpoint_dir->empty()) {
+      spec.env.try_emplace("LOOM_CHECKPOINT_DIR", *checkpoint_dir);
     }
     absl::StatusOr<TaskHandle> handle = node.launcher->Launch(spec);
     if (!handle.ok()) {

@@ -1576,10 +1576,9 @@ TEST(AgentTest, ATaskWhoseShimDiesIsKilledAndReportedLost) {
   AgentClient client(*agent);
   const std::string pids = dir.path() + "/bg.pid";
   httplib::Result res = client.Post(
-      "/v1/tasks",
-      Launch("6.0.0", {"/bin/sh", "-c",
-                       absl::StrCat("sleep 600 & echo $! > ", pids,
-                                    "; sleep 600")}));
+      "/v1/tasks", Launch("6.0.0", {"/bin/sh", "-c",
+                                    absl::StrCat("sleep 600 & echo $! > ", pids,
+                                                 "; sleep 600")}));
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 201) << res->body;
   ASSERT_TRUE(WaitFor([&] {
@@ -1596,9 +1595,9 @@ TEST(AgentTest, ATaskWhoseShimDiesIsKilledAndReportedLost) {
   const pid_t main = r.value("pid", 0);
   ASSERT_GT(shim, 0);
   ASSERT_EQ(::kill(shim, SIGKILL), 0);
-  ASSERT_TRUE(WaitFor(
-      [&] { return StateIs(server.LastStatus("h200-0", "6.0.0"), "lost"); }))
-      << server.LastStatus("h200-0", "6.0.0").dump();
+  ASSERT_TRUE(WaitFor([&] {
+    return StateIs(server.LastStatus("h200-0", "6.0.0"), "lost");
+  })) << server.LastStatus("h200-0", "6.0.0").dump();
   EXPECT_THAT(server.LastStatus("h200-0", "6.0.0").dump(),
               HasSubstr("supervisor (shim) died"));
   auto dead = [](pid_t pid) {

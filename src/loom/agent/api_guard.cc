@@ -37,6 +37,13 @@ bool ApiGuard::HasKey() const {
   return !digests_.empty();
 }
 
+std::string ApiGuard::Describe() const {
+  return insecure_ ? "--insecure: until a server key is known, the agent API "
+                     "serves anyone who can reach it"
+                   : "the agent API answers 503 until this agent has "
+                     "registered and knows its server's key";
+}
+
 ApiVerdict ApiGuard::Check(std::string_view authorization) const {
   std::string_view presented;
   if (absl::StartsWithIgnoreCase(

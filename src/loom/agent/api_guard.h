@@ -53,6 +53,9 @@ class ApiGuard {
   // Whether a key is known.
   bool HasKey() const;
 
+  // For the agent's log while no key is known: what the API does.
+  std::string Describe() const;
+
   // Decides on a request whose `Authorization` header is `authorization`
   // ("" when it has none). Looking up what a request presents costs one
   // hash whatever the number of keys, and its timing tells nothing about

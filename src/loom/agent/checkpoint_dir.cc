@@ -58,4 +58,21 @@ absl::StatusOr<std::string> PrepareCheckpointDir(const std::string& root,
   return path;
 }
 
+absl::StatusOr<std::string> DefaultCheckpointDir(
+    const std::string& node_dir, int64_t job_id,
+    const std::map<std::string, std::string>& env,
+    std::optional<std::pair<uid_t, gid_t>> owner) {
+  if (node_dir.empty() || job_id < 1 || env.contains("LOOM_CHECKPOINT_DIR")) {
+    return std::string();
+  }
+  absl::StatusOr<std::string> dir = PrepareCheckpointDir(
+      absl::StrCat(node_dir, "/checkpoints"), job_id,
+      owner ? std::optional<uid_t>(owner->first) : std::nullopt,
+      owner ? std::optional<gid_t>(owner->second) : std::nullopt);
+  if (dir.ok()) return dir;
+  return absl::Status(
+      dir.status().code(),
+      absl::StrCat("no checkpoint directory: ", dir.status().message()));
+}
+
 }  // namespace loom

@@ -17,8 +17,10 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 
@@ -35,5 +37,16 @@ absl::StatusOr<std::string> PrepareCheckpointDir(const std::string& root,
                                                  int64_t job_id,
                                                  std::optional<uid_t> uid,
                                                  std::optional<gid_t> gid);
+
+// The default checkpoint directory for a launch of job `job_id` on the node
+// whose directory is `node_dir`, with environment `env`, for a task that
+// runs as `owner` (uid, gid; unset: the agent's ids): "" when there is
+// nothing to do (`env` names a LOOM_CHECKPOINT_DIR, `node_dir` is empty,
+// `job_id` < 1), else `PrepareCheckpointDir(<node_dir>/checkpoints, ...)`,
+// whose errors say "no checkpoint directory: ...".
+absl::StatusOr<std::string> DefaultCheckpointDir(
+    const std::string& node_dir, int64_t job_id,
+    const std::map<std::string, std::string>& env,
+    std::optional<std::pair<uid_t, gid_t>> owner);
 
 }  // namespace loom

@@ -57,6 +57,19 @@ TEST_F(CheckpointDirTest, MakesAPrivateDirectoryPerJob) {
       absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(CheckpointDirTest, OnlyWhenNobodyNamedOne) {
+  absl::StatusOr<std::string> dir =
+      DefaultCheckpointDir(dir_, 5, {{"LOOM_CHECKPOINT_DIR", "/ckpt"}}, {});
+  ASSERT_TRUE(dir.ok());
+  EXPECT_EQ(*dir, "");
+  EXPECT_EQ(*DefaultCheckpointDir(dir_, 0, {}, {}), "");
+  EXPECT_EQ(*DefaultCheckpointDir("", 5, {}, {}), "");
+  dir = DefaultCheckpointDir(dir_, 5, {{"PATH", "/bin"}}, {});
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  EXPECT_EQ(*dir, dir_ + "/checkpoints/5");
+  EXPECT_EQ(Stat(*dir).st_mode & 07777, 0700u);
+}
+
 TEST_F(CheckpointDirTest, NeverFollowsALink) {
   const std::string root = dir_ + "/checkpoints";
   ASSERT_TRUE(fs::create_directories(root));

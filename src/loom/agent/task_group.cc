@@ -86,6 +86,12 @@ bool Exists(const std::string& path) {
 
 }  // namespace
 
+std::string NoGroupsNote(const absl::Status& why) {
+  return absl::StrCat(
+      "tasks are in process groups only, not in cgroup v2 groups: ",
+      why.message());
+}
+
 absl::StatusOr<std::unique_ptr<TaskGroups>> TaskGroups::Create(
     const std::string& state_dir, TaskGroupsOptions options) {
   std::string hierarchy = options.hierarchy;

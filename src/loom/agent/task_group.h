@@ -33,6 +33,9 @@ struct TaskGroupsOptions {
 
 // Thread-safety: thread-safe (no mutable state); calls for different tasks
 // may run concurrently.
+// For people, when `Create` failed with `why`: what that means for tasks.
+std::string NoGroupsNote(const absl::Status& why);
+
 class TaskGroups {
  public:
   // For the launcher whose state directory is `state_dir`. `Unavailable`
