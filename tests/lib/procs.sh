@@ -14,8 +14,12 @@
 #
 # Source it first thing after `cd` to the repository root: whatever the
 # script did before runs twice.
-if [ "${LOOM_TEST_REAPER:-}" != "$PPID" ] && [ -x /usr/bin/python3 ] && [ -x "$0" ]; then
-  exec /usr/bin/python3 tests/lib/reaper.py --name "$(basename "$0")" -- "$0" "$@"
+# The script runs again from where it was started (its $0 and arguments may
+# be relative to that directory); after that cd, $OLDPWD is the repository.
+if [ "${LOOM_TEST_REAPER:-}" != "$PPID" ] && [ -x /usr/bin/python3 ] &&
+  (cd "${OLDPWD:-.}" && [ -x "$0" ]); then
+  cd "${OLDPWD:-.}" &&
+    exec /usr/bin/python3 "$OLDPWD/tests/lib/reaper.py" --name "$(basename "$0")" -- "$0" "$@"
 fi
 
 # descendants_of PID: the live descendants of PID, one a line.
