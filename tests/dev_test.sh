@@ -6,15 +6,19 @@
 set -u
 LOOM="$(realpath "$1")"
 cd "$(dirname "$0")/.."
+# Under its own reaper; cleanup kills whole trees (tests/lib/procs.sh).
+source tests/lib/procs.sh
 W=$(mktemp -d)
 DEV=""
 cleanup() {
+  local rc=0
   [ -n "$DEV" ] && kill -9 "$DEV" 2>/dev/null
-  pkill -9 -f "$W/dev" 2>/dev/null
+  kill_test_processes "$W/dev" || rc=1
   wait 2>/dev/null
   rm -rf "$W"
+  return $rc
 }
-trap cleanup EXIT
+trap 'cleanup || exit 1' EXIT
 fail() { echo "FAIL: $*"; cat "$W/dev.out" "$W"/dev/*.log 2>/dev/null | tail -30; exit 1; }
 source tests/lib/ports.sh
 export LOOM_SERVER="http://127.0.0.1:$PORT"

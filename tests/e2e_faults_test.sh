@@ -64,7 +64,9 @@ sys.exit(0 if n['state']=='$2' else 1)"
 }
 
 write_cluster 3
-start_server
+# Runs resume from a checkpoint on whichever nodes they get: a checkpoint
+# root all nodes share (here, one host).
+start_server --checkpoint-root "$W/checkpoints"
 start_agents 3
 echo "ok: three agents registered"
 

@@ -4,8 +4,10 @@
 # job of the test user `loomtest` (created here if missing, removed at the
 # end if it was) must run with that user's uid, must not be able to write
 # into the agent's data directory, /root or another job's log file, and must
-# own a writable checkpoint directory. A job of a user the node does not have
-# fails, and `loom show` says which user.
+# own a writable checkpoint directory: by default the agent's, per node
+# (<agent dir>/checkpoints/<job id>, 0700, the user's), or one the job spec
+# names under a shared root that lets users in (1777). A job of a user the
+# node does not have fails, and `loom show` says which user.
 # Needs root (the agent only switches users as root; CI runs as root): as
 # another user it says why and passes without running.
 # Usage: tests/e2e_run_as_user_test.sh PATH_TO_LOOM
@@ -61,11 +63,12 @@ submit() { "$LOOM" submit -f "$1" 2>&1 | grep -o '[0-9]*$'; }
 
 # The scratch directory is mktemp's (0700): let the test user through, so
 # that every denial below comes from the permissions of the agent's own
-# files. The checkpoint root is a shared scratch area, like /tmp (1777).
+# files. A shared checkpoint area, like /tmp (1777), for a job that names
+# its own directory there; the server has no --checkpoint-root.
 chmod 755 "$W"
 mkdir -p "$W/ckpt" && chmod 1777 "$W/ckpt"
 write_cluster 1
-start_server --checkpoint-root "$W/ckpt"
+start_server
 start_agents 1
 AGENT_DIR="$W/agent0"
 
@@ -102,7 +105,8 @@ command:
     try root-home touch "/root/\$PROBE"
     try etc touch "/etc/\$PROBE"
     try checkpoint touch "\$LOOM_CHECKPOINT_DIR/step"
-    echo "checkpoint-owner=\$(stat -c %U "\$LOOM_CHECKPOINT_DIR")"
+    echo "checkpoint-owner=\$(stat -c '%U %a' "\$LOOM_CHECKPOINT_DIR")"
+    echo "checkpoint-dir=\$LOOM_CHECKPOINT_DIR"
     echo "log-owner=\$(stat -L -c %U /proc/\$\$/fd/1)"
 YAML
 USER_JOB=$(submit "$W/user.yaml") || fail "submit the test user's job"
@@ -122,14 +126,35 @@ for f in "$AGENT_DIR/$PROBE" "$AGENT_DIR/logs/$PROBE" "$AGENT_DIR/tasks/$PROBE" 
 done
 echo "ok: it could not write into the agent's data, logs or task state, another job's log, /root or /etc"
 expect "checkpoint=written"
-expect "checkpoint-owner=$TEST_USER"
-[ "$(stat -c %U "$W/ckpt/$USER_JOB")" = "$TEST_USER" ] || fail "checkpoint directory owner: $(ls -ld "$W/ckpt/$USER_JOB")"
-[ "$(stat -c %U "$W/ckpt/$USER_JOB/step")" = "$TEST_USER" ] || fail "checkpoint file owner"
+expect "checkpoint-owner=$TEST_USER 700"
+CKPT="$AGENT_DIR/checkpoints/$USER_JOB"
+expect "checkpoint-dir=$CKPT"
+[ "$(stat -c '%U %a' "$CKPT")" = "$TEST_USER 700" ] || fail "checkpoint directory: $(ls -ld "$CKPT")"
+[ "$(stat -c %U "$CKPT/step")" = "$TEST_USER" ] || fail "checkpoint file owner"
+[ "$(stat -c '%U %a' "$AGENT_DIR/checkpoints")" = "root 711" ] || fail "checkpoint root: $(ls -ld "$AGENT_DIR/checkpoints")"
 expect "log-owner=$TEST_USER"
 USER_LOG="$AGENT_DIR/logs/$USER_JOB.0.0.out"
 [ "$(stat -c '%U %a' "$USER_LOG")" = "$TEST_USER 600" ] || fail "log file: $(ls -l "$USER_LOG")"
 [ "$(stat -c %U "$OTHER_LOG")" = root ] || fail "root's log file changed owner"
-echo "ok: its checkpoint directory ($W/ckpt/$USER_JOB) and log files are its own"
+echo "ok: its default checkpoint directory ($CKPT, 700) and log files are its own"
+
+# A checkpoint directory the job names, under a shared root: the task makes
+# it as its user.
+cat > "$W/named.yaml" <<YAML
+name: named-ckpt
+user: $TEST_USER
+resources: {gpus: 1}
+checkpoint: {dir: "$W/ckpt/named"}
+command:
+  - /bin/sh
+  - -c
+  - 'touch "\$LOOM_CHECKPOINT_DIR/step" && echo "dir=\$LOOM_CHECKPOINT_DIR"'
+YAML
+NAMED=$(submit "$W/named.yaml") || fail "submit the named-checkpoint job"
+wait_for 20 state_is "$NAMED" succeeded || fail "named-checkpoint job: $("$LOOM" show "$NAMED") $("$LOOM" logs "$NAMED" --stderr)"
+[ "$("$LOOM" logs "$NAMED")" = "dir=$W/ckpt/named" ] || fail "named-checkpoint job output: $("$LOOM" logs "$NAMED")"
+[ "$(stat -c %U "$W/ckpt/named/step")" = "$TEST_USER" ] || fail "named checkpoint owner: $(ls -l "$W/ckpt/named")"
+echo "ok: a checkpoint directory the job names under a shared root is made by, and belongs to, its user"
 
 # A user the node does not have: the launch fails, and the job says why.
 cat > "$W/nobody.yaml" <<YAML

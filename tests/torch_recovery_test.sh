@@ -18,7 +18,9 @@ PY=/usr/bin/python3
   fail "$PY has no torch.distributed: install python3-torch (scripts/setup.sh --test does)"
 HEARTBEAT_TIMEOUT=10  # the server's default: the test shows the defaults meet the bar
 write_cluster 3
-start_server
+# The job resumes on other nodes: a checkpoint root they all share (one
+# host here; a shared filesystem in a real cluster).
+start_server --checkpoint-root "$W/checkpoints"
 start_agents 3
 echo "ok: three agents registered"
 

@@ -1,22 +1,28 @@
 # Shared by the end-to-end tests: a loom server on the SQLite store and agents
 # emulating 8-GPU nodes, each on its own loopback address (127.0.0.2, ...).
-# Source it after setting LOOM to the loom binary; it sets W (a scratch dir
-# removed on exit), PORT, LOOM_SERVER and SERVER (the server's pid), and
-# kills every process it started when the script exits. The server writes
+# Source it after setting LOOM to the loom binary (and `cd` to the
+# repository root); it sets W (a scratch dir removed on exit), PORT,
+# LOOM_SERVER and SERVER (the server's pid), and kills every process the
+# test started when the script exits, whole trees (tests/lib/procs.sh). The server writes
 # its first admin token to $W/admin.token: LOOM_TOKEN_FILE points the CLI at
 # it, AUTH=(-H "Authorization: Bearer ...") is for curl, and agents join
 # with the join token in $W/join.token (docs/security.md).
+# The test runs under its own reaper: tests/lib/procs.sh.
+source tests/lib/procs.sh
 W=$(mktemp -d)
 PIDS=()
+# Returns 1 when processes of the test survive it (they are named).
 cleanup() {
+  local rc=0
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-  # Tasks still running when their agent was killed (and their supervisors)
-  # outlive it: every process that names the scratch dir goes too.
-  pkill -9 -f -- "$W/" 2>/dev/null
+  # Whole trees: tasks (and their children) whose agent or shim was killed
+  # outlive it, and do not name the scratch dir (tests/lib/procs.sh).
+  kill_test_processes "$W/" || rc=1
   wait 2>/dev/null
   rm -rf "$W"
+  return $rc
 }
-trap cleanup EXIT
+trap 'cleanup || exit 1' EXIT
 fail() {
   echo "FAIL: $*"
   for f in "$W"/*.log; do [ -f "$f" ] && { echo "== $f"; tail -20 "$f"; }; done

@@ -35,6 +35,9 @@
 #include "absl/time/clock.h"
 #include "httplib.h"
 #include "loom/agent/agent_metrics.h"
+#include "loom/agent/api_guard.h"
+#include "loom/agent/checkpoint_dir.h"
+#include "loom/agent/data_dir.h"
 #include "loom/agent/fake_task_launcher.h"
 #include "loom/agent/health_check.h"
 #include "loom/agent/shim_task_launcher.h"
@@ -575,6 +578,8 @@ class Agent::Impl {
     std::vector<GpuDevice> gpus;
     bool emulated = false;
     std::unique_ptr<CgroupManager> cgroups;
+    // A cgroup v2 group per task (task_group.h); null: process groups only.
+    std::unique_ptr<TaskGroups> groups;
     std::unique_ptr<TaskLauncher> launcher;
 
     absl::Mutex mu;
@@ -759,16 +764,8 @@ class Agent::Impl {
   std::vector<std::string> host_problems_ ABSL_GUARDED_BY(health_mu_);
   // Injected delay of every agent API answer but `/v1/faults` (slow agent).
   std::atomic<int64_t> api_delay_ms_{0};
-  // SHA-256 digests of the keys this agent's server presents (one per node,
-  // the same server for all; a fleet emulator holds thousands). Empty:
-  // requests need none (a server without authentication). Looking up the
-  // digest of what a request presents costs one hash whatever the count,
-  // and its timing tells nothing about the keys themselves.
-  absl::Mutex keys_mu_;
-  std::set<std::string> server_key_digests_ ABSL_GUARDED_BY(keys_mu_);
-  // Set when the agent takes part in authentication (it has a join token or
-  // a credential): until a key is known, the API refuses requests.
-  std::atomic<bool> auth_expected_{false};
+  // Who may call the API (the server's keys; `--insecure`).
+  ApiGuard guard_{options_.insecure};
   std::vector<std::unique_ptr<Worker>> workers_;
 
   mutable absl::Mutex sched_mu_;
@@ -823,6 +820,11 @@ absl::Status Agent::Impl::Init() {
   }
   if (options_.data_dir.empty()) {
     return absl::InvalidArgumentError("no data directory (--data-dir)");
+  }
+  if (absl::Status s =
+          CheckInsecureListen(options_.insecure, options_.listen_host);
+      !s.ok()) {
+    return s;
   }
   if (!options_.now) options_.now = [] { return absl::Now(); };
   if (options_.stop_signal <= 0 || options_.stop_signal >= NSIG) {
@@ -886,11 +888,10 @@ absl::Status Agent::Impl::Init() {
     }
   }
 
-  std::error_code ec;
-  fs::create_directories(options_.data_dir, ec);
-  if (ec) {
-    return absl::ErrnoToStatus(
-        ec.value(), absl::StrCat("create --data-dir ", options_.data_dir));
+  if (absl::Status s = EnsureDirectory(options_.data_dir, kAgentDirMode);
+      !s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("--data-dir: ", Str(s.message())));
   }
   for (const std::string& name : options_.node_names) {
     auto node = std::make_unique<Node>();
@@ -903,6 +904,7 @@ absl::Status Agent::Impl::Init() {
     by_name_[name] = node.get();
     nodes_.push_back(std::move(node));
   }
+  if (!guard_.HasKey()) Log("info", "", guard_.Describe());
 
   server_ = std::make_unique<httplib::Server>();
   const size_t threads = static_cast<size_t>(options_.http_threads);
@@ -949,24 +951,26 @@ absl::Status Agent::Impl::InitNode(Node& node, const HostInfo& host,
       node.credential = line;
     }
     std::ifstream key(absl::StrCat(node.root, "/agent_key"));
-    if (key && std::getline(key, line) && !line.empty()) {
-      absl::MutexLock lock(&keys_mu_);
-      server_key_digests_.insert(Sha256Hex(line));
-    }
+    if (key && std::getline(key, line) && !line.empty()) guard_.AddKey(line);
     if (!node.credential.empty() || !options_.join_token.empty()) {
-      auth_expected_ = true;
+      guard_.SetCanRegister(true);
     }
   }
   node.units_dir = options_.fake_tasks ? "" : absl::StrCat(node.root, "/units");
   node.logs_dir = absl::StrCat(node.root, "/logs");
-  for (const std::string& dir :
-       {node.tasks_dir, node.units_dir, node.logs_dir}) {
+  // Modes: data_dir.h.
+  const std::pair<std::string, mode_t> dirs[] = {
+      {options_.fleet ? absl::StrCat(options_.data_dir, "/nodes") : "",
+       kAgentDirMode},
+      {node.root, kAgentDirMode},
+      {node.tasks_dir, kPrivateDirMode},
+      {node.units_dir, kPrivateDirMode},
+      {node.logs_dir, kPrivateDirMode}};
+  for (const auto& [dir, mode] : dirs) {
     if (dir.empty()) continue;
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) {
-      return absl::ErrnoToStatus(
-          ec.value(), absl::StrCat("node ", node.name, ": create ", dir));
+    if (absl::Status s = EnsureDirectory(dir, mode); !s.ok()) {
+      return absl::Status(
+          s.code(), absl::StrCat("node ", node.name, ": ", Str(s.message())));
     }
   }
   node.host = host;
@@ -993,10 +997,14 @@ absl::Status Agent::Impl::InitNode(Node& node, const HostInfo& host,
   } else {
     if (options_.use_cgroups) {
       node.cgroups = std::make_unique<CgroupV1Manager>();
+      auto groups = TaskGroups::Create(node.tasks_dir);
+      if (groups.ok()) node.groups = *std::move(groups);
+      if (!groups.ok()) Log("info", node.name, NoGroupsNote(groups.status()));
     }
     ShimTaskLauncherOptions shim;
     shim.state_dir = node.tasks_dir;
     shim.cgroups = node.cgroups.get();
+    shim.groups = node.groups.get();
     shim.now = options_.now;
     shim.lease_path = LeasePath(node);
     absl::StatusOr<std::unique_ptr<ShimTaskLauncher>> launcher =
@@ -1183,8 +1191,8 @@ void Agent::Impl::WriteLease(Node& node, absl::Time sent,
       Dump(json{{"last_ack_sent_ms", absl::ToUnixMillis(sent)},
                 {"fence_after_ms", absl::ToInt64Milliseconds(fence_after)}});
   const char* step = "open";
-  const int fd =
-      open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                      kPrivateFileMode);
   bool ok = fd >= 0;
   if (ok) {
     step = "write";
@@ -1719,6 +1727,17 @@ absl::StatusOr<json> Agent::Impl::LaunchUnit(Node& node, const LaunchRequest& r,
                      " failed: ", Str(account.status().message())));
     return account.status();
   }
+  // Nobody named a checkpoint dir: the job gets one on this node, its
+  // user's (checkpoint_dir.h). Without it the task runs, without the env.
+  const UserAccount* user = account->has_value() ? &**account : nullptr;
+  absl::StatusOr<std::string> checkpoint_dir = DefaultCheckpointDir(
+      options_.fake_tasks ? "" : node.root, r.job_id, r.env,
+      user ? std::optional(std::pair(user->uid, user->gid)) : std::nullopt);
+  if (!checkpoint_dir.ok()) {
+    Log("warn", node.name,
+        absl::StrCat("task ", r.task_id, ": ",
+                     Str(checkpoint_dir.status().message())));
+  }
   const int count = r.processes;
   Unit unit;
   unit.task_id = r.task_id;
@@ -1765,7 +1784,8 @@ absl::StatusOr<json> Agent::Impl::LaunchUnit(Node& node, const LaunchRequest& r,
                                 {"stdout", p.stdout_path},
                                 {"stderr", p.stderr_path}});
     }
-    absl::Status s = WriteFileAtomically(UnitPath(node, r.task_id), Dump(m, 2));
+    absl::Status s = WriteFileAtomically(UnitPath(node, r.task_id), Dump(m, 2),
+                                         kPrivateFileMode);
     if (!s.ok()) {
       absl::MutexLock lock(&node.mu);
       for (const Proc& p : procs) node.by_launcher_id.erase(p.launcher_id);
@@ -1778,8 +1798,12 @@ absl::StatusOr<json> Agent::Impl::LaunchUnit(Node& node, const LaunchRequest& r,
   int failed_k = 0;
   std::vector<pid_t> pids;
   for (int k = 0; k < count; ++k) {
-    absl::StatusOr<TaskHandle> handle = node.launcher->Launch(BuildSpec(
-        node, r, procs[k], k, account->has_value() ? &**account : nullptr));
+    TaskSpec spec = BuildSpec(node, r, procs[k], k,
+                              account->has_value() ? &**account : nullptr);
+    if (checkpoint_dir.ok() && !checkpoint_dir->empty()) {
+      spec.env.try_emplace("LOOM_CHECKPOINT_DIR", *checkpoint_dir);
+    }
+    absl::StatusOr<TaskHandle> handle = node.launcher->Launch(spec);
     if (!handle.ok()) {
       failure = handle.status();
       failed_k = k;
@@ -2339,39 +2363,17 @@ std::optional<json> ObjectBody(const httplib::Request& req,
 
 bool Agent::Impl::Authorized(const httplib::Request& req,
                              httplib::Response& res) {
-  std::string presented = req.get_header_value("Authorization");
-  if (absl::StartsWithIgnoreCase(presented, "Bearer ")) {
-    presented = presented.substr(7);
-  } else {
-    presented.clear();
-  }
-  const std::string digest = Sha256Hex(presented);
-  {
-    absl::MutexLock lock(&keys_mu_);
-    if (server_key_digests_.empty() && !auth_expected_) return true;
-    if (!presented.empty() && server_key_digests_.contains(digest)) {
-      return true;
-    }
-    if (server_key_digests_.empty()) {
-      SendError(res, 503, "unavailable",
-                "this agent has not registered with its server yet", "");
-      return false;
-    }
-  }
+  const ApiVerdict v = guard_.Check(req.get_header_value("Authorization"));
+  if (v.allowed) return true;
+  if (v.status == 401) {
   res.set_header("WWW-Authenticate", "Bearer realm=\"loom-agent\"");
-  SendError(res, 401, "unauthenticated",
-            "only this agent's loom server may call it (missing or wrong "
-            "server key)",
-            "");
+  }
+  SendError(res, v.status, v.code, v.message);
   return false;
 }
 
 void Agent::Impl::AcceptServerKey(Node& node, const std::string& key) {
-  {
-    absl::MutexLock lock(&keys_mu_);
-    if (!server_key_digests_.insert(Sha256Hex(key)).second) return;
-  }
-  auth_expected_ = true;
+  if (!guard_.AddKey(key)) return;
   if (absl::Status s =
           WriteSecretFile(absl::StrCat(node.root, "/agent_key"), key + "\n");
       !s.ok()) {

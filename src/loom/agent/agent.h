@@ -41,6 +41,13 @@ struct AgentOptions {
   // credential yet (docs/security.md). A node that joins gets a credential
   // of its own, kept in `<node dir>/credential` and used from then on.
   std::string join_token;
+  // Serve the agent API without a server key while none is known (tests on
+  // loopback; `--insecure`). Off (the default), the agent fails closed: it
+  // answers 503 to every route but health and telemetry until it has
+  // registered and knows its server's key (docs/security.md). `Create`
+  // refuses it with `InvalidArgument` on a `listen_host` that is not
+  // loopback.
+  bool insecure = false;
   // For https:// servers: a PEM file of the CA(s) that signed the server's
   // certificate ("" : the system's CAs).
   std::string ca_cert;
@@ -117,8 +124,10 @@ struct AgentOptions {
   // Timeouts of calls to the server.
   absl::Duration connect_timeout = absl::Seconds(2);
   absl::Duration request_timeout = absl::Seconds(10);
-  // Put tasks that ask for limits in cgroup v1 (`CgroupV1Manager`); false:
-  // no cgroups.
+  // Put tasks that ask for limits in cgroup v1 (`CgroupV1Manager`), and
+  // every task in a cgroup v2 group of its own where the host has a
+  // writable unified hierarchy (`TaskGroups`); false: no cgroups (process
+  // groups only).
   bool use_cgroups = true;
   // Null: `ShimTaskLauncher` (or `FakeTaskLauncher` with `fake_tasks`).
   TaskLauncherFactory launcher_factory;

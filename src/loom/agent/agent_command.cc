@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "loom/agent/api_guard.h"
 #include "loom/common/units.h"
 #include "loom/core/job_spec.h"
 
@@ -122,6 +123,11 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentFlags* f) {
   agent->add_option("--join-token", f->join_token,
                     "The bootstrap token itself (visible in `ps`: prefer "
                     "--join-token-file or $LOOM_JOIN_TOKEN)");
+  agent->add_flag("--insecure", f->insecure,
+                  "Serve the agent API to anyone until the server's key is "
+                  "known (tests only; refused unless --listen is a loopback "
+                  "address). Without it the agent answers 503 until it has "
+                  "joined");
   agent
       ->add_option("--min-free-disk", f->min_free_disk,
                    "The node is unhealthy with less free space under "
@@ -133,6 +139,7 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentFlags* f) {
 absl::StatusOr<AgentOptions> AgentOptionsFromFlags(const AgentFlags& f) {
   AgentOptions options;
   options.join_token = f.join_token;
+  options.insecure = f.insecure;
   options.ca_cert = f.ca_cert;
   if (!f.join_token_file.empty()) {
     std::ifstream in(f.join_token_file);
@@ -162,6 +169,9 @@ absl::StatusOr<AgentOptions> AgentOptionsFromFlags(const AgentFlags& f) {
   if (!listen.ok()) return listen.status();
   options.listen_host = listen->host;
   options.listen_port = listen->port;
+  if (absl::Status s = CheckInsecureListen(f.insecure, listen->host); !s.ok()) {
+    return s;
+  }
   if (f.data_dir.empty()) {
     return absl::InvalidArgumentError("--data-dir: required");
   }

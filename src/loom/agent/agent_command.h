@@ -15,6 +15,7 @@ struct AgentFlags {
   std::string join_token;          // --join-token (or $LOOM_JOIN_TOKEN)
   std::string join_token_file;     // --join-token-file
   std::string ca_cert;             // --ca-cert
+  bool insecure = false;           // --insecure (loopback only)
   std::string listen;              // --listen HOST:PORT
   std::string name;                // --name (default: the hostname)
   std::string data_dir;            // --data-dir

@@ -35,6 +35,7 @@
 #include "loom/agent/cgroup.h"
 #include "loom/agent/shim_task_launcher.h"
 #include "loom/agent/task_files.h"
+#include "loom/agent/task_group.h"
 #include "loom/agent/task_launcher.h"
 #include "loom/common/atomic_file.h"
 
@@ -609,22 +610,97 @@ TEST_F(TaskLauncherTest, TaskWhoseShimAndProcessWereKilledIsLost) {
   EXPECT_TRUE(b->Forget("9.0").ok());
 }
 
-TEST_F(TaskLauncherTest, ShimKilledWhileTheTaskRunsKeepsItSupervisable) {
-  auto launcher = NewLauncher();
-  absl::StatusOr<TaskHandle> handle =
-      launcher->Launch(Shell("9.1", "sleep 100"));
-  ASSERT_TRUE(handle.ok()) << handle.status();
-  ASSERT_EQ(::kill(handle->shim_pid, SIGKILL), 0);
-  absl::SleepFor(absl::Milliseconds(100));
-  EXPECT_TRUE(launcher->Poll().empty());
-  std::optional<TaskInfo> info = InfoOf(*launcher, "9.1");
-  ASSERT_TRUE(info.has_value());
-  EXPECT_EQ(info->state, TaskInfo::State::kRunning);
-  EXPECT_THAT(info->reason, HasSubstr("exit status will not be known"));
-  ASSERT_TRUE(launcher->Stop("9.1", SIGKILL, absl::ZeroDuration()).ok());
-  std::optional<TaskEvent> event = WaitForEvent(*launcher, "9.1");
-  ASSERT_TRUE(event.has_value());
+// True when `pid` is gone or a zombie (init in a container may not reap).
+bool Dead(pid_t pid) {
+  std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+  const size_t close = stat.rfind(')');
+  return close == std::string::npos || close + 2 >= stat.size() ||
+         stat[close + 2] == 'Z';
+}
+
+// The pids a task wrote into `path`, one a line.
+std::vector<pid_t> PidsIn(const std::string& path) {
+  std::vector<pid_t> out;
+  for (absl::string_view line :
+       absl::StrSplit(ReadFile(path), '\n', absl::SkipEmpty())) {
+    pid_t pid;
+    if (absl::SimpleAtoi(line, &pid)) out.push_back(pid);
+  }
+  return out;
+}
+
+// A task never outlives its supervisor unnoticed: with its shim killed, the
+// task's main process and the rest of its tree die, and the task is lost at
+// once, "supervisor (shim) died".
+void ExpectShimDeathKillsTask(TaskLauncher& launcher, const TaskHandle& handle,
+                              const std::vector<pid_t>& others) {
+  ASSERT_EQ(::kill(handle.shim_pid, SIGKILL), 0);
+  std::optional<TaskEvent> event =
+      WaitForEvent(launcher, handle.task_id, absl::Seconds(5));
+  ASSERT_TRUE(event.has_value()) << "not reported within 5 s";
   EXPECT_EQ(event->kind, TaskEvent::Kind::kLost);
+  EXPECT_THAT(event->reason, HasSubstr("supervisor (shim) died"));
+  EXPECT_THAT(event->reason, HasSubstr("killed by signal 9"));
+  EXPECT_TRUE(WaitUntil([&] { return Dead(handle.pid); }, absl::Seconds(5)))
+      << "the task's main process " << handle.pid << " outlived its shim";
+  for (pid_t pid : others) {
+    EXPECT_TRUE(WaitUntil([&] { return Dead(pid); }, absl::Seconds(5)))
+        << "process " << pid << " of the task outlived its shim";
+  }
+  // Ended: a stop (a cancel) is a no-op and it can be forgotten.
+  EXPECT_TRUE(launcher.Stop(handle.task_id, SIGTERM, absl::Seconds(1)).ok());
+  EXPECT_TRUE(launcher.Forget(handle.task_id).ok());
+}
+
+TEST_F(TaskLauncherTest, ShimKilledKillsTheTasksProcessGroup) {
+  auto launcher = NewLauncher();
+  const std::string pids = tmp_ / "9.1.pids";
+  absl::StatusOr<TaskHandle> handle = launcher->Launch(Shell(
+      "9.1", absl::StrCat("sleep 600 & echo $! > ", pids, "; sleep 600")));
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  ASSERT_TRUE(WaitUntil([&] { return PidsIn(pids).size() == 1; }));
+  ExpectShimDeathKillsTask(*launcher, *handle, PidsIn(pids));
+}
+
+// With a cgroup v2 group per task, even a process that left the task's
+// process group (a new session) dies with the task, and when its shim dies.
+TEST_F(TaskLauncherTest, ShimKilledKillsTheTasksCgroupToo) {
+  absl::StatusOr<std::unique_ptr<TaskGroups>> groups =
+      TaskGroups::Create(state_dir());
+  if (!groups.ok()) GTEST_SKIP() << groups.status();
+  ShimTaskLauncherOptions options;
+  options.state_dir = state_dir();
+  options.groups = groups->get();
+  options.now = clock_.AsFunction();
+  auto launcher = ShimTaskLauncher::Create(std::move(options));
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+
+  // Its main process ends: the escaped one goes too.
+  const std::string pids = tmp_ / "9.2.pids";
+  absl::StatusOr<TaskHandle> handle = (*launcher)->Launch(Shell(
+      "9.2",
+      absl::StrCat("setsid sleep 600 & echo $! > ", pids, "; sleep 0.3")));
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  ASSERT_TRUE(WaitUntil([&] { return PidsIn(pids).size() == 1; }));
+  std::optional<TaskEvent> event = WaitForEvent(**launcher, "9.2");
+  ASSERT_TRUE(event.has_value());
+  EXPECT_EQ(event->kind, TaskEvent::Kind::kExited);
+  EXPECT_TRUE(WaitUntil([&] { return Dead(PidsIn(pids)[0]); }));
+  ASSERT_TRUE((*launcher)->Forget("9.2").ok());
+
+  // Its shim dies: the whole tree goes, the escaped process included.
+  const std::string more = tmp_ / "9.3.pids";
+  handle = (*launcher)->Launch(Shell(
+      "9.3",
+      absl::StrCat("sleep 600 & echo $! > ", more,
+                   "; setsid sleep 600 & echo $! >> ", more, "; sleep 600")));
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  ASSERT_TRUE(WaitUntil([&] { return PidsIn(more).size() == 2; }));
+  ExpectShimDeathKillsTask(**launcher, *handle, PidsIn(more));
+  EXPECT_TRUE(WaitUntil([&] {
+    (void)(*launcher)->Poll();
+    return !fs::exists(groups->get()->parent());
+  })) << "the task's cgroups were not removed";
 }
 
 TEST_F(TaskLauncherTest, ReusedPidIsNotAdopted) {

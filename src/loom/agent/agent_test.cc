@@ -1,6 +1,8 @@
 #include "loom/agent/agent.h"
 
+#include <arpa/inet.h>
 #include <dlfcn.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -32,6 +34,7 @@
 #include "httplib.h"
 #include "loom/agent/agent_command.h"
 #include "loom/agent/agent_metrics.h"
+#include "loom/agent/api_guard.h"
 #include "loom/agent/fake_task_launcher.h"
 #include "loom/agent/gpu_probe.h"
 #include "loom/agent/health_check.h"
@@ -289,6 +292,9 @@ AgentOptions BaseOptions(const FakeServer& server, const std::string& dir) {
   o.poll_interval = absl::Milliseconds(20);
   o.stop_grace = absl::Seconds(2);
   o.use_cgroups = false;
+  // Most tests' fake server hands out no key: their agents serve their
+  // loopback API open, as `loom agent --insecure` does.
+  o.insecure = true;
   o.log = [](const std::string& line) {
     if (std::getenv("LOOM_TEST_VERBOSE") != nullptr) {
       std::fprintf(stderr, "%s\n", line.c_str());
@@ -1379,6 +1385,7 @@ TEST(AgentTest, JoinsWithATokenAndAcceptsOnlyItsServer) {
   TempDir dir;
   AgentOptions options = BaseOptions(server, dir.path());
   options.join_token = "join-secret";
+  options.insecure = false;
   std::unique_ptr<Agent> agent = StartAgent(options);
   ASSERT_NE(agent, nullptr);
   ASSERT_TRUE(WaitFor([&] { return server.heartbeat_count("h200-0") >= 1; }));
@@ -1419,6 +1426,189 @@ TEST(AgentTest, JoinsWithATokenAndAcceptsOnlyItsServer) {
   ASSERT_TRUE(
       WaitFor([&] { return server.registration_count("h200-0") > before; }));
   EXPECT_EQ(server.LastBearer("/v1/agents/register"), "Bearer node-credential");
+}
+
+// An agent that does not know its server's key runs nothing: without a join
+// token or a credential it can never learn one, and it answers 503 (saying
+// why) to every route but health and telemetry.
+TEST(AgentTest, FailsClosedWithoutItsServersKey) {
+  FakeServer server;  // registers anyone, hands out no key
+  TempDir dir;
+  AgentOptions options = BaseOptions(server, dir.path());
+  options.insecure = false;
+  std::unique_ptr<Agent> agent = StartAgent(options);
+  ASSERT_NE(agent, nullptr);
+  ASSERT_TRUE(WaitFor([&] { return server.heartbeat_count("h200-0") >= 1; }));
+  const std::string marker = absl::StrCat(dir.path(), "/ran");
+  httplib::Client c("127.0.0.1", agent->port());
+  auto launch = c.Post(
+      "/v1/tasks",
+      Launch("1.0.0", {"/bin/sh", "-c", absl::StrCat("touch ", marker)}).dump(),
+      "application/json");
+  ASSERT_TRUE(launch);
+  EXPECT_EQ(launch->status, 503);
+  const json body = json::parse(launch->body, nullptr, false);
+  ASSERT_TRUE(body.is_object()) << launch->body;
+  EXPECT_EQ(body["error"]["code"], "unavailable");
+  EXPECT_NE(body["error"]["message"].get<std::string>().find("join token"),
+            std::string::npos)
+      << launch->body;
+  EXPECT_EQ(c.Get("/v1/tasks")->status, 503);
+  EXPECT_EQ(c.Post("/v1/tasks/1.0.0/stop", "{}", "application/json")->status,
+            503);
+  EXPECT_EQ(c.Post("/v1/faults", "{}", "application/json")->status, 503);
+  EXPECT_EQ(c.Get("/healthz")->status, 200);
+  EXPECT_EQ(c.Get("/metrics")->status, 200);
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_NE(access(marker.c_str(), F_OK), 0) << "the task ran";
+}
+
+// `--insecure` is for loopback only.
+TEST(AgentTest, InsecureIsRefusedOffLoopback) {
+  EXPECT_TRUE(IsLoopbackHost("127.0.0.1"));
+  EXPECT_TRUE(IsLoopbackHost("127.0.0.5"));
+  EXPECT_TRUE(IsLoopbackHost("::1"));
+  EXPECT_FALSE(IsLoopbackHost("0.0.0.0"));
+  EXPECT_FALSE(IsLoopbackHost("192.0.2.7"));
+  EXPECT_FALSE(IsLoopbackHost("no-such-host.invalid"));
+  EXPECT_TRUE(CheckInsecureListen(true, "127.0.0.2").ok());
+  EXPECT_TRUE(CheckInsecureListen(false, "192.0.2.7").ok());
+  EXPECT_EQ(CheckInsecureListen(true, "192.0.2.7").code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // A non-loopback address of this host, if it has one.
+  std::string local;
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) == 0) {
+    for (ifaddrs* i = ifs; i != nullptr; i = i->ifa_next) {
+      if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+      char text[INET_ADDRSTRLEN] = {};
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr,
+                text, sizeof(text));
+      if (!absl::StartsWith(text, "127.")) {
+        local = text;
+        break;
+      }
+    }
+    freeifaddrs(ifs);
+  }
+  if (local.empty()) GTEST_SKIP() << "this host has no non-loopback address";
+  AgentFlags flags;
+  flags.servers = "127.0.0.1:1";
+  flags.listen = absl::StrCat(local, ":0");
+  flags.data_dir = "/tmp/unused";
+  flags.emulate = "8xH200";
+  flags.insecure = true;
+  absl::StatusOr<AgentOptions> o = AgentOptionsFromFlags(flags);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(o.status().message().find("--insecure"), std::string::npos);
+  flags.insecure = false;
+  o = AgentOptionsFromFlags(flags);
+  ASSERT_TRUE(o.ok()) << o.status();
+  o->insecure = true;  // a library user: `Create` refuses it too
+  FakeServer server;
+  o->server_urls = {server.url()};
+  TempDir dir;
+  o->data_dir = dir.path();
+  absl::StatusOr<std::unique_ptr<Agent>> agent = Agent::Create(*std::move(o));
+  EXPECT_EQ(agent.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// What the agent keeps (task records with their argv, units, logs, the
+// lease) is readable by root and the agent only: directories 0700 (0711 for
+// the data dir, which tasks pass through to their checkpoint dir), files
+// 0600, also in a data dir that an older agent made 0755.
+TEST(AgentTest, KeepsItsFilesPrivate) {
+  FakeServer server;
+  server.set_fence_after_ms(60000);
+  TempDir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+  fs::create_directories(dir.path() + "/tasks");
+  ASSERT_EQ(::chmod((dir.path() + "/tasks").c_str(), 0755), 0);
+  std::unique_ptr<Agent> agent = StartAgent(BaseOptions(server, dir.path()));
+  ASSERT_NE(agent, nullptr);
+  ASSERT_TRUE(WaitFor([&] { return agent->Registered("h200-0"); }));
+  AgentClient client(*agent);
+  httplib::Result res = client.Post(
+      "/v1/tasks",
+      Launch("5.0.0", {"/bin/sh", "-c", "echo secret-argv; echo err >&2"},
+             json::object(), 2));
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 201) << res->body;
+  ASSERT_TRUE(WaitFor(
+      [&] { return StateIs(server.LastStatus("h200-0", "5.0.0"), "exited"); }));
+  ASSERT_TRUE(WaitFor([&] { return fs::exists(dir.path() + "/lease"); }));
+
+  auto mode = [](const std::string& path) {
+    struct stat st {};
+    EXPECT_EQ(::lstat(path.c_str(), &st), 0) << path;
+    return st.st_mode & 07777;
+  };
+  EXPECT_EQ(mode(dir.path()), 0711u);
+  for (const char* sub : {"/tasks", "/units", "/logs"}) {
+    EXPECT_EQ(mode(dir.path() + sub), 0700u) << sub;
+  }
+  int files = 0;
+  std::set<std::string> kinds;
+  for (const auto& entry : fs::recursive_directory_iterator(dir.path())) {
+    if (!entry.is_regular_file()) continue;
+    ++files;
+    kinds.insert(entry.path().extension().string());
+    EXPECT_EQ(mode(entry.path().string()), 0600u) << entry.path();
+  }
+  // Records, pid and exit files, a unit, logs, the lease.
+  EXPECT_GE(files, 10);
+  for (const char* ext : {".json", ".pid", ".exit", ".out", ".err"}) {
+    EXPECT_TRUE(kinds.contains(ext)) << ext;
+  }
+}
+
+// A task whose shim dies is not left running unsupervised: its processes
+// (a background child included) die and the server hears at once that it
+// was lost, and why.
+TEST(AgentTest, ATaskWhoseShimDiesIsKilledAndReportedLost) {
+  FakeServer server;
+  TempDir dir;
+  std::unique_ptr<Agent> agent = StartAgent(BaseOptions(server, dir.path()));
+  ASSERT_NE(agent, nullptr);
+  ASSERT_TRUE(WaitFor([&] { return agent->Registered("h200-0"); }));
+  AgentClient client(*agent);
+  const std::string pids = dir.path() + "/bg.pid";
+  httplib::Result res = client.Post(
+      "/v1/tasks", Launch("6.0.0", {"/bin/sh", "-c",
+                                    absl::StrCat("sleep 600 & echo $! > ", pids,
+                                                 "; sleep 600")}));
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 201) << res->body;
+  ASSERT_TRUE(WaitFor([&] {
+    std::ifstream in(pids);
+    pid_t p = 0;
+    return static_cast<bool>(in >> p) && p > 0;
+  }));
+  pid_t background = 0;
+  std::ifstream(pids) >> background;
+  std::ifstream record(dir.path() + "/tasks/6.0.0.json");
+  const json r = json::parse(record, nullptr, false);
+  ASSERT_TRUE(r.is_object());
+  const pid_t shim = r.value("shim_pid", 0);
+  const pid_t main = r.value("pid", 0);
+  ASSERT_GT(shim, 0);
+  ASSERT_EQ(::kill(shim, SIGKILL), 0);
+  ASSERT_TRUE(WaitFor([&] {
+    return StateIs(server.LastStatus("h200-0", "6.0.0"), "lost");
+  })) << server.LastStatus("h200-0", "6.0.0").dump();
+  EXPECT_THAT(server.LastStatus("h200-0", "6.0.0").dump(),
+              HasSubstr("supervisor (shim) died"));
+  auto dead = [](pid_t pid) {
+    std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+    std::string text((std::istreambuf_iterator<char>(stat)),
+                     std::istreambuf_iterator<char>());
+    const size_t close = text.rfind(')');
+    return close == std::string::npos || text[close + 2] == 'Z';
+  };
+  EXPECT_TRUE(WaitFor([&] { return dead(main) && dead(background); }))
+      << "the task's processes outlived its shim";
 }
 
 TEST(AgentTest, RegistersAgainWhenTheServerForgetsTheNode) {

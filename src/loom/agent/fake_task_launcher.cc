@@ -14,12 +14,12 @@
 namespace loom {
 namespace {
 
-// Appends `text` to `path` (created 0644), like the real launcher's output
+// Appends `text` to `path` (created 0600), like the real launcher's output
 // files. Best effort.
 void AppendToFile(const std::string& path, const std::string& text) {
   if (path.empty()) return;
   const int fd =
-      ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0) return;
   size_t done = 0;
   while (done < text.size()) {

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "loom/agent/data_dir.h"
 #include "loom/agent/spawn.h"
 #include "loom/common/atomic_file.h"
 
@@ -156,10 +157,10 @@ absl::Status OpenOutput(const std::string& task_id, const std::string& path,
     if (raw >= 0) {
       (void)::fchown(raw, identity.uid, identity.gid);
     } else if (errno == EEXIST) {
-      raw = ::open(target.c_str(), kFlags, 0644);
+      raw = ::open(target.c_str(), kFlags, kPrivateFileMode);
     }
   } else {
-    raw = ::open(target.c_str(), kFlags, 0644);
+    raw = ::open(target.c_str(), kFlags, kPrivateFileMode);
   }
   if (raw < 0) return TaskErrno(task_id, errno, absl::StrCat("open ", target));
   raw = AboveStdio(raw);
@@ -316,11 +317,10 @@ absl::StatusOr<std::unique_ptr<ShimTaskLauncher>> ShimTaskLauncher::Create(
   }
   std::string state_dir = dir.string();
   while (state_dir.size() > 1 && state_dir.back() == '/') state_dir.pop_back();
-  fs::create_directories(state_dir, ec);
-  if (ec) {
-    return absl::ErrnoToStatus(
-        ec.value(),
-        absl::StrCat("task launcher: create state_dir ", state_dir));
+  // Task records name programs and arguments: root and the agent only.
+  if (absl::Status s = EnsureDirectory(state_dir, kPrivateDirMode); !s.ok()) {
+    return absl::Status(
+        s.code(), absl::StrCat("task launcher: state_dir: ", s.message()));
   }
   if (::access(state_dir.c_str(), W_OK | X_OK) != 0) {
     return absl::ErrnoToStatus(
@@ -345,6 +345,7 @@ ShimTaskLauncher::ShimTaskLauncher(ShimTaskLauncherOptions options,
                                    std::string state_dir)
     : state_dir_(std::move(state_dir)),
       cgroups_(options.cgroups),
+      groups_(options.groups),
       now_(std::move(options.now)),
       launch_timeout_(options.launch_timeout),
       lease_path_(std::move(options.lease_path)) {}
@@ -441,8 +442,19 @@ absl::StatusOr<ShimTaskLauncher::Task> ShimTaskLauncher::LaunchUnlocked(
     if (!p.ok()) return p.status();
     placement = *std::move(p);
   }
+  // The task's own group, for all its processes: best effort (without it,
+  // its process group).
+  std::string group_dir;
+  if (groups_ != nullptr) {
+    absl::StatusOr<std::string> group = groups_->Make(id);
+    if (group.ok()) group_dir = *std::move(group);
+  }
   auto drop_cgroups = [&] {
     if (!placement.dirs.empty()) (void)cgroups->Remove(placement);
+    if (!group_dir.empty()) {
+      TaskGroups::Kill(group_dir);
+      if (TaskGroups::Remove(group_dir).ok()) groups_->RemoveParentIfUnused();
+    }
   };
 
   // Everything the children need, prepared now.
@@ -469,6 +481,13 @@ absl::StatusOr<ShimTaskLauncher::Task> ShimTaskLauncher::LaunchUnlocked(
     if (absl::StartsWith(dir, "/")) plan.create_dirs.push_back(dir);
   }
   plan.cgroup_procs_files = placement.procs_files;
+  if (!group_dir.empty()) {
+    plan.group_procs_file = absl::StrCat(group_dir, "/cgroup.procs");
+    plan.cgroup_procs_files.push_back(plan.group_procs_file);
+    const std::string kill_file = absl::StrCat(group_dir, "/cgroup.kill");
+    if (::access(kill_file.c_str(), W_OK) == 0)
+      plan.group_kill_file = kill_file;
+  }
   plan.devnull_fd = devnull.get();
   plan.stdout_fd = out.get();
   plan.stderr_fd = err.get();
@@ -513,12 +532,14 @@ absl::StatusOr<ShimTaskLauncher::Task> ShimTaskLauncher::LaunchUnlocked(
   record.stderr_path = spec.stderr_path;
   record.launched_at = now_();
   record.cgroup = placement;
+  record.group_dir = group_dir;
   const std::string json_path = PathFor(id, ".json");
   for (const char* suffix : {".exit", ".pid", ".exit.tmp", ".pid.tmp"}) {
     ::unlink(PathFor(id, suffix).c_str());
   }
   if (absl::Status s = WriteFileAtomically(
-          json_path, agent_internal::TaskRecordToJson(record));
+          json_path, agent_internal::TaskRecordToJson(record),
+          kPrivateFileMode);
       !s.ok()) {
     drop_cgroups();
     return absl::Status(s.code(), absl::StrCat(TaskPrefix(id), s.message()));
@@ -588,7 +609,8 @@ absl::StatusOr<ShimTaskLauncher::Task> ShimTaskLauncher::LaunchUnlocked(
   record.shim_start_ticks =
       agent_internal::ProcStartTicks(shim).value_or(0);  // our unreaped child
   if (absl::Status s = WriteFileAtomically(
-          json_path, agent_internal::TaskRecordToJson(record));
+          json_path, agent_internal::TaskRecordToJson(record),
+          kPrivateFileMode);
       !s.ok()) {
     // Without a durable record the task could not be recovered: undo it.
     ::kill(-record.pgid, SIGKILL);
@@ -646,23 +668,24 @@ bool ShimTaskLauncher::Refresh(Task& task) {
   }
 
   if (!task.shim_done) return false;
+  LoseUnsupervised(task);
+  return true;
+}
+
+void ShimTaskLauncher::LoseUnsupervised(Task& task) {
+  const TaskFileRecord& r = task.record;
+  const std::string& id = r.task_id;
   const ProcessStatus proc = ProbeProcess(r.pid, r.start_ticks);
   const std::string shim_fate =
       task.shim_reaped
           ? absl::StrCat("its shim (pid ", r.shim_pid, ") ",
                          DescribeWaitStatus(task.shim_wait_status))
           : absl::StrCat("its shim (pid ", r.shim_pid, ") is gone");
-  if (proc == ProcessStatus::kAlive) {
-    // The task runs unsupervised: it can still be signalled and stopped, but
-    // its exit status will not be known.
-    task.reason = absl::StrCat("task ", id, ": ", shim_fate,
-                               "; the exit status will not be known");
-    return false;
-  }
-  task.state = TaskInfo::State::kLost;
   std::string process;
   if (r.pid <= 0) {
     process = "its process was never recorded";
+  } else if (proc == ProcessStatus::kAlive) {
+    process = absl::StrCat("its process ", r.pid, " was still running");
   } else if (proc == ProcessStatus::kGone &&
              agent_internal::ProcStartTicks(r.pid).has_value()) {
     process = absl::StrCat("its process ", r.pid,
@@ -670,19 +693,28 @@ bool ShimTaskLauncher::Refresh(Task& task) {
   } else {
     process = absl::StrCat("its process ", r.pid, " is gone");
   }
-  task.reason = absl::StrCat("task ", id, ": ", process,
-                             " and no exit status was recorded; ", shim_fate);
-  // Without its shim nobody kills what is left of the group. The group is
-  // still ours when its leader is our zombie, or when no process has the
-  // leader's pid (a group id is only taken by a process with that pid).
-  if (r.pgid > 0 && (proc == ProcessStatus::kZombie ||
+  task.state = TaskInfo::State::kLost;
+  task.reason =
+      absl::StrCat("task ", id, ": supervisor (shim) died: ", shim_fate,
+                   " and no exit status was recorded; ", process);
+  // Without its shim nobody else kills what is left of the task. Its group
+  // is its own; its process group is still its own while the leader runs
+  // (same start time) or is a zombie, or when no process has the leader's
+  // pid (a group id is only taken by a process with that pid).
+  std::vector<std::string> killed;
+  if (!r.group_dir.empty() && TaskGroups::Kill(r.group_dir) > 0) {
+    killed.push_back("its cgroup");
+  }
+  if (r.pgid > 0 && (proc != ProcessStatus::kGone ||
                      !agent_internal::ProcStartTicks(r.pid).has_value())) {
     if (::kill(-r.pgid, 0) == 0 && ::kill(-r.pgid, SIGKILL) == 0) {
-      absl::StrAppend(&task.reason,
-                      "; killed what was left of its process group");
+      killed.push_back("its process group");
     }
   }
-  return true;
+  if (!killed.empty()) {
+    absl::StrAppend(&task.reason, "; killed what was left of ",
+                    absl::StrJoin(killed, " and "));
+  }
 }
 
 ShimTaskLauncher::Task ShimTaskLauncher::Load(const std::string& task_id) {
@@ -845,6 +877,12 @@ absl::Status ShimTaskLauncher::Stop(const std::string& task_id,
 std::vector<TaskEvent> ShimTaskLauncher::Poll() {
   absl::MutexLock lock(&mu_);
   ReapDetachedShims();
+  std::erase_if(stale_groups_, [this](const std::string& dir) {
+    TaskGroups::Kill(dir);
+    const bool removed = TaskGroups::Remove(dir).ok();
+    if (removed && groups_ != nullptr) groups_->RemoveParentIfUnused();
+    return removed;
+  });
   const absl::Time now = now_();
   std::vector<TaskEvent> events;
   for (auto& [id, task] : tasks_) {
@@ -857,6 +895,7 @@ std::vector<TaskEvent> ShimTaskLauncher::Poll() {
           (!HasExitFile(id) && ::kill(-r.pgid, 0) == 0)) {
         ::kill(-r.pgid, SIGKILL);
       }
+      if (!r.group_dir.empty()) TaskGroups::Kill(r.group_dir);
       task.kill_deadline.reset();
     }
     Refresh(task);
@@ -923,7 +962,8 @@ absl::StatusOr<std::vector<TaskInfo>> ShimTaskLauncher::Recover() {
       // the pid file stays authoritative until then).
       task.record.phase = "running";
       (void)WriteFileAtomically(PathFor(id, ".json"),
-                                agent_internal::TaskRecordToJson(task.record));
+                                agent_internal::TaskRecordToJson(task.record),
+                                kPrivateFileMode);
     }
     tasks_.emplace(id, std::move(task));
   }
@@ -970,6 +1010,14 @@ absl::Status ShimTaskLauncher::Forget(const std::string& task_id) {
   } else {
     detached_shims_.emplace_back(task.record.shim_pid,
                                  task.record.shim_start_ticks);
+  }
+  if (const std::string& group = task.record.group_dir; !group.empty()) {
+    TaskGroups::Kill(group);  // an ended task keeps nothing running
+    if (!TaskGroups::Remove(group).ok()) {
+      stale_groups_.push_back(group);
+    } else if (groups_ != nullptr) {
+      groups_->RemoveParentIfUnused();
+    }
   }
   // Best effort: a cgroup that still holds processes (ones that left the
   // task's process group) stays.

@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "loom/agent/cgroup.h"
 #include "loom/agent/task_files.h"
+#include "loom/agent/task_group.h"
 #include "loom/agent/task_launcher.h"
 
 namespace loom {
@@ -32,6 +33,10 @@ struct ShimTaskLauncherOptions {
   // Places tasks in cgroups when they ask for limits. Not owned; must outlive
   // the launcher. Null: no cgroups (limits are reported as not applied).
   CgroupManager* cgroups = nullptr;
+  // Puts every task in a cgroup v2 group of its own (task_group.h), so that
+  // all of its processes can be killed whatever they do. Not owned; must
+  // outlive the launcher. Null: tasks are only in their process group.
+  TaskGroups* groups = nullptr;
   // The clock for `Stop` deadlines.
   std::function<absl::Time()> now = [] { return absl::Now(); };
   // How long `Launch` waits for the task's exec before it gives up and kills
@@ -52,8 +57,13 @@ struct ShimTaskLauncherOptions {
 //   agent --fork--> shim (setsid, child subreaper) --fork--> task (own
 //   process group, optional cgroups, stdio to files, execve)
 //
-// The shim waits for the task, kills and reaps the rest of its process group,
-// and writes the exit status to `<state_dir>/<task_id>.exit` (atomically).
+// The shim waits for the task, kills and reaps the rest of its process group
+// (and of its cgroup v2 group, with `groups`), and writes the exit status to
+// `<state_dir>/<task_id>.exit` (atomically). A task never outlives its shim
+// unnoticed: its main process dies with the shim (PR_SET_PDEATHSIG), and
+// `Poll` (or `Recover`) that finds a shim gone without an exit file kills
+// what is left of the task (its group, its process group while that is
+// still the task's) and reports it lost at once, "supervisor (shim) died".
 // The agent writes `<state_dir>/<task_id>.json` (and the shim
 // `<task_id>.pid`) so that a restarted agent can `Recover` the task: adopt it
 // when its process still runs (pid and /proc start time match), or report
@@ -118,6 +128,9 @@ class ShimTaskLauncher : public TaskLauncher {
   // Brings `task` up to date: reaps its shim, reads its exit file, decides
   // whether it was lost. Returns true when it ended by this call.
   bool Refresh(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The shim of `task` is gone and recorded no exit: kills what is left of
+  // the task and marks it lost.
+  void LoseUnsupervised(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Loads a task record found on disk; decides its state.
   Task Load(const std::string& task_id);
   void ReapDetachedShims() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -130,6 +143,7 @@ class ShimTaskLauncher : public TaskLauncher {
   // Constant after construction.
   const std::string state_dir_;
   CgroupManager* const cgroups_;
+  TaskGroups* const groups_;
   NoCgroupManager no_cgroups_;
   const std::function<absl::Time()> now_;
   const absl::Duration launch_timeout_;
@@ -142,6 +156,9 @@ class ShimTaskLauncher : public TaskLauncher {
   // Shims of forgotten tasks that may still run (reaping the escaped
   // descendants of their task): pid and start time, reaped by `Poll`.
   std::vector<std::pair<pid_t, uint64_t>> detached_shims_ ABSL_GUARDED_BY(mu_);
+  // cgroup v2 groups of forgotten tasks that still held (dying) processes:
+  // removed by a later `Poll`.
+  std::vector<std::string> stale_groups_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace loom

@@ -137,7 +137,8 @@ void CloseAllExcept(const SpawnPlan& plan) {
 // Writes `data` to `tmp`, fsyncs, renames it to `path` and fsyncs `dir`.
 bool WriteFileAtomic(const char* tmp, const char* path, const char* dir,
                      const char* data, size_t size) {
-  int fd = ::open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // The agent's files are private (data_dir.h).
+  int fd = ::open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return false;
   const bool ok = WriteAll(fd, data, size) && ::fsync(fd) == 0;
   ::close(fd);
@@ -258,7 +259,53 @@ uint64_t StartTicks(pid_t pid) {
   return start;
 }
 
-[[noreturn]] void RunChild(const SpawnPlan& plan) {
+// Reads a `cgroup.procs` file, SIGKILLs every pid in it; returns how many it
+// listed (0: empty or unreadable).
+int KillGroupProcs(const char* procs_file) {
+  const int fd = ::open(procs_file, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[4096];
+  int count = 0;
+  int64_t pid = 0;
+  bool in_number = false;
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    for (ssize_t i = 0; i < n; ++i) {
+      if (buf[i] >= '0' && buf[i] <= '9') {
+        pid = pid * 10 + (buf[i] - '0');
+        in_number = true;
+      } else if (in_number) {
+        if (pid > 0) ::kill(static_cast<pid_t>(pid), SIGKILL);
+        ++count;
+        pid = 0;
+        in_number = false;
+      }
+    }
+  }
+  if (in_number && pid > 0) {
+    ::kill(static_cast<pid_t>(pid), SIGKILL);
+    ++count;
+  }
+  ::close(fd);
+  return count;
+}
+
+// Kills every process in the task's group: true when it held none.
+bool KillGroup(const SpawnPlan& plan) {
+  if (plan.group_procs_file.empty()) return true;
+  if (!plan.group_kill_file.empty()) {
+    const int fd = ::open(plan.group_kill_file.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      (void)WriteAll(fd, "1", 1);
+      ::close(fd);
+    }
+  }
+  return KillGroupProcs(plan.group_procs_file.c_str()) == 0;
+}
+
+[[noreturn]] void RunChild(const SpawnPlan& plan, pid_t shim) {
   // Own process group, so that the whole task can be signalled at once.
   if (::setpgid(0, 0) != 0) ChildFail(plan, SpawnStage::kSetpgid, errno);
 
@@ -294,6 +341,12 @@ uint64_t StartTicks(pid_t pid) {
       ChildFail(plan, SpawnStage::kSetuid, errno);
     }
   }
+  // Die with the shim (the one thread of the shim forked us). Set after the
+  // switch of ids, which clears it; a set-user-ID program clears it again,
+  // and then the agent's watch of the shim (and the cgroup) still kill the
+  // task. A shim that died before this line: go now.
+  (void)::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  if (::getppid() != shim) ::_exit(kChildExitFailed);
   // Directories are made and entered as the task's user: it runs only where
   // that user may go (and where root may not, e.g. NFS with root_squash).
   if (plan.create_working_dir) {
@@ -367,9 +420,10 @@ uint64_t StartTicks(pid_t pid) {
   }
   (void)::chdir("/");
 
+  const pid_t shim = ::getpid();
   const pid_t child = ::fork();
   if (child < 0) ShimFail(plan, SpawnStage::kFork, errno);
-  if (child == 0) RunChild(plan);
+  if (child == 0) RunChild(plan, shim);
   // Also set the group from this side, so that it exists whichever process
   // runs first (EACCES once the child has exec'd: then it did it itself).
   (void)::setpgid(child, child);
@@ -442,14 +496,15 @@ uint64_t StartTicks(pid_t pid) {
   }
 
   // The task is over when its main process is: kill what is left of its
-  // process group and reap it, so that no process of the group outlives the
-  // recorded exit.
+  // process group and of its cgroup (processes that left the group), and
+  // reap them, so that no process of the task outlives the recorded exit.
   ::kill(-child, SIGKILL);
   for (int i = 0; i < kDrainSteps; ++i) {
+    const bool group_empty = KillGroup(plan);
     int st;
     while (::waitpid(-1, &st, WNOHANG) > 0) {
     }
-    if (::kill(-child, 0) != 0) break;
+    if (::kill(-child, 0) != 0 && group_empty) break;
     SleepMillis(10);
   }
 

@@ -66,6 +66,11 @@ struct SpawnPlan {
   std::vector<std::string> create_dirs;
   // cgroup.procs files the child writes its pid into.
   std::vector<std::string> cgroup_procs_files;
+  // The task's cgroup v2 group (task_group.h), or empty: its `cgroup.kill`
+  // and `cgroup.procs`, with which the shim kills every process of the task
+  // (those that left its process group too) once its main process ended.
+  std::string group_kill_file;
+  std::string group_procs_file;
 
   // Descriptors (all >= 3, close-on-exec) owned by the agent.
   int devnull_fd = -1;
@@ -102,9 +107,12 @@ struct SpawnPlan {
 
 // The shim: runs in the child of the agent's fork(). Starts a new session,
 // becomes a child subreaper, forks the task, reports its pid, waits for it,
-// kills and reaps what is left of its process group, writes the exit file and
-// exits. Signals stay blocked (as the agent blocked them around fork()).
-// With a `lease_path`, it also fences the task when the lease expires.
+// kills and reaps what is left of its process group and cgroup v2 group,
+// writes the exit file and exits. The task's main process gets
+// PR_SET_PDEATHSIG(SIGKILL): it dies with its shim (the agent, which
+// watches shims, then kills the rest of the task). Signals stay blocked (as the
+// agent blocked them around fork()). With a `lease_path`, it also fences the
+// task when the lease expires.
 [[noreturn]] void RunShim(const SpawnPlan& plan);
 
 }  // namespace loom::agent_internal

@@ -184,6 +184,7 @@ std::string TaskRecordToJson(const TaskFileRecord& r) {
                  {"dirs", r.cgroup.dirs},
                  {"limits_applied", r.cgroup.limits_applied},
                  {"note", r.cgroup.note}};
+  if (!r.group_dir.empty()) j["group_dir"] = r.group_dir;
   return j.dump(2) + "\n";
 }
 
@@ -214,6 +215,7 @@ absl::StatusOr<TaskFileRecord> TaskRecordFromJson(std::string_view text) {
       r.launched_at = absl::FromUnixMillis(static_cast<int64_t>(
           std::llround(j.at("launched_at").get<double>() * 1000.0)));
     }
+    r.group_dir = j.value("group_dir", std::string());
     if (j.contains("cgroup")) {
       const Json& c = j.at("cgroup");
       r.cgroup.procs_files = c.value("procs_files", std::vector<std::string>{});

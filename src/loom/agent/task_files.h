@@ -95,6 +95,9 @@ struct TaskFileRecord {
   std::string stderr_path;
   absl::Time launched_at = absl::InfinitePast();
   CgroupPlacement cgroup;
+  // The task's cgroup v2 group (task_group.h); empty: none, only its
+  // process group.
+  std::string group_dir;
 };
 
 std::string TaskRecordToJson(const TaskFileRecord& record);

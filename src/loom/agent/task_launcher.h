@@ -36,7 +36,7 @@ struct TaskSpec {
   // runs as another user creates it (and enters it) as that user, after the
   // switch: a directory that user cannot create or enter fails the launch.
   std::string working_dir;
-  // Opened with O_APPEND|O_CREAT (mode 0644) by the agent before the task
+  // Opened with O_APPEND|O_CREAT (mode 0600) by the agent before the task
   // starts; empty means /dev/null. Both may name the same file. A file
   // created for a task that runs as another user belongs to that user (mode
   // 0600); an existing file is left as it is.

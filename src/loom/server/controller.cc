@@ -630,10 +630,12 @@ void Controller::StartJob(JobRecord& job, absl::Time now) {
 AgentAction Controller::LaunchAction(const JobRecord& job,
                                      const TaskRecord& t) const {
   const int procs = job.spec.processes_per_task;
+  // No dir and no root: the agent gives the job one on each node.
   const std::string ckpt =
-      job.spec.checkpoint.dir.empty()
-          ? absl::StrCat(options_.checkpoint_root, "/", job.id)
-          : job.spec.checkpoint.dir;
+      !job.spec.checkpoint.dir.empty() ? job.spec.checkpoint.dir
+      : options_.checkpoint_root.empty()
+          ? ""
+          : absl::StrCat(options_.checkpoint_root, "/", job.id);
   const int master = NodeIndex(job.tasks[0].node);
   nlohmann::json env = job.spec.env;
   env["CUDA_VISIBLE_DEVICES"] = absl::StrJoin(t.gpus, ",");
@@ -645,7 +647,7 @@ AgentAction Controller::LaunchAction(const JobRecord& job,
   env["LOOM_JOB_ID"] = std::to_string(job.id);
   env["LOOM_TASK_INDEX"] = std::to_string(t.index);
   env["LOOM_RESTART_COUNT"] = std::to_string(job.restart_count);
-  env["LOOM_CHECKPOINT_DIR"] = ckpt;
+  if (!ckpt.empty()) env["LOOM_CHECKPOINT_DIR"] = ckpt;
   AgentAction a;
   a.kind = AgentAction::Kind::kLaunch;
   a.node = t.node;

@@ -40,7 +40,8 @@ struct ControllerOptions {
   // MASTER_PORT is picked from [base, base + count) on the rank-0 node.
   int master_port_base = 29500;
   int master_port_count = 1000;
-  // LOOM_CHECKPOINT_DIR of jobs whose spec names none: <root>/<job id>.
+  // LOOM_CHECKPOINT_DIR of jobs whose spec names none: <root>/<job id>;
+  // empty: not set (each agent makes the job a directory of its own).
   std::string checkpoint_root = "/tmp/loom-checkpoints";
 };
 

@@ -226,8 +226,7 @@ CLI::App* AddServerCommand(CLI::App& app, ServerFlags* f) {
   cmd->add_option("--listen", f->listen, "HOST:PORT to serve the API on")
       ->capture_default_str();
   cmd->add_option("--data-dir", f->data_dir,
-                  "Directory for the state database (state.db) and, by "
-                  "default, checkpoints")
+                  "Directory for the state database (state.db)")
       ->required();
   cmd->add_option("--store", f->store,
                   "State store: sqlite (DATA_DIR/state.db, one server) or "
@@ -280,7 +279,8 @@ CLI::App* AddServerCommand(CLI::App& app, ServerFlags* f) {
                   "--heartbeat-timeout");
   cmd->add_option("--checkpoint-root", f->checkpoint_root,
                   "LOOM_CHECKPOINT_DIR of jobs whose spec names none: "
-                  "ROOT/<job id> (default: DATA_DIR/checkpoints)");
+                  "ROOT/<job id>, on a filesystem all nodes share (default: "
+                  "none; each agent gives the job a directory of its own)");
   return cmd;
 }
 
@@ -331,9 +331,7 @@ int RunServer(const ServerFlags& f) {
         "elsewhere)");
   }
   copts.fence_after = absl::Seconds(fence);
-  copts.checkpoint_root = f.checkpoint_root.empty()
-                              ? f.data_dir + "/checkpoints"
-                              : f.checkpoint_root;
+  copts.checkpoint_root = f.checkpoint_root;  // "": the agents' default
   HttpServerOptions hopts;
   hopts.host = f.listen.substr(0, colon);
   hopts.port = port;

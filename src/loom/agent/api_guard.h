@@ -1,0 +1,84 @@
+#pragma once
+
+// Who may call the agent API (docs/security.md, "Agents fail closed").
+//
+// The agent's task routes (`POST /v1/tasks`, stop, logs, faults, ...) run
+// programs, as root when the agent is root. Only the loom server the agent
+// registered with may call them: it presents its agent key (`Authorization:
+// Bearer <key>`), which the agent learns from its registration reply and
+// keeps in `<node dir>/agent_key`. Until it knows a key, the agent answers
+// 503 to every such route: it fails closed. The one exception is an agent
+// started with `--insecure` (tests on loopback): while it knows no key, it
+// serves anyone; once a key is known it requires it like any other agent.
+// `--insecure` is refused on addresses that are not loopback.
+
+#include <atomic>
+#include <set>
+#include <string>
+#include <string_view>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+
+namespace loom {
+
+// What `ApiGuard::Check` decided about one request.
+struct ApiVerdict {
+  bool allowed = false;
+  // When not allowed: the HTTP status (401 or 503), the error code
+  // ("unauthenticated", "unavailable") and a message for people.
+  int status = 0;
+  std::string code;
+  std::string message;
+};
+
+// The keys the agent's server presents, and the decision for each request.
+//
+// Thread-safety: thread-safe.
+class ApiGuard {
+ public:
+  // `insecure`: serve requests without a key while no key is known
+  // (`--insecure`).
+  explicit ApiGuard(bool insecure) : insecure_(insecure) {}
+
+  // The agent has a join token or a credential, so that registering will
+  // teach it its server's key (this only changes the message of a 503).
+  void SetCanRegister(bool can) { can_register_ = can; }
+
+  // Adds one of the server's keys (one per node; the same server for all).
+  // Returns false when it was known already. Only the key's SHA-256 is kept.
+  bool AddKey(std::string_view key);
+
+  // Whether a key is known.
+  bool HasKey() const;
+
+  // For the agent's log while no key is known: what the API does.
+  std::string Describe() const;
+
+  // Decides on a request whose `Authorization` header is `authorization`
+  // ("" when it has none). Looking up what a request presents costs one
+  // hash whatever the number of keys, and its timing tells nothing about
+  // the keys themselves.
+  ApiVerdict Check(std::string_view authorization) const;
+
+ private:
+  // Constant after construction.
+  const bool insecure_;
+
+  std::atomic<bool> can_register_{false};
+
+  mutable absl::Mutex mu_;
+  std::set<std::string> digests_ ABSL_GUARDED_BY(mu_);
+};
+
+// True when every address `host` resolves to is a loopback address
+// (127.0.0.0/8, ::1); false when it resolves to any other address or not at
+// all.
+bool IsLoopbackHost(const std::string& host);
+
+// `InvalidArgument` (naming the flag) when `--insecure` is asked for on a
+// listen address that is not loopback; OK otherwise.
+absl::Status CheckInsecureListen(bool insecure, const std::string& host);
+
+}  // namespace loom
