@@ -951,7 +951,9 @@ absl::Status Agent::Impl::InitNode(Node& node, const HostInfo& host,
       node.credential = line;
     }
     std::ifstream key(absl::StrCat(node.root, "/agent_key"));
-    if (key && std::getline(key, line) && !line.empty()) guard_.AddKey(line);
+    if (key && std::getline(key, line) && !line.empty()) {
+      guard_.SetKey(node.name, line);
+    }
     if (!node.credential.empty() || !options_.join_token.empty()) {
       guard_.SetCanRegister(true);
     }
@@ -2373,7 +2375,7 @@ bool Agent::Impl::Authorized(const httplib::Request& req,
 }
 
 void Agent::Impl::AcceptServerKey(Node& node, const std::string& key) {
-  if (!guard_.AddKey(key)) return;
+  if (!guard_.SetKey(node.name, key)) return;
   if (absl::Status s =
           WriteSecretFile(absl::StrCat(node.root, "/agent_key"), key + "\n");
       !s.ok()) {

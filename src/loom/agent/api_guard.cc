@@ -27,9 +27,19 @@ bool IsLoopbackAddress(const sockaddr* sa) {
 
 }  // namespace
 
-bool ApiGuard::AddKey(std::string_view key) {
+bool ApiGuard::SetKey(std::string_view node, std::string_view key) {
+  const std::string digest = Sha256Hex(key);
   absl::MutexLock lock(&mu_);
-  return digests_.insert(Sha256Hex(key)).second;
+  auto it = by_node_.find(node);
+  if (it != by_node_.end()) {
+    if (it->second == digest) return false;
+    if (--digests_[it->second] <= 0) digests_.erase(it->second);
+    it->second = digest;
+  } else {
+    by_node_.emplace(std::string(node), digest);
+  }
+  ++digests_[digest];
+  return true;
 }
 
 bool ApiGuard::HasKey() const {

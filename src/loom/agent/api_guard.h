@@ -13,7 +13,7 @@
 // `--insecure` is refused on addresses that are not loopback.
 
 #include <atomic>
-#include <set>
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -46,9 +46,11 @@ class ApiGuard {
   // teach it its server's key (this only changes the message of a 503).
   void SetCanRegister(bool can) { can_register_ = can; }
 
-  // Adds one of the server's keys (one per node; the same server for all).
-  // Returns false when it was known already. Only the key's SHA-256 is kept.
-  bool AddKey(std::string_view key);
+  // Sets node `node`'s key (the server presents one per node; a fleet
+  // emulator serves thousands), replacing the one it had: a key the server
+  // rotated (a re-join) is dead at once. Returns false when it was that
+  // node's key already. Only the key's SHA-256 is kept.
+  bool SetKey(std::string_view node, std::string_view key);
 
   // Whether a key is known.
   bool HasKey() const;
@@ -69,7 +71,9 @@ class ApiGuard {
   std::atomic<bool> can_register_{false};
 
   mutable absl::Mutex mu_;
-  std::set<std::string> digests_ ABSL_GUARDED_BY(mu_);
+  // Digest -> how many nodes have it, and each node's digest.
+  std::map<std::string, int> digests_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string, std::less<>> by_node_ ABSL_GUARDED_BY(mu_);
 };
 
 // True when every address `host` resolves to is a loopback address
