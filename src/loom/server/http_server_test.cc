@@ -838,5 +838,17 @@ TEST_F(LogProxyTest, AFollowStreamsWhatTheTaskWritesAndEndsWithIt) {
   EXPECT_EQ(got, "line 1\nline 2\n");
 }
 
+// A body is read as it is, whatever its Content-Type: curl's default
+// (application/x-www-form-urlencoded) once met httplib's 8 KiB form limit
+// and a 9 KB spec was refused as "over 1 MiB".
+TEST_F(HttpServerTest, ABodyIsASpecWhateverItsContentType) {
+  std::string spec =
+      R"({"name": "big", "command": ["true"], "resources": {"gpus": 1}, "env": {"PAD": ")";
+  spec += std::string(9000, 'x') + "\"}}";
+  auto r = client_->Post("/v1/jobs", spec, "application/x-www-form-urlencoded");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 201) << r->body.substr(0, 300);
+}
+
 }  // namespace
 }  // namespace loom
