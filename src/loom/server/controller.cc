@@ -14,6 +14,7 @@
 #include "loom/common/utf8.h"
 #include "loom/core/retry.h"
 #include "loom/sched/placement.h"
+#include "loom/server/stored_job.h"
 
 namespace loom {
 namespace {
@@ -196,18 +197,36 @@ absl::Status Controller::Load(absl::Time now) {
   absl::StatusOr<std::vector<KeyValue>> jobs = store_->List("/jobs/");
   if (!jobs.ok()) return jobs.status();
   for (const KeyValue& kv : *jobs) {
-    nlohmann::json j = nlohmann::json::parse(kv.value, nullptr, false);
-    absl::StatusOr<JobRecord> rec =
-        j.is_discarded()
-            ? absl::StatusOr<JobRecord>(absl::DataLossError("not JSON"))
-            : JobRecordFromJson(j);
-    if (!rec.ok()) {
-      return absl::DataLossError(
-          absl::StrCat("store entry ", kv.key, ": ", rec.status().message()));
+    // A record that cannot be read never stops the server: it becomes a
+    // failed job, its bytes are kept under /quarantine/, and it is logged.
+    absl::StatusOr<StoredJob> stored = ReadStoredJob(kv, now);
+    if (!stored.ok()) {
+      load_log_.push_back(UnreadableRecordLogLine(kv, stored.status(), ""));
+      continue;
     }
+    if (!stored->problem.ok()) {
+      const std::string kept_at = QuarantineKey(kv.key, kv.version);
+      absl::StatusOr<int64_t> rev = store_->Commit(
+          {{kv.key, kv.version}},
+          {Mutation::Put(kept_at, kv.value),
+           Mutation::Put(kv.key, StoreText(JobRecordToJson(stored->record)))});
+      std::string kept = kept_at;
+      absl::Status why = stored->problem;
+      if (!rev.ok()) {
+        kept.clear();  // not moved: the bytes stay under their key
+        why = absl::DataLossError(absl::StrCat(
+            why.message(),
+            "; could not quarantine it: ", rev.status().message()));
+      }
+      load_log_.push_back(UnreadableRecordLogLine(kv, why, kept));
+    }
+    JobRecord* rec = &stored->record;
     next_id_ = std::max(next_id_, rec->id + 1);
     if (!rec->request_id.empty()) requests_[rec->request_id] = rec->id;
-    JobRecord& job = jobs_[rec->id] = *std::move(rec);
+    JobRecord& job = jobs_[rec->id] = std::move(*rec);
+    // A job that ended keeps its state and reason, whatever the cluster
+    // has become.
+    if (IsFinal(job.state)) continue;
     absl::StatusOr<JobRequest> req =
         ToJobRequest(job.spec, cluster_, job.id, job.submit_time);
     if (!req.ok()) {

@@ -144,6 +144,15 @@ class Controller {
 
   const Cluster& cluster() const { return cluster_; }
 
+  // Structured log lines (JSON) about what `Create` found while loading:
+  // one per record that could not be read (see `ReadStoredJob`), which is
+  // then a failed job and its bytes are under `QuarantineKey`. The server
+  // prints them at start. Empty when all was well.
+  std::vector<std::string> LoadLog() const {
+    absl::MutexLock lock(&mu_);
+    return load_log_;
+  }
+
  private:
   struct Node {
     enum class State { kUnknown, kUp, kDown };
@@ -232,6 +241,8 @@ class Controller {
   absl::flat_hash_map<std::string, JobId> requests_ ABSL_GUARDED_BY(mu_);
   // Pending jobs waiting out their restart backoff (`JobRecord::not_before`).
   absl::flat_hash_set<JobId> backoff_ ABSL_GUARDED_BY(mu_);
+
+  std::vector<std::string> load_log_ ABSL_GUARDED_BY(mu_);
 
   // Metrics since this server started (not persisted).
   int64_t decisions_ ABSL_GUARDED_BY(mu_) = 0;  // starts and preemptions

@@ -130,7 +130,7 @@ absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& in) {
     JobRecord j;
     j.id = in.at("id").get<JobId>();
     absl::StatusOr<JobSpec> spec =
-        ParseJobSpec(in.at("spec").dump(), absl::StrCat("job ", j.id));
+        ParseStoredJobSpec(in.at("spec").dump(), absl::StrCat("job ", j.id));
     if (!spec.ok()) return spec.status();
     j.spec = *std::move(spec);
     absl::StatusOr<JobState> state =

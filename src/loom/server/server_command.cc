@@ -176,6 +176,9 @@ int RunReplicated(const ServerFlags& f, Cluster cluster,
     server.Stop();
     return 1;
   }
+  for (const std::string& line : (*controller)->LoadLog()) {
+    std::cerr << "loom server: " << line << std::endl;
+  }
   server.Lead(controller->get());
   std::cerr << "loom server: leading (term " << *term << "), state loaded in "
             << absl::FormatDuration(absl::Now() - won) << std::endl;
@@ -311,6 +314,9 @@ int RunServer(const ServerFlags& f) {
       Controller::Create(*std::move(cluster), store->get(), copts, absl::Now());
   if (!controller.ok()) {
     return Fail(std::string(controller.status().message()));
+  }
+  for (const std::string& line : (*controller)->LoadLog()) {
+    std::cerr << "loom server: " << line << std::endl;
   }
   TokenRegistry auth(store->get(), /*authoritative=*/true);
   if (absl::Status st = auth.Load(absl::Now()); !st.ok()) {
