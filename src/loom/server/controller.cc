@@ -145,7 +145,10 @@ bool TaskLive(const TaskRecord& t) {
 
 Controller::Controller(Cluster cluster, StateStore* store,
                        ControllerOptions options)
-    : cluster_(std::move(cluster)), store_(store), options_(options) {
+    : cluster_(std::move(cluster)),
+      store_(store),
+      options_(options),
+      checkpoint_throttle_(options.checkpoint_write_interval) {
   for (size_t i = 0; i < cluster_.nodes.size(); ++i) {
     node_index_[cluster_.nodes[i].name] = static_cast<int>(i);
   }
@@ -227,6 +230,7 @@ absl::Status Controller::Load(absl::Time now) {
     // A job that ended keeps its state and reason, whatever the cluster
     // has become.
     if (IsFinal(job.state)) continue;
+    user_jobs_.Add(job.spec.user, job.id);
     absl::StatusOr<JobRequest> req =
         ToJobRequest(job.spec, cluster_, job.id, job.submit_time);
     if (!req.ok()) {
@@ -330,7 +334,20 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
   JobId id;
   {
     absl::MutexLock lock(&mu_);
+    const std::map<JobId, JobRecord>& jobs = jobs_;
+    if (user_jobs_.AtLimit(
+            spec.user, options_.max_jobs_per_user, [&jobs](JobId j) {
+              auto it = jobs.find(j);
+              return it != jobs.end() && IsFinal(it->second.state);
+            })) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "limit: user ", spec.user, " has ", options_.max_jobs_per_user,
+          " unfinished jobs (held, pending, running or stopping), the most a "
+          "user may have (the server's --max-jobs-per-user); cancel some or "
+          "wait for them to end"));
+    }
     id = next_id_++;  // an id whose write fails is skipped, never reused
+    user_jobs_.Add(spec.user, id);  // reserved while it is written
   }
   req->id = id;
   JobRecord job;
@@ -369,7 +386,11 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
         absl::StrCat("a submission with Idempotency-Key ", request_id,
                      " is still being written; retry"));
   }
-  if (!rev.ok()) return rev.status();
+  if (!rev.ok()) {
+    absl::MutexLock lock(&mu_);
+    user_jobs_.Remove(job.spec.user, id);
+    return rev.status();
+  }
   absl::MutexLock lock(&mu_);
   if (created != nullptr) *created = true;
   if (!request_id.empty()) requests_[request_id] = id;
@@ -427,6 +448,7 @@ void Controller::ReleaseMany(const std::vector<JobId>& ids, absl::Time now,
   errors->assign(ids.size(), absl::OkStatus());
   std::vector<const JobRecord*> changed;
   std::vector<std::pair<size_t, JobRequest>> requests;
+  std::vector<JobEvents> events_before;  // one per entry of `requests`
   for (size_t i = 0; i < ids.size(); ++i) {
     auto it = jobs_.find(ids[i]);
     if (it == jobs_.end()) {
@@ -446,6 +468,7 @@ void Controller::ReleaseMany(const std::vector<JobId>& ids, absl::Time now,
       (*errors)[i] = req.status();
       continue;
     }
+    events_before.push_back(job.events);
     job.state = JobState::kPending;
     job.AddEvent(now, "released");
     changed.push_back(&job);
@@ -453,10 +476,11 @@ void Controller::ReleaseMany(const std::vector<JobId>& ids, absl::Time now,
   }
   // One write for all of them; on failure none is released.
   if (absl::Status st = Persist(changed); !st.ok()) {
-    for (auto& [i, req] : requests) {
+    for (size_t k = 0; k < requests.size(); ++k) {
+      auto& [i, req] = requests[k];
       JobRecord& job = jobs_.at(req.id);
       job.state = JobState::kHeld;
-      job.events.pop_back();
+      job.events = std::move(events_before[k]);
       (*errors)[i] = st;
     }
     return;
@@ -485,13 +509,24 @@ absl::StatusOr<nlohmann::json> Controller::Checkpoint(
   job.checkpoint_step = step;
   job.checkpoint_run = job.restart_count;
   scheduler_->ReportCheckpoint(id, now);
-  job.AddEvent(now, step ? absl::StrCat("checkpoint saved (step ", *step, ")")
-                         : std::string("checkpoint saved"));
+  if (!checkpoint_throttle_.ShouldWrite(id, now)) {
+    return JobJson(job, now);  // held: `Tick` writes the latest when due
+  }
+  AddCheckpointEvent(job);
   if (absl::Status st = Persist({&job}); !st.ok()) {
     job = std::move(before);
     return st;
   }
   return JobJson(job, now);
+}
+
+void Controller::AddCheckpointEvent(JobRecord& job) {
+  const absl::Time t = job.checkpoint_time.value_or(absl::UnixEpoch());
+  job.AddEvent(t,
+               job.checkpoint_step ? absl::StrCat("checkpoint saved (step ",
+                                                  *job.checkpoint_step, ")")
+                                   : std::string("checkpoint saved"),
+               "checkpoint saved");
 }
 
 absl::StatusOr<nlohmann::json> Controller::GetJob(JobId id,
@@ -982,6 +1017,13 @@ void Controller::Tick(absl::Time now) {
       dirty.push_back(&it->second);
   }
   unsaved_.clear();
+  // Checkpoint reports held back by the throttle.
+  for (JobId id : checkpoint_throttle_.TakeDue(now)) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || IsFinal(it->second.state)) continue;
+    AddCheckpointEvent(it->second);
+    dirty.push_back(&it->second);
+  }
   // Restarts whose backoff is over go back to the queue.
   for (auto it = backoff_.begin(); it != backoff_.end();) {
     JobRecord& job = jobs_.at(*it);

@@ -16,6 +16,7 @@
 #include "loom/core/cluster.h"
 #include "loom/core/job_spec.h"
 #include "loom/sched/scheduler.h"
+#include "loom/server/job_limits.h"
 #include "loom/server/job_record.h"
 #include "loom/store/state_store.h"
 #include "nlohmann/json.hpp"
@@ -42,6 +43,14 @@ struct ControllerOptions {
   int master_port_count = 1000;
   // LOOM_CHECKPOINT_DIR of jobs whose spec names none: <root>/<job id>.
   std::string checkpoint_root = "/tmp/loom-checkpoints";
+  // Unfinished jobs (held, pending, running, stopping) a user may have;
+  // more submissions are refused (`ResourceExhausted`, HTTP 429) until some
+  // end. 0: no limit. As Slurm's MaxSubmitJobs.
+  int64_t max_jobs_per_user = 10'000;
+  // At most one checkpoint report per job is written to the store in this
+  // time; the others update the job in memory, and the latest is written
+  // when the time has passed (docs/api.md).
+  absl::Duration checkpoint_write_interval = absl::Seconds(5);
 };
 
 // Something the controller wants an agent to do. The server carries these
@@ -86,7 +95,10 @@ class Controller {
   absl::StatusOr<nlohmann::json> Cancel(JobId id, absl::Time now);
   absl::StatusOr<nlohmann::json> Release(JobId id, absl::Time now);
   // The job says it saved a checkpoint (`step` when it told one). Only a
-  // running or stopping job can; FailedPrecondition otherwise.
+  // running or stopping job can; FailedPrecondition otherwise. The job (and
+  // the scheduler's choice of preemption victims) sees it at once; the
+  // store gets at most one report per `checkpoint_write_interval`, the
+  // latest one of each interval (written by `Tick`).
   absl::StatusOr<nlohmann::json> Checkpoint(JobId id,
                                             std::optional<int64_t> step,
                                             absl::Time now);
@@ -207,6 +219,9 @@ class Controller {
   void ApplyHealth(int n, const nlohmann::json& body, absl::Time now,
                    std::vector<const JobRecord*>* dirty)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The event of the job's last checkpoint; consecutive ones are one event
+  // with a count.
+  void AddCheckpointEvent(JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets `running_time` (and an event) once every task of `job` runs.
   void NoteRunning(JobRecord& job, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -239,6 +254,9 @@ class Controller {
   absl::flat_hash_set<JobId> unsaved_ ABSL_GUARDED_BY(mu_);
   // Idempotency keys of submissions -> their jobs.
   absl::flat_hash_map<std::string, JobId> requests_ ABSL_GUARDED_BY(mu_);
+  // Unfinished jobs per user, for `max_jobs_per_user`.
+  UserJobCounter user_jobs_ ABSL_GUARDED_BY(mu_);
+  CheckpointThrottle checkpoint_throttle_ ABSL_GUARDED_BY(mu_);
   // Pending jobs waiting out their restart backoff (`JobRecord::not_before`).
   absl::flat_hash_set<JobId> backoff_ ABSL_GUARDED_BY(mu_);
 

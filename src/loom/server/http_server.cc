@@ -81,6 +81,15 @@ nlohmann::json ErrorJson(const absl::Status& st, int* http_status) {
       status = 503;
       code = "unavailable";
       break;
+    case absl::StatusCode::kResourceExhausted:
+      // A limit of the caller's (`limit: ...`); other exhaustion (a full
+      // disk) stays a 500.
+      if (message.rfind("limit: ", 0) == 0) {
+        status = 429;
+        code = "limit_exceeded";
+        message = message.substr(7);
+      }
+      break;
     default:
       break;
   }

@@ -247,6 +247,11 @@ CLI::App* AddServerCommand(CLI::App& app, ServerFlags* f) {
   cmd->add_option("--checkpoint-root", f->checkpoint_root,
                   "LOOM_CHECKPOINT_DIR of jobs whose spec names none: "
                   "ROOT/<job id> (default: DATA_DIR/checkpoints)");
+  cmd->add_option("--max-jobs-per-user", f->max_jobs_per_user,
+                  "Unfinished jobs (held, pending, running) a user may have; "
+                  "more submissions get 429 (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   return cmd;
 }
 
@@ -290,6 +295,7 @@ int RunServer(const ServerFlags& f) {
         "elsewhere)");
   }
   copts.fence_after = absl::Seconds(fence);
+  copts.max_jobs_per_user = f.max_jobs_per_user;
   copts.checkpoint_root = f.checkpoint_root.empty()
                               ? f.data_dir + "/checkpoints"
                               : f.checkpoint_root;

@@ -19,8 +19,8 @@ namespace loom {
 namespace {
 
 std::string TempPath(const std::string& name) {
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/loom_clb_",
-                                       getpid(), "_", name);
+  const std::string dir =
+      absl::StrCat(::testing::TempDir(), "/loom_clb_", getpid(), "_", name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir + "/state.db";

@@ -188,10 +188,9 @@ absl::StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(
                      options.change_log_limit));
   }
   if (options.change_log_bytes_limit < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sqlite store ", path,
-                     ": negative change_log_bytes_limit ",
-                     options.change_log_bytes_limit));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sqlite store ", path, ": negative change_log_bytes_limit ",
+        options.change_log_bytes_limit));
   }
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(
@@ -562,7 +561,7 @@ absl::StatusOr<int64_t> SqliteStateStore::ApplyCommit(
 }
 
 absl::Status SqliteStateStore::TrimLog(int64_t change_count,
-                                      int64_t change_bytes) {
+                                       int64_t change_bytes) {
   // The newest revision that has to go (0: none); every change of its
   // commit and of older ones goes with it.
   int64_t cutoff = 0;
