@@ -785,6 +785,21 @@ TEST_F(VerbTest, ShowAndLogs) {
   EXPECT_EQ(r.out, "line from stderr of task 3\n");
 }
 
+// Issue 14.7: CLI11 read "0x10" as job 16, "010" as 8 and clamped 2^64-1
+// to 2^63-1; job IDs are canonical positive decimals.
+TEST_F(VerbTest, JobIdsAreCanonicalDecimals) {
+  for (const char* bad : {"0x10", "010", "+5", "18446744073709551615"}) {
+    CliResult r = Run({"show", bad});
+    EXPECT_EQ(r.rc, 2) << bad << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr(bad));
+  }
+  EXPECT_THAT(Run({"show", "18446744073709551615"}).err,
+              HasSubstr("out of range"));
+  EXPECT_EQ(Run({"cancel", "41", "0x2b"}).rc, 2);
+  EXPECT_EQ(Run({"logs", "0042"}).rc, 2);
+  EXPECT_EQ(Run({"show", "42"}).rc, 0);
+}
+
 // Any non-2xx answer to a log read is an error: its message is printed, not
 // the body as log text, and the verb exits 1 (issue 14.6).
 TEST_F(VerbTest, LogsPrintsTheErrorOfAnyNon2xxAnswerAndExits1) {

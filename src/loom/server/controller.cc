@@ -14,6 +14,7 @@
 #include "loom/common/utf8.h"
 #include "loom/core/retry.h"
 #include "loom/sched/placement.h"
+#include "loom/server/idempotency_keys.h"
 #include "loom/server/stored_job.h"
 
 namespace loom {
@@ -26,7 +27,18 @@ constexpr const char* kNotAgainAfterRefusal =
     "refuse it again";
 
 std::string RequestKey(const std::string& request_id) {
-  return absl::StrCat("/requests/", request_id);
+  return IdempotencyStoreKey(request_id);
+}
+
+// How often `Tick` purges expired idempotency keys, and how many at a time.
+constexpr absl::Duration kPurgeEvery = absl::Minutes(1);
+constexpr size_t kPurgeBatch = 1000;
+
+absl::Status KeyReusedError(const std::string& request_id, JobId job) {
+  return absl::AlreadyExistsError(
+      absl::StrCat("Idempotency-Key ", request_id,
+                   " was already used for a different request (job ", job,
+                   "); send a new key for a new job"));
 }
 
 absl::Status ValidateRequestId(const std::string& id) {
@@ -148,6 +160,7 @@ Controller::Controller(Cluster cluster, StateStore* store,
     : cluster_(std::move(cluster)),
       store_(store),
       options_(options),
+      requests_(options.idempotency_key_lifetime),
       checkpoint_throttle_(options.checkpoint_write_interval) {
   for (size_t i = 0; i < cluster_.nodes.size(); ++i) {
     node_index_[cluster_.nodes[i].name] = static_cast<int>(i);
@@ -225,7 +238,6 @@ absl::Status Controller::Load(absl::Time now) {
     }
     JobRecord* rec = &stored->record;
     next_id_ = std::max(next_id_, rec->id + 1);
-    if (!rec->request_id.empty()) requests_[rec->request_id] = rec->id;
     JobRecord& job = jobs_[rec->id] = std::move(*rec);
     // A job that ended keeps its state and reason, whatever the cluster
     // has become.
@@ -273,6 +285,18 @@ absl::Status Controller::Load(absl::Time now) {
       }
     }
   }
+  // Idempotency keys, with the digests of their requests.
+  absl::StatusOr<std::vector<KeyValue>> keys = store_->List(RequestKey(""));
+  if (!keys.ok()) return keys.status();
+  for (const KeyValue& kv : *keys) {
+    const std::string key = kv.key.substr(RequestKey("").size());
+    JobId job = 0;
+    absl::SimpleAtoi(kv.value, &job);
+    auto it = jobs_.find(job);
+    absl::StatusOr<IdempotencyRecord> r = ParseIdempotencyValue(
+        kv, it != jobs_.end() ? it->second.submit_time : now);
+    if (r.ok()) requests_.Put(key, *std::move(r));
+  }
   return absl::OkStatus();
 }
 
@@ -314,16 +338,24 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
                                                   const std::string& request_id,
                                                   bool* created) {
   if (created != nullptr) *created = false;
+  if (spec.user.empty()) spec.user = user.empty() ? "default" : user;
+  std::string digest;
+  // The version of an expired record of the key, which this submission
+  // replaces (0: none).
+  int64_t expired_version = 0;
   if (!request_id.empty()) {
     if (absl::Status st = ValidateRequestId(request_id); !st.ok()) return st;
+    digest = RequestDigest(spec);
     absl::MutexLock lock(&mu_);
-    auto seen = requests_.find(request_id);
-    if (seen != requests_.end()) {
-      auto job = jobs_.find(seen->second);
+    if (const IdempotencyRecord* r = requests_.Find(request_id, now)) {
+      if (!r->digest.empty() && r->digest != digest) {
+        return KeyReusedError(request_id, r->job);
+      }
+      auto job = jobs_.find(r->job);
       if (job != jobs_.end()) return JobJson(job->second, now);
     }
+    expired_version = requests_.ExpiredVersion(request_id, now);
   }
-  if (spec.user.empty()) spec.user = user.empty() ? "default" : user;
   // Checks need no lock (the cluster is constant).
   absl::StatusOr<JobRequest> req = ToJobRequest(spec, cluster_, 0, now);
   if (!req.ok()) return req.status();
@@ -366,9 +398,11 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
       Mutation::Put(JobKey(id), StoreText(JobRecordToJson(job)))};
   if (!request_id.empty()) {
     // The key claims the id for good, also across leaders.
-    conditions.push_back({RequestKey(request_id), Condition::kMustNotExist});
-    mutations.push_back(
-        Mutation::Put(RequestKey(request_id), absl::StrCat(id)));
+    conditions.push_back(
+        {RequestKey(request_id),
+         expired_version > 0 ? expired_version : Condition::kMustNotExist});
+    mutations.push_back(Mutation::Put(
+        RequestKey(request_id), IdempotencyStoreValue({id, digest, now})));
   }
   absl::StatusOr<int64_t> rev = store_->Commit(conditions, mutations);
   if (!rev.ok() && !request_id.empty() &&
@@ -376,10 +410,19 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
       absl::StrContains(rev.status().message(), RequestKey(request_id))) {
     // The same submission raced in from another connection.
     absl::StatusOr<KeyValue> first = store_->Get(RequestKey(request_id));
-    JobId first_id = 0;
-    if (first.ok() && absl::SimpleAtoi(first->value, &first_id)) {
+    absl::StatusOr<IdempotencyRecord> r =
+        first.ok() ? ParseIdempotencyValue(*first, now)
+                   : absl::StatusOr<IdempotencyRecord>(first.status());
+    {
       absl::MutexLock lock(&mu_);
-      auto job = jobs_.find(first_id);
+      user_jobs_.Remove(job.spec.user, id);
+    }
+    if (r.ok() && !r->digest.empty() && r->digest != digest) {
+      return KeyReusedError(request_id, r->job);
+    }
+    if (r.ok()) {
+      absl::MutexLock lock(&mu_);
+      auto job = jobs_.find(r->job);
       if (job != jobs_.end()) return JobJson(job->second, now);
     }
     return absl::UnavailableError(
@@ -393,7 +436,7 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
   }
   absl::MutexLock lock(&mu_);
   if (created != nullptr) *created = true;
-  if (!request_id.empty()) requests_[request_id] = id;
+  if (!request_id.empty()) requests_.Put(request_id, {id, digest, now, *rev});
   if (job.state == JobState::kPending) {
     absl::StatusOr<SubmitOutcome> out = scheduler_->Submit(*req, now);
     if (!out.ok()) return out.status();
@@ -518,6 +561,38 @@ absl::StatusOr<nlohmann::json> Controller::Checkpoint(
     return st;
   }
   return JobJson(job, now);
+}
+
+void Controller::PurgeRequests(absl::Time now) {
+  if (now - last_purge_ < kPurgeEvery) return;
+  last_purge_ = now;
+  std::vector<std::pair<std::string, int64_t>> expired =
+      requests_.Expired(now, kPurgeBatch);
+  if (expired.empty()) return;
+  auto commit = [&](size_t begin, size_t end) {
+    std::vector<Condition> conditions;
+    std::vector<Mutation> deletes;
+    for (size_t i = begin; i < end; ++i) {
+      // Only the expired record: a submission may have just replaced it.
+      conditions.push_back(
+          {RequestKey(expired[i].first),
+           expired[i].second > 0 ? expired[i].second : Condition::kMustExist});
+      deletes.push_back(Mutation::Delete(RequestKey(expired[i].first)));
+    }
+    return store_->Commit(conditions, deletes).status();
+  };
+  absl::Status st = commit(0, expired.size());
+  if (st.ok()) {
+    for (const auto& [key, version] : expired) requests_.Erase(key);
+    return;
+  }
+  if (st.code() != absl::StatusCode::kFailedPrecondition) return;  // later
+  for (size_t i = 0; i < expired.size(); ++i) {  // one by one, rarely
+    absl::Status one = commit(i, i + 1);
+    if (one.ok() || one.code() == absl::StatusCode::kFailedPrecondition) {
+      requests_.Erase(expired[i].first);
+    }
+  }
 }
 
 void Controller::AddCheckpointEvent(JobRecord& job) {
@@ -1017,6 +1092,7 @@ void Controller::Tick(absl::Time now) {
       dirty.push_back(&it->second);
   }
   unsaved_.clear();
+  PurgeRequests(now);
   // Checkpoint reports held back by the throttle.
   for (JobId id : checkpoint_throttle_.TakeDue(now)) {
     auto it = jobs_.find(id);

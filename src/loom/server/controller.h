@@ -16,6 +16,7 @@
 #include "loom/core/cluster.h"
 #include "loom/core/job_spec.h"
 #include "loom/sched/scheduler.h"
+#include "loom/server/idempotency_keys.h"
 #include "loom/server/job_limits.h"
 #include "loom/server/job_record.h"
 #include "loom/store/state_store.h"
@@ -51,6 +52,9 @@ struct ControllerOptions {
   // time; the others update the job in memory, and the latest is written
   // when the time has passed (docs/api.md).
   absl::Duration checkpoint_write_interval = absl::Seconds(5);
+  // An idempotency key holds this long after its first use; then it is
+  // purged and a submission with it makes a new job.
+  absl::Duration idempotency_key_lifetime = absl::Hours(24);
 };
 
 // Something the controller wants an agent to do. The server carries these
@@ -87,7 +91,10 @@ class Controller {
   // HTTP layer to its user: up to 256 of [A-Za-z0-9._:-]) makes a submission
   // safe to retry: a second submission with the same id, from any client to any
   // leader, gets the first job back
-  // (`*created` false) instead of a new one.
+  // (`*created` false) instead of a new one, for
+  // `idempotency_key_lifetime`. The same id with a different spec is
+  // AlreadyExists ("Idempotency-Key ... was already used for a different
+  // request"; HTTP 422).
   absl::StatusOr<nlohmann::json> Submit(JobSpec spec, const std::string& user,
                                         absl::Time now,
                                         const std::string& request_id = "",
@@ -219,6 +226,8 @@ class Controller {
   void ApplyHealth(int n, const nlohmann::json& body, absl::Time now,
                    std::vector<const JobRecord*>* dirty)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deletes idempotency keys past their lifetime (at most once a minute).
+  void PurgeRequests(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The event of the job's last checkpoint; consecutive ones are one event
   // with a count.
   void AddCheckpointEvent(JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -252,8 +261,9 @@ class Controller {
   std::vector<AgentAction> actions_ ABSL_GUARDED_BY(mu_);
   // Jobs changed in memory but not yet written (see `ActionDone`).
   absl::flat_hash_set<JobId> unsaved_ ABSL_GUARDED_BY(mu_);
-  // Idempotency keys of submissions -> their jobs.
-  absl::flat_hash_map<std::string, JobId> requests_ ABSL_GUARDED_BY(mu_);
+  // Idempotency keys of submissions -> their jobs and requests.
+  IdempotencyKeys requests_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_purge_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Unfinished jobs per user, for `max_jobs_per_user`.
   UserJobCounter user_jobs_ ABSL_GUARDED_BY(mu_);
   CheckpointThrottle checkpoint_throttle_ ABSL_GUARDED_BY(mu_);

@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "httplib.h"
+#include "loom/common/job_id.h"
 #include "loom/core/job_spec.h"
 #include "loom/server/dashboard.h"
 
@@ -74,8 +75,13 @@ nlohmann::json ErrorJson(const absl::Status& st, int* http_status) {
       code = "unauthenticated";
       break;
     case absl::StatusCode::kAlreadyExists:
-      status = 409;
-      code = "already_exists";
+      if (message.rfind("Idempotency-Key ", 0) == 0) {
+        status = 422;  // the key was used for a different request
+        code = "idempotency_key_reused";
+      } else {
+        status = 409;
+        code = "already_exists";
+      }
       break;
     case absl::StatusCode::kUnavailable:
       status = 503;
@@ -145,12 +151,35 @@ absl::StatusOr<nlohmann::json> JsonBody(const httplib::Request& req) {
   return j;
 }
 
+// The job ID of a route (`ParseJobId`): one too large to be any job's is
+// "no job N" (404, N as written), anything else that is not a canonical
+// positive decimal is 400.
 absl::StatusOr<JobId> JobIdOf(const httplib::Request& req) {
-  JobId id = 0;
-  if (!absl::SimpleAtoi(req.matches[1].str(), &id) || id <= 0) {
-    return absl::InvalidArgumentError("bad job id");
+  const std::string text = req.matches[1].str();
+  absl::StatusOr<int64_t> id = ParseJobId(text);
+  if (id.status().code() == absl::StatusCode::kOutOfRange) {
+    return absl::NotFoundError(absl::StrCat("no job ", text));
   }
-  return id;
+  if (!id.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad job id: ", id.status().message()));
+  }
+  return *id;
+}
+
+// A job ID in a JSON body: an integer from 1 to 2^63-1 (an unsigned one
+// beyond used to wrap to a negative ID).
+absl::StatusOr<JobId> JobIdOfJson(const nlohmann::json& v) {
+  if (v.is_number_unsigned() &&
+      v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(v.dump(), " is not a job ID (at most ", INT64_MAX, ")"));
+  }
+  if (!v.is_number_integer() || v.get<int64_t>() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(v.dump(), " is not a job ID"));
+  }
+  return v.get<int64_t>();
 }
 
 // Fault injection (`POST /v1/chaos`, docs/fault-tolerance.md): turns an
@@ -176,7 +205,9 @@ absl::StatusOr<nlohmann::json> Chaos(
   }
   auto int_field = [&](const char* key) -> absl::StatusOr<int64_t> {
     auto it = body.find(key);
-    if (it == body.end() || !it->is_number_integer()) {
+    if (it == body.end() || !it->is_number_integer() ||
+        (it->is_number_unsigned() &&
+         it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
       return absl::InvalidArgumentError(
           absl::StrCat(key, ": required, a whole number, for ", action));
     }
@@ -698,11 +729,12 @@ void HttpServer::Routes() {
         }
         std::vector<JobId> ids;
         for (const nlohmann::json& v : body["ids"]) {
-          if (!v.is_number_integer()) {
+          absl::StatusOr<JobId> id = JobIdOfJson(v);
+          if (!id.ok()) {
             return ReplyError(res, absl::InvalidArgumentError(absl::StrCat(
-                                       "ids: ", v.dump(), " is not a job ID")));
+                                       "ids: ", id.status().message())));
           }
-          ids.push_back(v.get<JobId>());
+          ids.push_back(*id);
         }
         // Another user's jobs are refused one by one.
         const Principal p = PrincipalOf(req);
@@ -1104,12 +1136,11 @@ bool HttpServer::ServeStandbyRead(const httplib::Request& req,
     ReplyResult(res, jobs);
   } else if (absl::ConsumePrefix(&path, "/v1/jobs/")) {
     const bool events = absl::ConsumeSuffix(&path, "/events");
-    JobId id = 0;
-    if (path.empty() ||
-        path.find_first_not_of("0123456789") != absl::string_view::npos ||
-        !absl::SimpleAtoi(path, &id)) {
-      return false;  // logs and other job routes go to the leader
+    absl::StatusOr<int64_t> parsed = ParseJobId(std::string(path));
+    if (!parsed.ok()) {
+      return false;  // logs, other job routes and bad IDs go to the leader
     }
+    const JobId id = *parsed;
     absl::StatusOr<nlohmann::json> job = reads.GetJob(id);
     if (job.ok()) Redact(PrincipalOf(req), *job);
     if (job.ok() && events) {
