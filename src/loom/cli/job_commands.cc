@@ -1496,8 +1496,17 @@ std::string FormatJobDetails(const nlohmann::json& job, absl::Time now) {
   std::vector<std::vector<std::string>> event_rows;
   for (const Json& e : Items(job, "events")) {
     std::optional<absl::Time> t = TimeField(e, "time");
+    std::string message = Cell(e, "message");
+    // Repeats the server coalesced into one event (docs/api.md).
+    if (std::optional<int64_t> count = Int(e, "count"); count && *count > 1) {
+      std::optional<absl::Time> last = TimeField(e, "last_time");
+      absl::StrAppend(&message, " (", *count, " times",
+                      last ? absl::StrCat(", the last ", FormatAgo(*last, now))
+                           : std::string(),
+                      ")");
+    }
     event_rows.push_back({t ? FormatUtc(*t) : Cell(e, "time"),
-                          t ? FormatAgo(*t, now) : "-", Cell(e, "message")});
+                          t ? FormatAgo(*t, now) : "-", message});
   }
   if (!event_rows.empty()) {
     out += "Events:\n";

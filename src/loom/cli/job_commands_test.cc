@@ -366,6 +366,17 @@ TEST(FormatJobDetails, DescribesARunningJob) {
   EXPECT_THAT(text, Not(HasSubstr("Exit code")));
 }
 
+TEST(FormatJobDetails, CoalescedEventsShowTheirCount) {
+  Json job = SampleJobs()["jobs"][0];
+  job["events"] = {{{"time", Rfc3339(kNow - absl::Minutes(10))},
+                    {"message", "checkpoint saved (step 900)"},
+                    {"count", 12},
+                    {"last_time", Rfc3339(kNow - absl::Minutes(1))}}};
+  EXPECT_THAT(FormatJobDetails(job, kNow),
+              HasSubstr("checkpoint saved (step 900) (12 times, the last 1m "
+                        "ago)\n"));
+}
+
 TEST(FormatJobDetails, PendingJobShowsWhyAndFinishedItsCode) {
   const Json pending = SampleJobs()["jobs"][1];
   EXPECT_THAT(FormatJobDetails(pending, kNow),
