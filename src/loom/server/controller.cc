@@ -547,17 +547,19 @@ absl::StatusOr<nlohmann::json> Controller::Checkpoint(
         absl::StrCat("job ", id, " is ", std::string(JobStateName(job.state)),
                      "; only a running or stopping job saves checkpoints"));
   }
-  JobRecord before = job;
+  const bool write = checkpoint_throttle_.ShouldWrite(id, now);
+  // A copy only for a write that may have to be undone (a record can be
+  // large, and reports can be many).
+  std::optional<JobRecord> before;
+  if (write) before = job;
   job.checkpoint_time = now;
   job.checkpoint_step = step;
   job.checkpoint_run = job.restart_count;
   scheduler_->ReportCheckpoint(id, now);
-  if (!checkpoint_throttle_.ShouldWrite(id, now)) {
-    return JobJson(job, now);  // held: `Tick` writes the latest when due
-  }
+  if (!write) return JobJson(job, now);  // held: `Tick` writes it when due
   AddCheckpointEvent(job);
   if (absl::Status st = Persist({&job}); !st.ok()) {
-    job = std::move(before);
+    job = *std::move(before);
     return st;
   }
   return JobJson(job, now);
