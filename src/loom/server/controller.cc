@@ -215,27 +215,11 @@ absl::Status Controller::Load(absl::Time now) {
   for (const KeyValue& kv : *jobs) {
     // A record that cannot be read never stops the server: it becomes a
     // failed job, its bytes are kept under /quarantine/, and it is logged.
-    absl::StatusOr<StoredJob> stored = ReadStoredJob(kv, now);
-    if (!stored.ok()) {
-      load_log_.push_back(UnreadableRecordLogLine(kv, stored.status(), ""));
-      continue;
-    }
-    if (!stored->problem.ok()) {
-      const std::string kept_at = QuarantineKey(kv.key, kv.version);
-      absl::StatusOr<int64_t> rev = store_->Commit(
-          {{kv.key, kv.version}},
-          {Mutation::Put(kept_at, kv.value),
-           Mutation::Put(kv.key, StoreText(JobRecordToJson(stored->record)))});
-      std::string kept = kept_at;
-      absl::Status why = stored->problem;
-      if (!rev.ok()) {
-        kept.clear();  // not moved: the bytes stay under their key
-        why = absl::DataLossError(absl::StrCat(
-            why.message(),
-            "; could not quarantine it: ", rev.status().message()));
-      }
-      load_log_.push_back(UnreadableRecordLogLine(kv, why, kept));
-    }
+    std::string log_line;
+    absl::StatusOr<StoredJob> stored =
+        LoadStoredJob(*store_, kv, now, &log_line);
+    if (!log_line.empty()) load_log_.push_back(std::move(log_line));
+    if (!stored.ok()) continue;  // not a job key
     JobRecord* rec = &stored->record;
     next_id_ = std::max(next_id_, rec->id + 1);
     JobRecord& job = jobs_[rec->id] = std::move(*rec);
@@ -568,33 +552,7 @@ absl::StatusOr<nlohmann::json> Controller::Checkpoint(
 void Controller::PurgeRequests(absl::Time now) {
   if (now - last_purge_ < kPurgeEvery) return;
   last_purge_ = now;
-  std::vector<std::pair<std::string, int64_t>> expired =
-      requests_.Expired(now, kPurgeBatch);
-  if (expired.empty()) return;
-  auto commit = [&](size_t begin, size_t end) {
-    std::vector<Condition> conditions;
-    std::vector<Mutation> deletes;
-    for (size_t i = begin; i < end; ++i) {
-      // Only the expired record: a submission may have just replaced it.
-      conditions.push_back(
-          {RequestKey(expired[i].first),
-           expired[i].second > 0 ? expired[i].second : Condition::kMustExist});
-      deletes.push_back(Mutation::Delete(RequestKey(expired[i].first)));
-    }
-    return store_->Commit(conditions, deletes).status();
-  };
-  absl::Status st = commit(0, expired.size());
-  if (st.ok()) {
-    for (const auto& [key, version] : expired) requests_.Erase(key);
-    return;
-  }
-  if (st.code() != absl::StatusCode::kFailedPrecondition) return;  // later
-  for (size_t i = 0; i < expired.size(); ++i) {  // one by one, rarely
-    absl::Status one = commit(i, i + 1);
-    if (one.ok() || one.code() == absl::StatusCode::kFailedPrecondition) {
-      requests_.Erase(expired[i].first);
-    }
-  }
+  requests_.PurgeExpired(*store_, now, kPurgeBatch);
 }
 
 void Controller::AddCheckpointEvent(JobRecord& job) {

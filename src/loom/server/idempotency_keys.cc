@@ -77,4 +77,35 @@ std::vector<std::pair<std::string, int64_t>> IdempotencyKeys::Expired(
   return out;
 }
 
+void IdempotencyKeys::PurgeExpired(StateStore& store, absl::Time now,
+                                   size_t max) {
+  const std::vector<std::pair<std::string, int64_t>> expired =
+      Expired(now, max);
+  if (expired.empty()) return;
+  auto commit = [&](size_t begin, size_t end) {
+    std::vector<Condition> conditions;
+    std::vector<Mutation> deletes;
+    for (size_t i = begin; i < end; ++i) {
+      const std::string key = IdempotencyStoreKey(expired[i].first);
+      conditions.push_back({key, expired[i].second > 0
+                                     ? expired[i].second
+                                     : Condition::kMustExist});
+      deletes.push_back(Mutation::Delete(key));
+    }
+    return store.Commit(conditions, deletes).status();
+  };
+  absl::Status st = commit(0, expired.size());
+  if (st.ok()) {
+    for (const auto& [key, version] : expired) Erase(key);
+    return;
+  }
+  if (st.code() != absl::StatusCode::kFailedPrecondition) return;  // later
+  for (size_t i = 0; i < expired.size(); ++i) {  // one by one, rarely
+    absl::Status one = commit(i, i + 1);
+    if (one.ok() || one.code() == absl::StatusCode::kFailedPrecondition) {
+      Erase(expired[i].first);
+    }
+  }
+}
+
 }  // namespace loom

@@ -58,6 +58,11 @@ class IdempotencyKeys {
   // Up to `max` keys expired at `now`, with their store versions.
   std::vector<std::pair<std::string, int64_t>> Expired(absl::Time now,
                                                        size_t max) const;
+  // Deletes up to `max` expired keys from `store` (in one commit; each only
+  // if its record is still the expired one, since a submission may just
+  // have replaced it) and forgets them. A store error leaves them for the
+  // next call.
+  void PurgeExpired(StateStore& store, absl::Time now, size_t max);
   size_t size() const { return records_.size(); }
 
  private:

@@ -130,4 +130,34 @@ std::string UnreadableRecordLogLine(const KeyValue& kv, const absl::Status& why,
   return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+absl::StatusOr<StoredJob> LoadStoredJob(StateStore& store, const KeyValue& kv,
+                                        absl::Time now, std::string* log_line) {
+  log_line->clear();
+  absl::StatusOr<StoredJob> stored = ReadStoredJob(kv, now);
+  if (!stored.ok()) {
+    *log_line = UnreadableRecordLogLine(kv, stored.status(), "");
+    return stored;
+  }
+  if (stored->problem.ok()) return stored;
+  const std::string kept_at = QuarantineKey(kv.key, kv.version);
+  absl::StatusOr<int64_t> rev = store.Commit(
+      {{kv.key, kv.version}},
+      {Mutation::Put(kept_at, kv.value),
+       Mutation::Put(kv.key,
+                     JobRecordToJson(stored->record)
+                         .dump(-1, ' ', false,
+                               nlohmann::json::error_handler_t::replace))});
+  if (rev.ok()) {
+    *log_line = UnreadableRecordLogLine(kv, stored->problem, kept_at);
+  } else {
+    *log_line = UnreadableRecordLogLine(
+        kv,
+        absl::DataLossError(absl::StrCat(
+            stored->problem.message(),
+            "; could not quarantine it: ", rev.status().message())),
+        "");
+  }
+  return stored;
+}
+
 }  // namespace loom

@@ -35,6 +35,15 @@ struct StoredJob {
 // any value gives a `StoredJob`. `now` is the stand-in's end time.
 absl::StatusOr<StoredJob> ReadStoredJob(const KeyValue& kv, absl::Time now);
 
+// `ReadStoredJob`, and for an unreadable record also its quarantine, in one
+// commit conditional on `kv.version`: the raw bytes are copied to
+// `QuarantineKey` and the stand-in replaces the record. Sets `*log_line` to
+// the record's `UnreadableRecordLogLine` when it is unreadable (saying so
+// if the commit failed: then the bytes stay under their key and the job is
+// failed in memory only), else clears it. Errors as `ReadStoredJob`.
+absl::StatusOr<StoredJob> LoadStoredJob(StateStore& store, const KeyValue& kv,
+                                        absl::Time now, std::string* log_line);
+
 // One structured log line about an unreadable record: its key, its size, where
 // its bytes are kept (`kept_at`, empty: still under its key) and why.
 std::string UnreadableRecordLogLine(const KeyValue& kv, const absl::Status& why,
