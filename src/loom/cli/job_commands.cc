@@ -21,6 +21,7 @@
 #include "fmt/format.h"
 #include "loom/client/api_client.h"
 #include "loom/common/fmt_absl.h"
+#include "loom/common/job_id.h"
 #include "loom/common/units.h"
 #include "loom/core/job_spec.h"
 #include "yaml-cpp/yaml.h"
@@ -607,7 +608,11 @@ int Checkpoint(const Verb& v) {
   if (id == 0) {
     // Inside a task: the job is the task's own.
     std::optional<std::string> env = v.ctx.getenv("LOOM_JOB_ID");
-    if (!env || !absl::SimpleAtoi(*env, &id) || id <= 0) {
+    absl::StatusOr<int64_t> parsed =
+        env ? ParseJobId(*env)
+            : absl::StatusOr<int64_t>(absl::NotFoundError(""));
+    if (parsed.ok()) id = *parsed;
+    if (!parsed.ok()) {
       return v.Fail(kExitUsage,
                     "give the job ID (inside a task, LOOM_JOB_ID is used)");
     }
@@ -848,11 +853,12 @@ int Chaos(const Verb& v) {
   Json fault;
   int64_t n = 0;
   if (action == "kill-task") {
-    int64_t job = 0;
-    if (!absl::SimpleAtoi(target, &job) || job <= 0) {
-      return v.Fail(kExitUsage, "kill-task: give a job ID");
+    absl::StatusOr<int64_t> job = ParseJobId(target);
+    if (!job.ok()) {
+      return v.Fail(kExitUsage, absl::StrCat("kill-task: give a job ID (",
+                                             job.status().message(), ")"));
     }
-    fault = {{"action", "kill_task"}, {"job", job}, {"task", v.flags.task}};
+    fault = {{"action", "kill_task"}, {"job", *job}, {"task", v.flags.task}};
   } else if (action == "kill-agent" || action == "freeze" || action == "thaw" ||
              action == "heal") {
     fault = {{"action", action == "kill-agent" ? "kill_agent"
@@ -1498,8 +1504,17 @@ std::string FormatJobDetails(const nlohmann::json& job, absl::Time now) {
   std::vector<std::vector<std::string>> event_rows;
   for (const Json& e : Items(job, "events")) {
     std::optional<absl::Time> t = TimeField(e, "time");
+    std::string message = Cell(e, "message");
+    // Repeats the server coalesced into one event (docs/api.md).
+    if (std::optional<int64_t> count = Int(e, "count"); count && *count > 1) {
+      std::optional<absl::Time> last = TimeField(e, "last_time");
+      absl::StrAppend(&message, " (", *count, " times",
+                      last ? absl::StrCat(", the last ", FormatAgo(*last, now))
+                           : std::string(),
+                      ")");
+    }
     event_rows.push_back({t ? FormatUtc(*t) : Cell(e, "time"),
-                          t ? FormatAgo(*t, now) : "-", Cell(e, "message")});
+                          t ? FormatAgo(*t, now) : "-", message});
   }
   if (!event_rows.empty()) {
     out += "Events:\n";
@@ -1568,8 +1583,18 @@ void AddJobCommands(CLI::App& app, JobCommandFlags* f) {
       "with --wait the job's exit code, 128+N when signal N killed it, 1 "
       "when it failed without one, 130 on Ctrl-C (the job keeps running).");
 
+  // Job IDs are canonical positive decimals (`ParseJobId`): CLI11 alone
+  // reads integers with strtoll base 0 ("010" is 8, "0x10" 16, "-1" -1) and
+  // clamps 2^64-1 to 2^63-1, so the wrong job would be asked for.
+  const CLI::Validator job_id(
+      [](std::string& text) -> std::string {
+        absl::StatusOr<int64_t> id = ParseJobId(text);
+        return id.ok() ? std::string() : std::string(id.status().message());
+      },
+      "JOB_ID");
   CLI::App* release = AddVerb(app, f, "release", "Let held jobs start");
-  CLI::Option* release_jobs = release->add_option("job", f->jobs, "Job IDs");
+  CLI::Option* release_jobs =
+      release->add_option("job", f->jobs, "Job IDs")->check(job_id);
   release->add_flag("--all", f->all, "Release all your held jobs")
       ->excludes(release_jobs);
 
@@ -1590,11 +1615,17 @@ void AddJobCommands(CLI::App& app, JobCommandFlags* f) {
   CLI::App* show = AddVerb(app, f, "show",
                            "Show a job: state, placement, why it is "
                            "pending, events");
-  show->add_option("job", f->jobs, "Job ID")->required()->expected(1);
+  show->add_option("job", f->jobs, "Job ID")
+      ->required()
+      ->expected(1)
+      ->check(job_id);
   AddOutputFlag(show, f, {"json", "yaml"});
 
   CLI::App* logs = AddVerb(app, f, "logs", "Print a job's output");
-  logs->add_option("job", f->jobs, "Job ID")->required()->expected(1);
+  logs->add_option("job", f->jobs, "Job ID")
+      ->required()
+      ->expected(1)
+      ->check(job_id);
   logs->add_flag("-f,--follow", f->follow,
                  "Keep printing new output until the task ends");
   logs->add_option("--task", f->task, "Task index (default 0)")
@@ -1608,14 +1639,15 @@ void AddJobCommands(CLI::App& app, JobCommandFlags* f) {
                  "Standard error instead of output");
 
   CLI::App* cancel = AddVerb(app, f, "cancel", "Cancel jobs");
-  cancel->add_option("job", f->jobs, "Job IDs")->required();
+  cancel->add_option("job", f->jobs, "Job IDs")->required()->check(job_id);
 
   CLI::App* checkpoint =
       AddVerb(app, f, "checkpoint",
               "Record that a job saved a checkpoint (run it from the job, "
               "after saving: it uses LOOM_JOB_ID and LOOM_SERVER)");
   checkpoint->add_option("job", f->jobs, "Job ID (default: $LOOM_JOB_ID)")
-      ->expected(0, 1);
+      ->expected(0, 1)
+      ->check(job_id);
   checkpoint->add_option("--step", f->step, "The training step saved")
       ->check(CLI::NonNegativeNumber);
 

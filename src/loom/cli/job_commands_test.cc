@@ -366,6 +366,17 @@ TEST(FormatJobDetails, DescribesARunningJob) {
   EXPECT_THAT(text, Not(HasSubstr("Exit code")));
 }
 
+TEST(FormatJobDetails, CoalescedEventsShowTheirCount) {
+  Json job = SampleJobs()["jobs"][0];
+  job["events"] = {{{"time", Rfc3339(kNow - absl::Minutes(10))},
+                    {"message", "checkpoint saved (step 900)"},
+                    {"count", 12},
+                    {"last_time", Rfc3339(kNow - absl::Minutes(1))}}};
+  EXPECT_THAT(FormatJobDetails(job, kNow),
+              HasSubstr("checkpoint saved (step 900) (12 times, the last 1m "
+                        "ago)\n"));
+}
+
 TEST(FormatJobDetails, PendingJobShowsWhyAndFinishedItsCode) {
   const Json pending = SampleJobs()["jobs"][1];
   EXPECT_THAT(FormatJobDetails(pending, kNow),
@@ -538,6 +549,28 @@ class VerbTest : public ::testing::Test {
            });
     s.Get(R"(/v1/jobs/(\d+)/logs)",
           [](const httplib::Request& req, httplib::Response& res) {
+            // The agent's errors, passed through by the server.
+            if (req.matches[1] == "13") {
+              Reply(res, 502,
+                    {{"error",
+                      {{"code", "bad_gateway"},
+                       {"message",
+                        "the agent of node h200-1 did not answer: "
+                        "Connection refused"}}}});
+              return;
+            }
+            if (req.matches[1] == "14") {
+              res.status = 504;
+              res.set_content("agent timed out\n", "text/plain");
+              return;
+            }
+            if (req.matches[1] == "15") {
+              Reply(res, 409,
+                    {{"error",
+                      {{"code", "failed_precondition"},
+                       {"message", "task 3 has not started"}}}});
+              return;
+            }
             res.set_content(
                 absl::StrCat("line from ", req.get_param_value("stream"),
                              " of task ", req.get_param_value("task"), "\n"),
@@ -761,6 +794,41 @@ TEST_F(VerbTest, ShowAndLogs) {
   r = Run({"logs", "42", "--task", "3", "--stderr"});
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out, "line from stderr of task 3\n");
+}
+
+// Issue 14.7: CLI11 read "0x10" as job 16, "010" as 8 and clamped 2^64-1
+// to 2^63-1; job IDs are canonical positive decimals.
+TEST_F(VerbTest, JobIdsAreCanonicalDecimals) {
+  for (const char* bad : {"0x10", "010", "+5", "18446744073709551615"}) {
+    CliResult r = Run({"show", bad});
+    EXPECT_EQ(r.rc, 2) << bad << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr(bad));
+  }
+  EXPECT_THAT(Run({"show", "18446744073709551615"}).err,
+              HasSubstr("out of range"));
+  EXPECT_EQ(Run({"cancel", "41", "0x2b"}).rc, 2);
+  EXPECT_EQ(Run({"logs", "0042"}).rc, 2);
+  EXPECT_EQ(Run({"show", "42"}).rc, 0);
+}
+
+// Any non-2xx answer to a log read is an error: its message is printed, not
+// the body as log text, and the verb exits 1 (issue 14.6).
+TEST_F(VerbTest, LogsPrintsTheErrorOfAnyNon2xxAnswerAndExits1) {
+  CliResult r = Run({"logs", "13"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err,
+            "loom logs: job 13: the agent of node h200-1 did not answer: "
+            "Connection refused\n");
+  r = Run({"logs", "14", "-f"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, HasSubstr("HTTP 504"));
+  EXPECT_THAT(r.err, HasSubstr("agent timed out"));
+  r = Run({"logs", "15", "--task", "3"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "loom logs: job 15: task 3 has not started\n");
 }
 
 TEST_F(VerbTest, CancelReportsEachJob) {

@@ -143,6 +143,10 @@ class ApiClientTest : public ::testing::Test {
     });
     s.Get(R"(/v1/jobs/(\d+)/logs)", [](const httplib::Request& req,
                                        httplib::Response& res) {
+      if (req.matches[1] == "13") {
+        ErrorReply(res, 502, "bad_gateway", "the agent did not answer");
+        return;
+      }
       if (req.matches[1] != "42") {
         ErrorReply(res, 404, "not_found", "no job 9");
         return;
@@ -301,6 +305,23 @@ TEST_F(ApiClientTest, LogErrorsAreStatuses) {
   EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(st.message(), "no job 9");
   EXPECT_FALSE(called);
+}
+
+TEST_F(ApiClientTest, AgentErrorsPassedThroughAreStatusesAlsoWhenFollowing) {
+  ApiClient client = Client();
+  for (bool follow : {false, true}) {
+    std::string got;
+    absl::Status st =
+        client.StreamLogs(13, {.follow = follow}, [&](std::string_view c) {
+          got.append(c);
+          return true;
+        });
+    EXPECT_FALSE(st.ok());
+    EXPECT_EQ(st.message(), "the agent did not answer");
+    EXPECT_EQ(HttpStatusOf(st), 502);
+    EXPECT_EQ(ServerErrorCode(st), "bad_gateway");
+    EXPECT_EQ(got, "");  // the error body is never log text
+  }
 }
 
 TEST_F(ApiClientTest, TriesTheNextServerWhenOneIsDown) {

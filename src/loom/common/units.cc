@@ -84,7 +84,21 @@ absl::StatusOr<int64_t> ParseBytes(std::string_view text) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", std::string(text), "' is too large"));
   }
-  return static_cast<int64_t>(std::llround(bytes));
+  // A number without a unit is bytes, so it must be whole ("0.5" used to
+  // become 1 byte); with a unit the result is rounded to the byte, but a
+  // quantity that is not zero must not round to nothing.
+  if (suffix.empty() && bytes != std::floor(bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", std::string(text),
+        "' is not a whole number of bytes (a number without a unit is bytes; "
+        "write a unit, e.g. 512Mi or 1.5Gi)"));
+  }
+  const int64_t rounded = static_cast<int64_t>(std::llround(bytes));
+  if (rounded == 0 && bytes > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", std::string(text), "' is less than one byte"));
+  }
+  return rounded;
 }
 
 absl::StatusOr<absl::Duration> ParseDuration(std::string_view text) {
@@ -93,6 +107,10 @@ absl::StatusOr<absl::Duration> ParseDuration(std::string_view text) {
     return absl::InvalidArgumentError("empty duration");
   }
   absl::Duration total = absl::ZeroDuration();
+  // Units from the largest to the smallest, each at most once ("1h30m";
+  // "1h1h" used to be 2h): the rank of the last one.
+  int last_rank = 100;
+  bool first = true;
   while (!s.empty()) {
     double value = 0;
     std::string_view rest;
@@ -108,23 +126,49 @@ absl::StatusOr<absl::Duration> ParseDuration(std::string_view text) {
     }
     std::string_view unit = rest.substr(0, unit_len);
     double seconds;
+    int rank = 0;
+    if (unit.empty() && !first) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", std::string(text),
+          "' has a number without a unit after the first term (write "
+          "e.g. 1h30m, not 1h30)"));
+    }
     if (unit.empty() || unit == "s") {
       seconds = value;
+      rank = 2;
     } else if (unit == "ms") {
       seconds = value / 1000;
+      rank = 1;
     } else if (unit == "m") {
       seconds = value * 60;
+      rank = 3;
     } else if (unit == "h") {
       seconds = value * 3600;
+      rank = 4;
     } else if (unit == "d") {
       seconds = value * 86400;
+      rank = 5;
     } else if (unit == "w") {
       seconds = value * 7 * 86400;
+      rank = 6;
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("'", std::string(text), "' has an unknown unit '",
                        std::string(unit), "' (use ms, s, m, h, d or w)"));
     }
+    if (rank == last_rank) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", std::string(text), "' gives the unit '",
+                       std::string(unit), "' twice"));
+    }
+    if (rank > last_rank) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", std::string(text),
+          "' has its units out of order (from the largest to the smallest, "
+          "e.g. 1h30m)"));
+    }
+    last_rank = rank;
+    first = false;
     if (!(seconds < 1e15)) {
       return absl::InvalidArgumentError(
           absl::StrCat("'", std::string(text), "' is too long"));

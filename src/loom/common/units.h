@@ -11,13 +11,17 @@ namespace loom {
 
 // Parses a byte quantity the way Kubernetes writes them: a non-negative
 // number with an optional binary (`Ki`, `Mi`, `Gi`, `Ti`, `Pi`) or decimal
-// (`k`, `M`, `G`, `T`, `P`) suffix. A bare number is bytes. Returns
-// `InvalidArgument` with the offending text on anything else or on overflow.
+// (`k`, `M`, `G`, `T`, `P`) suffix. A bare number is bytes and must be whole;
+// with a suffix the result is rounded to the byte and must not round to 0
+// unless it is 0. Returns `InvalidArgument` with the offending text on
+// anything else or on overflow.
 absl::StatusOr<int64_t> ParseBytes(std::string_view text);
 
 // Parses a duration: a non-negative number with an optional unit `ms`, `s`,
 // `m`, `h`, `d` or `w` (a bare number is seconds), or several such terms
-// (`1h30m`). Returns `InvalidArgument` naming the text on anything else.
+// (`1h30m`), each unit at most once and from the largest to the smallest
+// (`1h1h`, `30m1h` and `1h30` are errors). Returns `InvalidArgument` naming
+// the text on anything else.
 absl::StatusOr<absl::Duration> ParseDuration(std::string_view text);
 
 // Formats bytes with the largest binary suffix that keeps a whole number

@@ -24,6 +24,33 @@ TEST(ParseBytes, Rejects) {
             std::string::npos);
 }
 
+// Issue 14.7: "0.5" became 1 byte.
+TEST(ParseBytes, RejectsFractionalBytes) {
+  EXPECT_FALSE(ParseBytes("0.5").ok());
+  EXPECT_FALSE(ParseBytes("1.5").ok());
+  EXPECT_NE(ParseBytes("0.5").status().message().find("whole number of bytes"),
+            std::string::npos);
+  EXPECT_FALSE(ParseBytes("0.0000001Ki").ok());  // rounds to nothing
+  EXPECT_EQ(*ParseBytes("0.5Ki"), 512);
+  EXPECT_EQ(*ParseBytes("0"), 0);
+  EXPECT_EQ(*ParseBytes("0.0Gi"), 0);
+  EXPECT_EQ(*ParseBytes("2.0"), 2);
+}
+
+// Issue 14.7: "1h1h" was 2h.
+TEST(ParseDuration, RejectsRepeatedOrUnorderedUnits) {
+  EXPECT_FALSE(ParseDuration("1h1h").ok());
+  EXPECT_NE(ParseDuration("1h1h").status().message().find("twice"),
+            std::string::npos);
+  EXPECT_FALSE(ParseDuration("30m1h").ok());
+  EXPECT_FALSE(ParseDuration("1s500ms1s").ok());
+  EXPECT_FALSE(ParseDuration("1h30").ok());
+  EXPECT_EQ(*ParseDuration("1w2d3h4m5s6ms"),
+            absl::Hours(24 * 9 + 3) + absl::Minutes(4) + absl::Seconds(5) +
+                absl::Milliseconds(6));
+  EXPECT_EQ(*ParseDuration("1.5h"), absl::Minutes(90));
+}
+
 TEST(ParseDuration, Units) {
   EXPECT_EQ(*ParseDuration("30"), absl::Seconds(30));
   EXPECT_EQ(*ParseDuration("30s"), absl::Seconds(30));

@@ -316,8 +316,9 @@ class JobSpecParser : public yaml::Reader {
   // `source` must outlive the parser.
   explicit JobSpecParser(absl::string_view source) : yaml::Reader(source) {}
 
-  // Checks the raw bytes: size, UTF-8, no control characters.
-  absl::Status CheckText(std::string_view text) const;
+  // Checks the raw bytes: size (unless `check_size` is false), UTF-8, no
+  // control characters.
+  absl::Status CheckText(std::string_view text, bool check_size = true) const;
 
   absl::StatusOr<JobSpec> Parse(const YAML::Node& root);
 
@@ -364,8 +365,9 @@ class JobSpecParser : public yaml::Reader {
   size_t argv_env_bytes_ = 0;
 };
 
-absl::Status JobSpecParser::CheckText(std::string_view text) const {
-  if (text.size() > kMaxSpecBytes) {
+absl::Status JobSpecParser::CheckText(std::string_view text,
+                                      bool check_size) const {
+  if (check_size && text.size() > kMaxSpecBytes) {
     return Error(
         YAML::Mark(), "",
         absl::StrCat("the job spec is ", text.size(), " bytes; at most ",
@@ -1021,11 +1023,16 @@ std::string SignalName(int signal) {
   return absl::StrCat(signal);
 }
 
-absl::StatusOr<JobSpec> ParseJobSpec(std::string_view text,
-                                     std::string_view source) {
+namespace {
+
+absl::StatusOr<JobSpec> ParseSpecText(std::string_view text,
+                                      std::string_view source,
+                                      bool check_size) {
   const std::string source_name(source);
   JobSpecParser parser(source_name);
-  if (absl::Status st = parser.CheckText(text); !st.ok()) return st;
+  if (absl::Status st = parser.CheckText(text, check_size); !st.ok()) {
+    return st;
+  }
   const std::string document =
       LooksLikeJson(text) ? JoinSurrogateEscapes(text) : std::string(text);
   try {
@@ -1043,6 +1050,18 @@ absl::StatusOr<JobSpec> ParseJobSpec(std::string_view text,
     return absl::InternalError(
         absl::StrCat(source_name, ": reading the job spec failed: ", e.what()));
   }
+}
+
+}  // namespace
+
+absl::StatusOr<JobSpec> ParseJobSpec(std::string_view text,
+                                     std::string_view source) {
+  return ParseSpecText(text, source, /*check_size=*/true);
+}
+
+absl::StatusOr<JobSpec> ParseStoredJobSpec(std::string_view text,
+                                           std::string_view source) {
+  return ParseSpecText(text, source, /*check_size=*/false);
 }
 
 absl::StatusOr<JobRequest> ToJobRequest(const JobSpec& spec,

@@ -110,6 +110,14 @@ struct JobSpec {
 absl::StatusOr<JobSpec> ParseJobSpec(std::string_view text,
                                      std::string_view source);
 
+// Reads back a spec that `JobSpecToJson` wrote (a stored record): the same
+// checks as `ParseJobSpec` except the size of the whole text, which is a
+// limit on input. The canonical form of an accepted spec can be longer than
+// the text that was accepted (escapes, every field written out), so loading
+// must not refuse it.
+absl::StatusOr<JobSpec> ParseStoredJobSpec(std::string_view text,
+                                           std::string_view source);
+
 // Resolves a spec against `cluster` into what the scheduler sees: the
 // priority class's value, the GPU model's id (`any`: `kAnyGpuModel`), and the
 // shape (`tasks` x `gpus_per_task`, or `gpus` [over `nodes`] split by

@@ -459,6 +459,13 @@ TEST(ParseJobSpec, FieldErrors) {
     std::string expected;  // the message after "<source>:<line>:<col>: "
   };
   const std::vector<Case> cases = {
+      // Issue 14.7: these were 1 byte and 2 h.
+      {Minimal("resources: {memory_per_task: \"0.5\"}\n"), "\"0.5\"", 0,
+       "resources.memory_per_task: '0.5' is not a whole number of bytes"},
+      {Minimal("time_limit: 1h1h\n"), "1h1h", 0,
+       "time_limit: '1h1h' gives the unit 'h' twice"},
+      {Minimal("checkpoint: {grace: 30m1h}\n"), "30m1h", 0,
+       "checkpoint.grace: '30m1h' has its units out of order"},
       {Minimal("nmae: x\n"), "nmae", 0,
        "nmae: unknown field 'nmae' (did you mean 'name'?)"},
       {Minimal("resources: {gpus_per_task: 8, gpu_modle: h200}\n"), "gpu_modle",

@@ -14,6 +14,8 @@
 #include "loom/common/utf8.h"
 #include "loom/core/retry.h"
 #include "loom/sched/placement.h"
+#include "loom/server/idempotency_keys.h"
+#include "loom/server/stored_job.h"
 
 namespace loom {
 namespace {
@@ -25,7 +27,18 @@ constexpr const char* kNotAgainAfterRefusal =
     "refuse it again";
 
 std::string RequestKey(const std::string& request_id) {
-  return absl::StrCat("/requests/", request_id);
+  return IdempotencyStoreKey(request_id);
+}
+
+// How often `Tick` purges expired idempotency keys, and how many at a time.
+constexpr absl::Duration kPurgeEvery = absl::Minutes(1);
+constexpr size_t kPurgeBatch = 1000;
+
+absl::Status KeyReusedError(const std::string& request_id, JobId job) {
+  return absl::AlreadyExistsError(
+      absl::StrCat("Idempotency-Key ", request_id,
+                   " was already used for a different request (job ", job,
+                   "); send a new key for a new job"));
 }
 
 absl::Status ValidateRequestId(const std::string& id) {
@@ -144,7 +157,11 @@ bool TaskLive(const TaskRecord& t) {
 
 Controller::Controller(Cluster cluster, StateStore* store,
                        ControllerOptions options)
-    : cluster_(std::move(cluster)), store_(store), options_(options) {
+    : cluster_(std::move(cluster)),
+      store_(store),
+      options_(options),
+      requests_(options.idempotency_key_lifetime),
+      checkpoint_throttle_(options.checkpoint_write_interval) {
   for (size_t i = 0; i < cluster_.nodes.size(); ++i) {
     node_index_[cluster_.nodes[i].name] = static_cast<int>(i);
   }
@@ -196,18 +213,20 @@ absl::Status Controller::Load(absl::Time now) {
   absl::StatusOr<std::vector<KeyValue>> jobs = store_->List("/jobs/");
   if (!jobs.ok()) return jobs.status();
   for (const KeyValue& kv : *jobs) {
-    nlohmann::json j = nlohmann::json::parse(kv.value, nullptr, false);
-    absl::StatusOr<JobRecord> rec =
-        j.is_discarded()
-            ? absl::StatusOr<JobRecord>(absl::DataLossError("not JSON"))
-            : JobRecordFromJson(j);
-    if (!rec.ok()) {
-      return absl::DataLossError(
-          absl::StrCat("store entry ", kv.key, ": ", rec.status().message()));
-    }
+    // A record that cannot be read never stops the server: it becomes a
+    // failed job, its bytes are kept under /quarantine/, and it is logged.
+    std::string log_line;
+    absl::StatusOr<StoredJob> stored =
+        LoadStoredJob(*store_, kv, now, &log_line);
+    if (!log_line.empty()) load_log_.push_back(std::move(log_line));
+    if (!stored.ok()) continue;  // not a job key
+    JobRecord* rec = &stored->record;
     next_id_ = std::max(next_id_, rec->id + 1);
-    if (!rec->request_id.empty()) requests_[rec->request_id] = rec->id;
-    JobRecord& job = jobs_[rec->id] = *std::move(rec);
+    JobRecord& job = jobs_[rec->id] = std::move(*rec);
+    // A job that ended keeps its state and reason, whatever the cluster
+    // has become.
+    if (IsFinal(job.state)) continue;
+    user_jobs_.Add(job.spec.user, job.id);
     absl::StatusOr<JobRequest> req =
         ToJobRequest(job.spec, cluster_, job.id, job.submit_time);
     if (!req.ok()) {
@@ -250,6 +269,18 @@ absl::Status Controller::Load(absl::Time now) {
       }
     }
   }
+  // Idempotency keys, with the digests of their requests.
+  absl::StatusOr<std::vector<KeyValue>> keys = store_->List(RequestKey(""));
+  if (!keys.ok()) return keys.status();
+  for (const KeyValue& kv : *keys) {
+    const std::string key = kv.key.substr(RequestKey("").size());
+    JobId job = 0;
+    absl::SimpleAtoi(kv.value, &job);
+    auto it = jobs_.find(job);
+    absl::StatusOr<IdempotencyRecord> r = ParseIdempotencyValue(
+        kv, it != jobs_.end() ? it->second.submit_time : now);
+    if (r.ok()) requests_.Put(key, *std::move(r));
+  }
   return absl::OkStatus();
 }
 
@@ -291,16 +322,24 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
                                                   const std::string& request_id,
                                                   bool* created) {
   if (created != nullptr) *created = false;
+  if (spec.user.empty()) spec.user = user.empty() ? "default" : user;
+  std::string digest;
+  // The version of an expired record of the key, which this submission
+  // replaces (0: none).
+  int64_t expired_version = 0;
   if (!request_id.empty()) {
     if (absl::Status st = ValidateRequestId(request_id); !st.ok()) return st;
+    digest = RequestDigest(spec);
     absl::MutexLock lock(&mu_);
-    auto seen = requests_.find(request_id);
-    if (seen != requests_.end()) {
-      auto job = jobs_.find(seen->second);
+    if (const IdempotencyRecord* r = requests_.Find(request_id, now)) {
+      if (!r->digest.empty() && r->digest != digest) {
+        return KeyReusedError(request_id, r->job);
+      }
+      auto job = jobs_.find(r->job);
       if (job != jobs_.end()) return JobJson(job->second, now);
     }
+    expired_version = requests_.ExpiredVersion(request_id, now);
   }
-  if (spec.user.empty()) spec.user = user.empty() ? "default" : user;
   // Checks need no lock (the cluster is constant).
   absl::StatusOr<JobRequest> req = ToJobRequest(spec, cluster_, 0, now);
   if (!req.ok()) return req.status();
@@ -311,7 +350,20 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
   JobId id;
   {
     absl::MutexLock lock(&mu_);
+    const std::map<JobId, JobRecord>& jobs = jobs_;
+    if (user_jobs_.AtLimit(
+            spec.user, options_.max_jobs_per_user, [&jobs](JobId j) {
+              auto it = jobs.find(j);
+              return it != jobs.end() && IsFinal(it->second.state);
+            })) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "limit: user ", spec.user, " has ", options_.max_jobs_per_user,
+          " unfinished jobs (held, pending, running or stopping), the most a "
+          "user may have (the server's --max-jobs-per-user); cancel some or "
+          "wait for them to end"));
+    }
     id = next_id_++;  // an id whose write fails is skipped, never reused
+    user_jobs_.Add(spec.user, id);  // reserved while it is written
   }
   req->id = id;
   JobRecord job;
@@ -330,9 +382,11 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
       Mutation::Put(JobKey(id), StoreText(JobRecordToJson(job)))};
   if (!request_id.empty()) {
     // The key claims the id for good, also across leaders.
-    conditions.push_back({RequestKey(request_id), Condition::kMustNotExist});
-    mutations.push_back(
-        Mutation::Put(RequestKey(request_id), absl::StrCat(id)));
+    conditions.push_back(
+        {RequestKey(request_id),
+         expired_version > 0 ? expired_version : Condition::kMustNotExist});
+    mutations.push_back(Mutation::Put(
+        RequestKey(request_id), IdempotencyStoreValue({id, digest, now})));
   }
   absl::StatusOr<int64_t> rev = store_->Commit(conditions, mutations);
   if (!rev.ok() && !request_id.empty() &&
@@ -340,20 +394,33 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
       absl::StrContains(rev.status().message(), RequestKey(request_id))) {
     // The same submission raced in from another connection.
     absl::StatusOr<KeyValue> first = store_->Get(RequestKey(request_id));
-    JobId first_id = 0;
-    if (first.ok() && absl::SimpleAtoi(first->value, &first_id)) {
+    absl::StatusOr<IdempotencyRecord> r =
+        first.ok() ? ParseIdempotencyValue(*first, now)
+                   : absl::StatusOr<IdempotencyRecord>(first.status());
+    {
       absl::MutexLock lock(&mu_);
-      auto job = jobs_.find(first_id);
+      user_jobs_.Remove(job.spec.user, id);
+    }
+    if (r.ok() && !r->digest.empty() && r->digest != digest) {
+      return KeyReusedError(request_id, r->job);
+    }
+    if (r.ok()) {
+      absl::MutexLock lock(&mu_);
+      auto job = jobs_.find(r->job);
       if (job != jobs_.end()) return JobJson(job->second, now);
     }
     return absl::UnavailableError(
         absl::StrCat("a submission with Idempotency-Key ", request_id,
                      " is still being written; retry"));
   }
-  if (!rev.ok()) return rev.status();
+  if (!rev.ok()) {
+    absl::MutexLock lock(&mu_);
+    user_jobs_.Remove(job.spec.user, id);
+    return rev.status();
+  }
   absl::MutexLock lock(&mu_);
   if (created != nullptr) *created = true;
-  if (!request_id.empty()) requests_[request_id] = id;
+  if (!request_id.empty()) requests_.Put(request_id, {id, digest, now, *rev});
   if (job.state == JobState::kPending) {
     absl::StatusOr<SubmitOutcome> out = scheduler_->Submit(*req, now);
     if (!out.ok()) return out.status();
@@ -408,6 +475,7 @@ void Controller::ReleaseMany(const std::vector<JobId>& ids, absl::Time now,
   errors->assign(ids.size(), absl::OkStatus());
   std::vector<const JobRecord*> changed;
   std::vector<std::pair<size_t, JobRequest>> requests;
+  std::vector<JobEvents> events_before;  // one per entry of `requests`
   for (size_t i = 0; i < ids.size(); ++i) {
     auto it = jobs_.find(ids[i]);
     if (it == jobs_.end()) {
@@ -427,6 +495,7 @@ void Controller::ReleaseMany(const std::vector<JobId>& ids, absl::Time now,
       (*errors)[i] = req.status();
       continue;
     }
+    events_before.push_back(job.events);
     job.state = JobState::kPending;
     job.AddEvent(now, "released");
     changed.push_back(&job);
@@ -434,10 +503,11 @@ void Controller::ReleaseMany(const std::vector<JobId>& ids, absl::Time now,
   }
   // One write for all of them; on failure none is released.
   if (absl::Status st = Persist(changed); !st.ok()) {
-    for (auto& [i, req] : requests) {
+    for (size_t k = 0; k < requests.size(); ++k) {
+      auto& [i, req] = requests[k];
       JobRecord& job = jobs_.at(req.id);
       job.state = JobState::kHeld;
-      job.events.pop_back();
+      job.events = std::move(events_before[k]);
       (*errors)[i] = st;
     }
     return;
@@ -461,18 +531,37 @@ absl::StatusOr<nlohmann::json> Controller::Checkpoint(
         absl::StrCat("job ", id, " is ", std::string(JobStateName(job.state)),
                      "; only a running or stopping job saves checkpoints"));
   }
-  JobRecord before = job;
+  const bool write = checkpoint_throttle_.ShouldWrite(id, now);
+  // A copy only for a write that may have to be undone (a record can be
+  // large, and reports can be many).
+  std::optional<JobRecord> before;
+  if (write) before = job;
   job.checkpoint_time = now;
   job.checkpoint_step = step;
   job.checkpoint_run = job.restart_count;
   scheduler_->ReportCheckpoint(id, now);
-  job.AddEvent(now, step ? absl::StrCat("checkpoint saved (step ", *step, ")")
-                         : std::string("checkpoint saved"));
+  if (!write) return JobJson(job, now);  // held: `Tick` writes it when due
+  AddCheckpointEvent(job);
   if (absl::Status st = Persist({&job}); !st.ok()) {
-    job = std::move(before);
+    job = *std::move(before);
     return st;
   }
   return JobJson(job, now);
+}
+
+void Controller::PurgeRequests(absl::Time now) {
+  if (now - last_purge_ < kPurgeEvery) return;
+  last_purge_ = now;
+  requests_.PurgeExpired(*store_, now, kPurgeBatch);
+}
+
+void Controller::AddCheckpointEvent(JobRecord& job) {
+  const absl::Time t = job.checkpoint_time.value_or(absl::UnixEpoch());
+  job.AddEvent(t,
+               job.checkpoint_step ? absl::StrCat("checkpoint saved (step ",
+                                                  *job.checkpoint_step, ")")
+                                   : std::string("checkpoint saved"),
+               "checkpoint saved");
 }
 
 absl::StatusOr<nlohmann::json> Controller::GetJob(JobId id,
@@ -1013,6 +1102,14 @@ void Controller::Tick(absl::Time now) {
       dirty.push_back(&it->second);
   }
   unsaved_.clear();
+  PurgeRequests(now);
+  // Checkpoint reports held back by the throttle.
+  for (JobId id : checkpoint_throttle_.TakeDue(now)) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || IsFinal(it->second.state)) continue;
+    AddCheckpointEvent(it->second);
+    dirty.push_back(&it->second);
+  }
   // Restarts whose backoff is over go back to the queue.
   for (auto it = backoff_.begin(); it != backoff_.end();) {
     JobRecord& job = jobs_.at(*it);

@@ -16,6 +16,8 @@
 #include "loom/core/cluster.h"
 #include "loom/core/job_spec.h"
 #include "loom/sched/scheduler.h"
+#include "loom/server/idempotency_keys.h"
+#include "loom/server/job_limits.h"
 #include "loom/server/job_record.h"
 #include "loom/store/state_store.h"
 #include "nlohmann/json.hpp"
@@ -43,6 +45,17 @@ struct ControllerOptions {
   // LOOM_CHECKPOINT_DIR of jobs whose spec names none: <root>/<job id>;
   // empty: not set (each agent makes the job a directory of its own).
   std::string checkpoint_root = "/tmp/loom-checkpoints";
+  // Unfinished jobs (held, pending, running, stopping) a user may have;
+  // more submissions are refused (`ResourceExhausted`, HTTP 429) until some
+  // end. 0: no limit. As Slurm's MaxSubmitJobs.
+  int64_t max_jobs_per_user = 10'000;
+  // At most one checkpoint report per job is written to the store in this
+  // time; the others update the job in memory, and the latest is written
+  // when the time has passed (docs/api.md).
+  absl::Duration checkpoint_write_interval = absl::Seconds(5);
+  // An idempotency key holds this long after its first use; then it is
+  // purged and a submission with it makes a new job.
+  absl::Duration idempotency_key_lifetime = absl::Hours(24);
 };
 
 // Something the controller wants an agent to do. The server carries these
@@ -80,7 +93,10 @@ class Controller {
   // HTTP layer to its user: up to 256 of [A-Za-z0-9._:-]) makes a submission
   // safe to retry: a second submission with the same id, from any client to any
   // leader, gets the first job back
-  // (`*created` false) instead of a new one.
+  // (`*created` false) instead of a new one, for
+  // `idempotency_key_lifetime`. The same id with a different spec is
+  // AlreadyExists ("Idempotency-Key ... was already used for a different
+  // request"; HTTP 422).
   absl::StatusOr<nlohmann::json> Submit(JobSpec spec, const std::string& user,
                                         absl::Time now,
                                         const std::string& request_id = "",
@@ -88,7 +104,10 @@ class Controller {
   absl::StatusOr<nlohmann::json> Cancel(JobId id, absl::Time now);
   absl::StatusOr<nlohmann::json> Release(JobId id, absl::Time now);
   // The job says it saved a checkpoint (`step` when it told one). Only a
-  // running or stopping job can; FailedPrecondition otherwise.
+  // running or stopping job can; FailedPrecondition otherwise. The job (and
+  // the scheduler's choice of preemption victims) sees it at once; the
+  // store gets at most one report per `checkpoint_write_interval`, the
+  // latest one of each interval (written by `Tick`).
   absl::StatusOr<nlohmann::json> Checkpoint(JobId id,
                                             std::optional<int64_t> step,
                                             absl::Time now);
@@ -164,6 +183,15 @@ class Controller {
 
   const Cluster& cluster() const { return cluster_; }
 
+  // Structured log lines (JSON) about what `Create` found while loading:
+  // one per record that could not be read (see `ReadStoredJob`), which is
+  // then a failed job and its bytes are under `QuarantineKey`. The server
+  // prints them at start. Empty when all was well.
+  std::vector<std::string> LoadLog() const {
+    absl::MutexLock lock(&mu_);
+    return load_log_;
+  }
+
  private:
   struct Node {
     enum class State { kUnknown, kUp, kDown };
@@ -218,6 +246,11 @@ class Controller {
   void ApplyHealth(int n, const nlohmann::json& body, absl::Time now,
                    std::vector<const JobRecord*>* dirty)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deletes idempotency keys past their lifetime (at most once a minute).
+  void PurgeRequests(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The event of the job's last checkpoint; consecutive ones are one event
+  // with a count.
+  void AddCheckpointEvent(JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets `running_time` (and an event) once every task of `job` runs.
   void NoteRunning(JobRecord& job, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -248,10 +281,16 @@ class Controller {
   std::vector<AgentAction> actions_ ABSL_GUARDED_BY(mu_);
   // Jobs changed in memory but not yet written (see `ActionDone`).
   absl::flat_hash_set<JobId> unsaved_ ABSL_GUARDED_BY(mu_);
-  // Idempotency keys of submissions -> their jobs.
-  absl::flat_hash_map<std::string, JobId> requests_ ABSL_GUARDED_BY(mu_);
+  // Idempotency keys of submissions -> their jobs and requests.
+  IdempotencyKeys requests_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_purge_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // Unfinished jobs per user, for `max_jobs_per_user`.
+  UserJobCounter user_jobs_ ABSL_GUARDED_BY(mu_);
+  CheckpointThrottle checkpoint_throttle_ ABSL_GUARDED_BY(mu_);
   // Pending jobs waiting out their restart backoff (`JobRecord::not_before`).
   absl::flat_hash_set<JobId> backoff_ ABSL_GUARDED_BY(mu_);
+
+  std::vector<std::string> load_log_ ABSL_GUARDED_BY(mu_);
 
   // Metrics since this server started (not persisted).
   int64_t decisions_ ABSL_GUARDED_BY(mu_) = 0;  // starts and preemptions

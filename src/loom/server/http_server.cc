@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "httplib.h"
+#include "loom/common/job_id.h"
 #include "loom/core/job_spec.h"
 #include "loom/server/dashboard.h"
 #include "loom/server/log_proxy.h"
@@ -81,12 +82,26 @@ nlohmann::json ErrorJson(const absl::Status& st, int* http_status) {
       code = "unauthenticated";
       break;
     case absl::StatusCode::kAlreadyExists:
+      if (message.rfind("Idempotency-Key ", 0) == 0) {
+        status = 422;  // the key was used for a different request
+        code = "idempotency_key_reused";
+      } else {
       status = 409;
       code = "already_exists";
+      }
       break;
     case absl::StatusCode::kUnavailable:
       status = 503;
       code = "unavailable";
+      break;
+    case absl::StatusCode::kResourceExhausted:
+      // A limit of the caller's (`limit: ...`); other exhaustion (a full
+      // disk) stays a 500.
+      if (message.rfind("limit: ", 0) == 0) {
+        status = 429;
+        code = "limit_exceeded";
+        message = message.substr(7);
+      }
       break;
     default:
       break;
@@ -143,12 +158,35 @@ absl::StatusOr<nlohmann::json> JsonBody(const Request& req) {
   return j;
 }
 
+// The job ID of a route (`ParseJobId`): one too large to be any job's is
+// "no job N" (404, N as written), anything else that is not a canonical
+// positive decimal is 400.
 absl::StatusOr<JobId> JobIdOf(const Request& req) {
-  JobId id = 0;
-  if (!absl::SimpleAtoi(req.matches[1], &id) || id <= 0) {
-    return absl::InvalidArgumentError("bad job id");
+  const std::string text = req.matches[1];
+  absl::StatusOr<int64_t> id = ParseJobId(text);
+  if (id.status().code() == absl::StatusCode::kOutOfRange) {
+    return absl::NotFoundError(absl::StrCat("no job ", text));
   }
-  return id;
+  if (!id.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad job id: ", id.status().message()));
+  }
+  return *id;
+}
+
+// A job ID in a JSON body: an integer from 1 to 2^63-1 (an unsigned one
+// beyond used to wrap to a negative ID).
+absl::StatusOr<JobId> JobIdOfJson(const nlohmann::json& v) {
+  if (v.is_number_unsigned() &&
+      v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(v.dump(), " is not a job ID (at most ", INT64_MAX, ")"));
+  }
+  if (!v.is_number_integer() || v.get<int64_t>() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(v.dump(), " is not a job ID"));
+  }
+  return v.get<int64_t>();
 }
 
 // Fault injection (`POST /v1/chaos`, docs/fault-tolerance.md): turns an
@@ -174,7 +212,9 @@ absl::StatusOr<nlohmann::json> Chaos(
   }
   auto int_field = [&](const char* key) -> absl::StatusOr<int64_t> {
     auto it = body.find(key);
-    if (it == body.end() || !it->is_number_integer()) {
+    if (it == body.end() || !it->is_number_integer() ||
+        (it->is_number_unsigned() &&
+         it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
       return absl::InvalidArgumentError(
           absl::StrCat(key, ": required, a whole number, for ", action));
     }
@@ -645,13 +685,12 @@ void HttpServer::Routes() {
     std::vector<JobId> ids;
     absl::flat_hash_set<JobId> seen;
     for (const nlohmann::json& v : body["ids"]) {
-      if (!v.is_number_integer() ||
-          (v.is_number_unsigned() &&
-           v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
+      absl::StatusOr<JobId> id = JobIdOfJson(v);
+      if (!id.ok()) {
         return ReplyError(res, absl::InvalidArgumentError(absl::StrCat(
-                                   "ids: ", v.dump(), " is not a job ID")));
+                                       "ids: ", id.status().message())));
       }
-      if (seen.insert(v.get<JobId>()).second) ids.push_back(v.get<JobId>());
+      if (seen.insert(*id).second) ids.push_back(*id);
     }
     // Another user's jobs are refused one by one.
     const Principal p = PrincipalOf(req);
@@ -1100,12 +1139,11 @@ bool HttpServer::ServeStandbyRead(const Request& req, Response& res) {
     ReplyResult(res, jobs);
   } else if (absl::ConsumePrefix(&path, "/v1/jobs/")) {
     const bool events = absl::ConsumeSuffix(&path, "/events");
-    JobId id = 0;
-    if (path.empty() ||
-        path.find_first_not_of("0123456789") != absl::string_view::npos ||
-        !absl::SimpleAtoi(path, &id)) {
-      return false;  // logs and other job routes go to the leader
+    absl::StatusOr<int64_t> parsed = ParseJobId(std::string(path));
+    if (!parsed.ok()) {
+      return false;  // logs, other job routes and bad IDs go to the leader
     }
+    const JobId id = *parsed;
     absl::StatusOr<nlohmann::json> job = reads.GetJob(id);
     if (job.ok()) Redact(PrincipalOf(req), *job);
     if (job.ok() && events) {

@@ -128,12 +128,8 @@ nlohmann::json JobRecordToJson(const JobRecord& j) {
                                          : nlohmann::json(nullptr)}});
   }
   out["tasks"] = std::move(tasks);
-  nlohmann::json events = nlohmann::json::array();
-  for (const JobEvent& e : j.events) {
-    events.push_back(
-        {{"time", FormatTimestamp(e.time)}, {"message", e.message}});
-  }
-  out["events"] = std::move(events);
+  out["events"] = j.events.ToJson();
+  if (j.events.dropped() > 0) out["events_dropped"] = j.events.dropped();
   return out;
 }
 
@@ -142,7 +138,7 @@ absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& in) {
     JobRecord j;
     j.id = in.at("id").get<JobId>();
     absl::StatusOr<JobSpec> spec =
-        ParseJobSpec(in.at("spec").dump(), absl::StrCat("job ", j.id));
+        ParseStoredJobSpec(in.at("spec").dump(), absl::StrCat("job ", j.id));
     if (!spec.ok()) return spec.status();
     j.spec = *std::move(spec);
     absl::StatusOr<JobState> state =
@@ -212,12 +208,10 @@ absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& in) {
       if (!t.at("signal").is_null()) task.signal = t["signal"].get<int>();
       j.tasks.push_back(std::move(task));
     }
-    for (const nlohmann::json& e : in.at("events")) {
-      absl::StatusOr<absl::Time> t =
-          ParseTimestamp(e.at("time").get<std::string>());
-      if (!t.ok()) return t.status();
-      j.events.push_back({*t, e.at("message").get<std::string>()});
-    }
+    absl::StatusOr<JobEvents> events = JobEvents::FromJson(
+        in.at("events"), in.value("events_dropped", int64_t{0}));
+    if (!events.ok()) return events.status();
+    j.events = *std::move(events);
     return j;
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(
@@ -310,12 +304,8 @@ nlohmann::json JobApiJson(
     j["placement"] = nullptr;
   }
   j["spec"] = nlohmann::json::parse(JobSpecToJson(job.spec));
-  nlohmann::json events = nlohmann::json::array();
-  for (const JobEvent& e : job.events) {
-    events.push_back(
-        {{"time", FormatTimestamp(e.time)}, {"message", e.message}});
-  }
-  j["events"] = std::move(events);
+  j["events"] = job.events.ToJson();
+  if (job.events.dropped() > 0) j["events_dropped"] = job.events.dropped();
   return j;
 }
 

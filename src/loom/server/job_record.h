@@ -12,6 +12,7 @@
 #include "loom/core/cluster.h"
 #include "loom/core/job.h"
 #include "loom/core/job_spec.h"
+#include "loom/server/job_events.h"
 #include "nlohmann/json.hpp"
 
 namespace loom {
@@ -44,11 +45,6 @@ struct TaskRecord {
   } state = State::kLaunching;
   std::optional<int> exit_code;
   std::optional<int> signal;
-};
-
-struct JobEvent {
-  absl::Time time;
-  std::string message;
 };
 
 // Everything the controller persists about a job (as JSON under
@@ -96,10 +92,11 @@ struct JobRecord {
   std::string switch_name;
   int master_port = 0;
   std::vector<TaskRecord> tasks;
-  std::vector<JobEvent> events;
+  // Bounded: the last `JobEvents::kMaxJobEvents`, repeats coalesced.
+  JobEvents events;
 
-  void AddEvent(absl::Time t, std::string message) {
-    events.push_back({t, std::move(message)});
+  void AddEvent(absl::Time t, std::string message, std::string_view kind = {}) {
+    events.Add(t, std::move(message), kind);
   }
 };
 

@@ -208,6 +208,9 @@ int RunReplicated(const ServerFlags& f, Cluster cluster,
   auth.SetJobRunCheck([c = controller->get()](int64_t job, int64_t run) {
     return c->CheckRun(job, run);
   });
+  for (const std::string& line : (*controller)->LoadLog()) {
+    std::cerr << "loom server: " << line << std::endl;
+  }
   server.Lead(controller->get());
   std::cerr << "loom server: leading (term " << *term << "), state loaded in "
             << absl::FormatDuration(absl::Now() - won) << std::endl;
@@ -281,6 +284,11 @@ CLI::App* AddServerCommand(CLI::App& app, ServerFlags* f) {
                   "LOOM_CHECKPOINT_DIR of jobs whose spec names none: "
                   "ROOT/<job id>, on a filesystem all nodes share (default: "
                   "none; each agent gives the job a directory of its own)");
+  cmd->add_option("--max-jobs-per-user", f->max_jobs_per_user,
+                  "Unfinished jobs (held, pending, running) a user may have; "
+                  "more submissions get 429 (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   return cmd;
 }
 
@@ -331,6 +339,7 @@ int RunServer(const ServerFlags& f) {
         "elsewhere)");
   }
   copts.fence_after = absl::Seconds(fence);
+  copts.max_jobs_per_user = f.max_jobs_per_user;
   copts.checkpoint_root = f.checkpoint_root;  // "": the agents' default
   HttpServerOptions hopts;
   hopts.host = f.listen.substr(0, colon);
@@ -357,6 +366,9 @@ int RunServer(const ServerFlags& f) {
       Controller::Create(*std::move(cluster), store->get(), copts, absl::Now());
   if (!controller.ok()) {
     return Fail(std::string(controller.status().message()));
+  }
+  for (const std::string& line : (*controller)->LoadLog()) {
+    std::cerr << "loom server: " << line << std::endl;
   }
   absl::StatusOr<std::string> secret = SecretKey(f, store->get());
   if (!secret.ok()) return Fail(std::string(secret.status().message()));

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "CLI/CLI.hpp"
@@ -16,6 +17,9 @@ struct ServerFlags {
   double suspect_after_s = -1;  // -1: 3 s, at most half the timeout
   double fence_after_s = -1;    // -1: 80% of the heartbeat timeout
   std::string checkpoint_root;
+  // Unfinished jobs (held, pending, running, stopping) per user; 0: no
+  // limit (as Slurm's MaxSubmitJobs).
+  int64_t max_jobs_per_user = 10'000;
   // State store: "sqlite" (DATA_DIR/state.db, one server) or "etcd" (a
   // replicated controller: several servers, one leads; docs/ha.md).
   std::string store = "sqlite";

@@ -3,21 +3,16 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "loom/server/stored_job.h"
 
 namespace loom {
 
 absl::StatusOr<JobRecord> StandbyReader::Parse(const KeyValue& kv) const {
-  nlohmann::json j = nlohmann::json::parse(kv.value, nullptr, false);
-  if (j.is_discarded()) {
-    return absl::DataLossError(
-        absl::StrCat("store entry ", kv.key, ": not JSON"));
-  }
-  absl::StatusOr<JobRecord> rec = JobRecordFromJson(j);
-  if (!rec.ok()) {
-    return absl::DataLossError(
-        absl::StrCat("store entry ", kv.key, ": ", rec.status().message()));
-  }
-  return rec;
+  // An unreadable record shows as the failed stand-in the leader makes of
+  // it (the standby writes nothing; the leader quarantines it on load).
+  absl::StatusOr<StoredJob> stored = ReadStoredJob(kv, absl::Now());
+  if (!stored.ok()) return stored.status();
+  return std::move(stored->record);
 }
 
 nlohmann::json StandbyReader::Render(const JobRecord& job) const {
@@ -62,7 +57,7 @@ absl::StatusOr<nlohmann::json> StandbyReader::ListJobs(
   jobs.reserve(kvs->size());
   for (const KeyValue& kv : *kvs) {
     absl::StatusOr<JobRecord> job = Parse(kv);
-    if (!job.ok()) return job.status();
+    if (!job.ok()) continue;  // not a job key: nothing to show
     if (JobMatches(query, *job)) jobs.push_back(*std::move(job));
   }
   // Job keys are zero-padded ids, so the store lists them in id order.

@@ -61,9 +61,11 @@ absl::StatusOr<int64_t> MemoryStateStore::Commit(
     if (m.kind == Mutation::kPut) {
       data_.insert_or_assign(m.key, Entry{m.value, revision});
       log_.push_back({Mutation::kPut, m.key, m.value, revision});
+      log_bytes_ += static_cast<int64_t>(m.key.size() + m.value.size());
       changed = true;
     } else if (data_.erase(m.key) > 0) {
       log_.push_back({Mutation::kDelete, m.key, {}, revision});
+      log_bytes_ += static_cast<int64_t>(m.key.size());
       changed = true;
     }
   }
@@ -74,9 +76,14 @@ absl::StatusOr<int64_t> MemoryStateStore::Commit(
 }
 
 void MemoryStateStore::TrimLog() {
-  while (static_cast<int64_t>(log_.size()) > options_.change_log_limit) {
+  while (static_cast<int64_t>(log_.size()) > options_.change_log_limit ||
+         log_bytes_ > options_.change_log_bytes_limit) {
     const int64_t oldest = log_.front().revision;
-    while (!log_.empty() && log_.front().revision == oldest) log_.pop_front();
+    while (!log_.empty() && log_.front().revision == oldest) {
+      log_bytes_ -= static_cast<int64_t>(log_.front().key.size() +
+                                         log_.front().value.size());
+      log_.pop_front();
+    }
     compacted_revision_ = oldest;
   }
 }

@@ -18,6 +18,8 @@ struct MemoryStateStoreOptions {
   // How many changes `ChangesSince` can look back over (whole commits are
   // dropped, oldest first, beyond it).
   int64_t change_log_limit = StateStore::kDefaultChangeLogLimit;
+  // How many bytes (keys plus values) of changes it keeps, likewise.
+  int64_t change_log_bytes_limit = StateStore::kDefaultChangeLogBytesLimit;
 };
 
 // A `StateStore` in process memory: an ordered map plus a change log, under
@@ -50,7 +52,8 @@ class MemoryStateStore final : public StateStore {
 
   int64_t VersionOf(const std::string& key) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Drops the oldest commits from `log_` while it holds more than the limit.
+  // Drops the oldest commits from `log_` while it holds more changes or more
+  // bytes than the limits.
   void TrimLog() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
@@ -62,6 +65,7 @@ class MemoryStateStore final : public StateStore {
   // Every change with a revision above `compacted_revision_`, oldest first.
   std::deque<Change> log_ ABSL_GUARDED_BY(mu_);
   int64_t compacted_revision_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t log_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // keys plus values in `log_`
 };
 
 }  // namespace loom

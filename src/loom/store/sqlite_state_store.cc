@@ -47,6 +47,9 @@ INSERT OR IGNORE INTO meta (name, value) VALUES
   ('revision', 0),
   ('compacted_revision', 0),
   ('change_count', 0);
+INSERT OR IGNORE INTO meta (name, value)
+  SELECT 'change_bytes', coalesce(sum(length(key) + length(value)), 0)
+  FROM changes;
 )sql";
 
 // Indexed by `SqliteStateStore::Statement`.
@@ -91,8 +94,14 @@ constexpr const char* kStatementSql[] = {
     "SELECT revision FROM changes ORDER BY revision, seq LIMIT 1 OFFSET ?1",
     // kTrimChanges
     "DELETE FROM changes WHERE revision <= ?1",
+    // kTrimScan
+    "SELECT revision, length(key) + length(value) FROM changes "
+    "ORDER BY revision, seq",
+    // kTrimSize
+    "SELECT count(*), coalesce(sum(length(key) + length(value)), 0) "
+    "FROM changes WHERE revision <= ?1",
 };
-static_assert(std::size(kStatementSql) == 16);
+static_assert(std::size(kStatementSql) == 18);
 
 absl::StatusCode CodeFor(int rc) {
   switch (rc & 0xff) {
@@ -177,6 +186,11 @@ absl::StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(
     return absl::InvalidArgumentError(
         absl::StrCat("sqlite store ", path, ": negative change_log_limit ",
                      options.change_log_limit));
+  }
+  if (options.change_log_bytes_limit < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sqlite store ", path, ": negative change_log_bytes_limit ",
+        options.change_log_bytes_limit));
   }
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(
@@ -502,6 +516,7 @@ absl::StatusOr<int64_t> SqliteStateStore::ApplyCommit(
   }
   const int64_t revision = *current + 1;
   int64_t seq = 0;
+  int64_t bytes = 0;  // of the changes appended to the log
   for (const Mutation& m : mutations) {
     if (m.kind == Mutation::kPut) {
       StatementScope scope(statements_[kPutKey]);
@@ -530,36 +545,67 @@ absl::StatusOr<int64_t> SqliteStateStore::ApplyCommit(
     if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
     if (rc != SQLITE_DONE) return SqlError("appending to the change log", rc);
     ++seq;
+    bytes += static_cast<int64_t>(m.key.size() + value.size());
   }
   if (seq == 0) return *current;  // nothing changed: no new revision
   *changed = true;
   if (absl::Status s = SetMeta("revision", revision); !s.ok()) return s;
   absl::StatusOr<int64_t> count = GetMeta("change_count");
   if (!count.ok()) return count.status();
-  if (absl::Status s = TrimLog(*count + seq); !s.ok()) return s;
+  absl::StatusOr<int64_t> log_bytes = GetMeta("change_bytes");
+  if (!log_bytes.ok()) return log_bytes.status();
+  if (absl::Status s = TrimLog(*count + seq, *log_bytes + bytes); !s.ok()) {
+    return s;
+  }
   return revision;
 }
 
-absl::Status SqliteStateStore::TrimLog(int64_t change_count) {
+absl::Status SqliteStateStore::TrimLog(int64_t change_count,
+                                       int64_t change_bytes) {
+  // The newest revision that has to go (0: none); every change of its
+  // commit and of older ones goes with it.
+  int64_t cutoff = 0;
   if (change_count > options_.change_log_limit) {
-    // The last change that has to go; every change of its commit (and of
-    // older ones) goes with it.
     const int64_t excess = change_count - options_.change_log_limit;
-    int64_t cutoff = 0;
-    {
-      StatementScope scope(statements_[kTrimCutoff]);
-      sqlite3_stmt* stmt = scope.get();
-      int rc = sqlite3_bind_int64(stmt, 1, excess - 1);
-      if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
-      if (rc != SQLITE_ROW) {
-        if (rc == SQLITE_DONE) {
-          return absl::DataLossError(
-              absl::StrCat("sqlite store ", path_,
-                           ": change_count does not match the change log"));
-        }
-        return SqlError("trimming the change log", rc);
+    StatementScope scope(statements_[kTrimCutoff]);
+    sqlite3_stmt* stmt = scope.get();
+    int rc = sqlite3_bind_int64(stmt, 1, excess - 1);
+    if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
+    if (rc != SQLITE_ROW) {
+      if (rc == SQLITE_DONE) {
+        return absl::DataLossError(
+            absl::StrCat("sqlite store ", path_,
+                         ": change_count does not match the change log"));
       }
-      cutoff = sqlite3_column_int64(stmt, 0);
+      return SqlError("trimming the change log", rc);
+    }
+    cutoff = sqlite3_column_int64(stmt, 0);
+  }
+  if (change_bytes > options_.change_log_bytes_limit) {
+    // Oldest first, until enough bytes would go (the scan stops there, so
+    // it reads only what is dropped).
+    const int64_t excess = change_bytes - options_.change_log_bytes_limit;
+    StatementScope scope(statements_[kTrimScan]);
+    sqlite3_stmt* stmt = scope.get();
+    int64_t dropped = 0;
+    int rc = SQLITE_DONE;
+    while (dropped < excess && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+      cutoff = std::max<int64_t>(cutoff, sqlite3_column_int64(stmt, 0));
+      dropped += sqlite3_column_int64(stmt, 1);
+    }
+    if (dropped < excess && rc != SQLITE_DONE) {
+      return SqlError("trimming the change log", rc);
+    }
+  }
+  if (cutoff > 0) {
+    {
+      StatementScope scope(statements_[kTrimSize]);
+      sqlite3_stmt* stmt = scope.get();
+      int rc = sqlite3_bind_int64(stmt, 1, cutoff);
+      if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
+      if (rc != SQLITE_ROW) return SqlError("trimming the change log", rc);
+      change_count -= sqlite3_column_int64(stmt, 0);
+      change_bytes -= sqlite3_column_int64(stmt, 1);
     }
     {
       StatementScope scope(statements_[kTrimChanges]);
@@ -567,13 +613,15 @@ absl::Status SqliteStateStore::TrimLog(int64_t change_count) {
       int rc = sqlite3_bind_int64(stmt, 1, cutoff);
       if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
       if (rc != SQLITE_DONE) return SqlError("trimming the change log", rc);
-      change_count -= sqlite3_changes64(db_);
     }
     if (absl::Status s = SetMeta("compacted_revision", cutoff); !s.ok()) {
       return s;
     }
   }
-  return SetMeta("change_count", change_count);
+  if (absl::Status s = SetMeta("change_count", change_count); !s.ok()) {
+    return s;
+  }
+  return SetMeta("change_bytes", change_bytes);
 }
 
 absl::StatusOr<int64_t> SqliteStateStore::Revision() {

@@ -24,6 +24,9 @@ struct SqliteStateStoreOptions {
   // How many changes `ChangesSince` can look back over (whole commits are
   // dropped, oldest first, beyond it).
   int64_t change_log_limit = StateStore::kDefaultChangeLogLimit;
+  // How many bytes (keys plus values) of changes it keeps, likewise: a few
+  // large values rewritten often must not grow the file without bound.
+  int64_t change_log_bytes_limit = StateStore::kDefaultChangeLogBytesLimit;
   // How long a statement waits for a lock held by another connection (for
   // example `sqlite3` poking at the file) before failing with `Unavailable`.
   absl::Duration busy_timeout = absl::Seconds(5);
@@ -91,6 +94,8 @@ class SqliteStateStore final : public StateStore {
     kChangesFrom,
     kTrimCutoff,
     kTrimChanges,
+    kTrimScan,
+    kTrimSize,
     kNumStatements,
   };
 
@@ -128,8 +133,10 @@ class SqliteStateStore final : public StateStore {
                                       bool* changed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the oldest whole commits from the change log while it holds more
-  // than the limit.
-  absl::Status TrimLog(int64_t change_count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // changes or more bytes than the limits; `change_count` and `change_bytes`
+  // are what it holds now. Updates both in `meta`.
+  absl::Status TrimLog(int64_t change_count, int64_t change_bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::vector<Change>> ReadChanges(std::string_view prefix,
                                                   int64_t revision,
                                                   int64_t limit)

@@ -99,6 +99,10 @@ class StateStore {
   // How many changes the change log keeps by default (whole commits are
   // dropped, oldest first, once it holds more).
   static constexpr int64_t kDefaultChangeLogLimit = 100'000;
+  // How many bytes of changes (keys plus values) it keeps by default, for
+  // the same reason: the log is bounded by count and by bytes, whichever
+  // comes first.
+  static constexpr int64_t kDefaultChangeLogBytesLimit = int64_t{64} << 20;
 
   virtual ~StateStore() = default;
 
@@ -135,7 +139,8 @@ class StateStore {
   // changes, so a caller that resumes from the last change's revision misses
   // nothing. A `revision` at or past the current one gives an empty list.
   //
-  // The log is bounded (by default `kDefaultChangeLogLimit` changes). If
+  // The log is bounded (by default `kDefaultChangeLogLimit` changes and
+  // `kDefaultChangeLogBytesLimit` bytes; etcd: by its compaction). If
   // changes after `revision` have already been dropped, returns `OutOfRange`:
   // the caller should re-list (take `Revision()`, then `List`, then follow
   // from that revision; a change whose revision is at or below the listed
