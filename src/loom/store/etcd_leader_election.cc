@@ -155,6 +155,9 @@ void EtcdLeaderElection::KeepLoop() {
       break;
     }
   }
+  // `Resign` stopped the loop (perhaps while a renewal was in flight): a
+  // handover, not a loss.
+  if (stop_ && lost.ok()) return;
   leading_ = false;
   std::function<void(const absl::Status&)> notify;
   {
