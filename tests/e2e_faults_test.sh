@@ -19,22 +19,6 @@ LOOM="$(realpath "$1")"
 cd "$(dirname "$0")/.."
 source tests/lib/cluster.sh
 PY=python3
-# jget ID PYTHON_EXPR: evaluates EXPR over `loom show ID -o json` (as j).
-jget() {
-  "$LOOM" show "$1" -o json 2>/dev/null |
-    "$PY" -c "import json,sys; j=json.load(sys.stdin); print($2)" 2>/dev/null
-}
-# wait_for SECONDS COMMAND...: polls every 0.1 s until COMMAND succeeds.
-wait_for() {
-  local n=$(($1 * 10))
-  shift
-  for _ in $(seq "$n"); do
-    "$@" && return 0
-    sleep 0.1
-  done
-  return 1
-}
-state_is() { [ "$(jget "$1" "j['state']")" = "$2" ]; }
 # runs_apart A B T_NS WHAT [MAX_S]: from $W/part.trace ("run=R TIME_NS"
 # lines), says when run A last wrote (after T_NS, the moment of WHAT) and
 # when run B first wrote; fails unless B began after A ended and, with

@@ -23,11 +23,7 @@ MALLORY=$(cat "$W/mallory.token")
 # The job that must survive: one GPU on h200-0, running until cancelled.
 LONG=$(LOOM_TOKEN_FILE="$W/mallory.token" "$LOOM" run -g 1 --name long -- sh -c 'echo started; sleep 600' |
   grep -o '[0-9]*$') || fail "submit the long job"
-for _ in $(seq 100); do
-  "$LOOM" show "$LONG" -o json 2> /dev/null | grep -q '"state": *"running"' && break
-  sleep 0.1
-done
-"$LOOM" show "$LONG" -o json | grep -q '"state": *"running"' || fail "the long job did not start"
+wait_for 10 state_is "$LONG" running || fail "the long job did not start"
 TASK0=$("$LOOM" show "$LONG" -o json | grep -o '"task_id": *"[^"]*"' | head -1)
 NODE0=$("$LOOM" show "$LONG" -o json | grep -o '"node": *"h200-[01]"' | head -1 | grep -o 'h200-[01]')
 echo "ok: job $LONG runs on $NODE0 ($TASK0)"
@@ -57,10 +53,7 @@ run_phase release --bound 2
 # A whole node: the other one (the long job holds a GPU of its own node).
 SECOND=$(LOOM_TOKEN_FILE="$W/mallory.token" "$LOOM" run -g 8 --name second -- sh -c 'echo hi; sleep 600' |
   grep -o '[0-9]*$') || fail "submit the second job"
-for _ in $(seq 100); do
-  "$LOOM" show "$SECOND" -o json 2> /dev/null | grep -q '"state": *"running"' && break
-  sleep 0.1
-done
+wait_for 10 state_is "$SECOND" running || fail "the second job did not start"
 NODE1=$("$LOOM" show "$SECOND" -o json | grep -o '"node": *"h200-[01]"' | head -1 | grep -o 'h200-[01]')
 [ "$NODE1" != "$NODE0" ] || fail "the second job shares the long job's node"
 FROZEN=${AGENT_PIDS[${NODE1#h200-}]}

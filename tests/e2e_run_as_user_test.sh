@@ -45,20 +45,6 @@ TEST_PWD=/
 [ -d "$TEST_HOME" ] && TEST_PWD=$TEST_HOME
 
 PY=python3
-jget() {
-  "$LOOM" show "$1" -o json 2>/dev/null |
-    "$PY" -c "import json,sys; j=json.load(sys.stdin); print($2)" 2>/dev/null
-}
-wait_for() {
-  local n=$(($1 * 10))
-  shift
-  for _ in $(seq "$n"); do
-    "$@" && return 0
-    sleep 0.1
-  done
-  return 1
-}
-state_is() { [ "$(jget "$1" "j['state']")" = "$2" ]; }
 submit() { "$LOOM" submit -f "$1" 2>&1 | grep -o '[0-9]*$'; }
 
 # The scratch directory is mktemp's (0700): let the test user through, so

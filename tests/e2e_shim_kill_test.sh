@@ -15,20 +15,6 @@ start_server
 start_agents 1
 echo "ok: one agent registered"
 
-jget() {
-  "$LOOM" show "$1" -o json 2>/dev/null |
-    "$PY" -c "import json,sys; j=json.load(sys.stdin); print($2)" 2>/dev/null
-}
-wait_for() {
-  local n=$(($1 * 10))
-  shift
-  for _ in $(seq "$n"); do
-    "$@" && return 0
-    sleep 0.1
-  done
-  return 1
-}
-state_is() { [ "$(jget "$1" "j['state']")" = "$2" ]; }
 # record_field TASK KEY: KEY of the task's record on the agent.
 record_field() {
   grep -o "\"$2\": *[0-9]*" "$W/agent0/tasks/$1.json" 2>/dev/null | grep -o '[0-9]*$'

@@ -119,3 +119,21 @@ submit_streams() {
 
 # ack_count: how many submissions have been acknowledged so far.
 ack_count() { cat "$W"/acks.* 2> /dev/null | wc -l; }
+
+# jget JOB EXPR: EXPR (Python, over the job's JSON as `j`) of `loom show JOB`.
+jget() {
+  "$LOOM" show "$1" -o json 2>/dev/null |
+    "${PY:-python3}" -c "import json,sys; j=json.load(sys.stdin); print($2)" 2>/dev/null
+}
+# wait_for SECONDS COMMAND...: polls every 0.1 s until COMMAND succeeds.
+wait_for() {
+  local n=$(($1 * 10))
+  shift
+  for _ in $(seq "$n"); do
+    "$@" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+# state_is JOB STATE: whether the job is in STATE now.
+state_is() { [ "$(jget "$1" "j['state']")" = "$2" ]; }

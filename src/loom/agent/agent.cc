@@ -140,20 +140,6 @@ std::string HostPort(const std::string& host, int port) {
   return absl::StrCat(host, ":", port);
 }
 
-bool IsLoopback(const sockaddr* sa) {
-  if (sa->sa_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(sa);
-    return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
-  }
-  if (sa->sa_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
-    return IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr) ||
-           (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr) &&
-            in6->sin6_addr.s6_addr[12] == 127);
-  }
-  return false;
-}
-
 bool IsWildcard(const sockaddr* sa) {
   if (sa->sa_family == AF_INET) {
     return reinterpret_cast<const sockaddr_in*>(sa)->sin_addr.s_addr ==
@@ -473,7 +459,7 @@ absl::StatusOr<ListenAddress> ParseListenAddress(std::string_view text_in) {
       wildcard = true;
       continue;
     }
-    if (IsLoopback(a->ai_addr)) {
+    if (IsLoopbackAddress(a->ai_addr)) {
       ok = true;
       break;
     }

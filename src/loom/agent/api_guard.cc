@@ -9,7 +9,6 @@
 #include "loom/common/digest.h"
 
 namespace loom {
-namespace {
 
 bool IsLoopbackAddress(const sockaddr* sa) {
   if (sa->sa_family == AF_INET) {
@@ -24,8 +23,6 @@ bool IsLoopbackAddress(const sockaddr* sa) {
   }
   return false;
 }
-
-}  // namespace
 
 bool ApiGuard::SetKey(std::string_view node, std::string_view key) {
   const std::string digest = Sha256Hex(key);

@@ -21,6 +21,8 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 
+struct sockaddr;
+
 namespace loom {
 
 // What `ApiGuard::Check` decided about one request.
@@ -75,6 +77,10 @@ class ApiGuard {
   std::map<std::string, int> digests_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string, std::less<>> by_node_ ABSL_GUARDED_BY(mu_);
 };
+
+// Whether `sa` is a loopback address (127.0.0.0/8, ::1, or 127.x mapped
+// into IPv6).
+bool IsLoopbackAddress(const sockaddr* sa);
 
 // True when every address `host` resolves to is a loopback address
 // (127.0.0.0/8, ::1); false when it resolves to any other address or not at
