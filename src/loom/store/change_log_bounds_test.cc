@@ -34,7 +34,10 @@ int64_t LogBytes(StateStore& store, int64_t* first_revision) {
   while (r < now && !store.ChangesSince("", r, 0).ok()) ++r;
   *first_revision = r;
   int64_t bytes = 0;
-  for (const Change& c : *store.ChangesSince("", r, 0)) {
+  // Held here: a range-for over `*store.ChangesSince(...)` would read a
+  // temporary destroyed before the loop.
+  absl::StatusOr<std::vector<Change>> changes = store.ChangesSince("", r, 0);
+  for (const Change& c : *changes) {
     bytes += static_cast<int64_t>(c.key.size() + c.value.size());
   }
   return bytes;
