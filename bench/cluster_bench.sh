@@ -75,7 +75,8 @@ YAML
   for _ in $(seq 100); do [ -s "$W/admin.token" ] && break; sleep 0.1; done
   AUTH=(-H "Authorization: Bearer $(cat "$W/admin.token")")
   for _ in $(seq 100); do curl -sf "${AUTH[@]}" "$LOOM_SERVER/v1/whoami" > /dev/null && break; sleep 0.1; done
-  "$LOOM" token create --join > "$W/join.token" 2> /dev/null || fail "join token"
+  # One token for every emulated node (join tokens are single-use by default).
+  "$LOOM" token create --join --reusable > "$W/join.token" 2> /dev/null || fail "join token"
   "$LOOM" agent --server "$LOOM_SERVER" --listen "127.0.0.2:$AGENT_PORT" \
     --emulate-nodes "$nodes" --emulate 8xH200 --name-prefix h200 --fake-tasks \
     --heartbeat-interval 1s --data-dir "$FLEET_ROOT/fleet" --join-token-file "$W/join.token" \
