@@ -77,7 +77,7 @@ echo "frozen agent: 8 log reads answered [$codes] in ${took} ms; an honest call 
 for k in $(seq 8); do
   [ "$(cat "$W/frozen.code.$k")" = 503 ] || fail "a log read of a frozen agent's task got $(cat "$W/frozen.code.$k"): $(cat "$W/frozen.$k")"
 done
-# The reader waits for its own reads only (two at a time, each up to the
+# The reader waits for its own reads only (four at a time, each up to the
 # proxy's 5 s read deadline): bounded, never the old 24 h.
 [ "$took" -lt 30000 ] || fail "log reads of a frozen agent took ${took} ms"
 [ "$honest" -lt 1500 ] || fail "an honest call waited ${honest} ms behind a frozen agent"

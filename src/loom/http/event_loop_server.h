@@ -56,7 +56,7 @@ struct EventLoopServerOptions {
   int max_connections_per_address = 4096;
   // Per caller (`Dispatch::principal`) in the user lane: requests handled
   // at once, and waiting beyond those (more: 429).
-  int max_running_per_principal = 2;
+  int max_running_per_principal = 4;
   int max_queued_per_principal = 32;
   // Requests waiting in the priority lane, all callers together (more:
   // 503).
