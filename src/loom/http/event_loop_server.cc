@@ -8,6 +8,7 @@
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -100,6 +101,13 @@ absl::StatusOr<int> EventLoopServer::Start() {
         TlsContext::Create(options_.tls_cert, options_.tls_key);
     if (!tls.ok()) return tls.status();
     tls_ = *std::move(tls);
+  }
+  // As many descriptors as the hard limit allows: each connection is one,
+  // and idle ones are cheap here (nginx's worker_rlimit_nofile).
+  if (rlimit rl{};
+      ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &rl);
   }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -244,7 +252,19 @@ void EventLoopServer::Accept() {
                              SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      return;  // EAGAIN, or out of descriptors (retried on the next event)
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+          errno == ENOMEM) {
+        // Out of descriptors: the pending connection stays in the backlog
+        // and the listener stays readable, so stop watching it for a
+        // moment instead of spinning (`Sweep` watches it again).
+        epoll_event ev{};
+        ev.data.u64 = kListenId;
+        ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+        accept_paused_until_ms_ = NowMs() + 100;
+        std::lock_guard<std::mutex> lock(stats_mu_);
+        ++stats_.connections_refused;
+      }
+      return;  // EAGAIN
     }
     const std::string address = PeerAddress(ss);
     int& from_here = per_address_[address];
@@ -624,6 +644,13 @@ void EventLoopServer::Complete(Completion done) {
 
 void EventLoopServer::Sweep() {
   const int64_t now = NowMs();
+  if (accept_paused_until_ms_ != 0 && now >= accept_paused_until_ms_) {
+    accept_paused_until_ms_ = 0;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kListenId;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+  }
   for (auto& [id, conn] : conns_) {
     Conn& c = *conn;
     if (c.closed) continue;

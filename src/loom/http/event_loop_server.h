@@ -153,6 +153,7 @@ class EventLoopServer {
 
   // Owned by the loop thread.
   uint64_t next_id_ = 2;  // 0: the listener, 1: the wake-up eventfd
+  int64_t accept_paused_until_ms_ = 0;  // out of descriptors: until then
   std::map<uint64_t, std::unique_ptr<Conn>> conns_;
   std::map<std::string, int> per_address_;
   std::map<std::string, int> streams_per_principal_;

@@ -1,8 +1,10 @@
 #include "loom/http/event_loop_server.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -320,6 +322,58 @@ TEST_F(EventLoopServerTest, SendsContinueBeforeTheBody) {
   c.Send("abc");
   r = c.ReadResponses(1, std::chrono::milliseconds(3000));
   EXPECT_NE(r.find("body=abc"), std::string::npos) << r;
+}
+
+// Out of file descriptors, the listener stays readable with connections it
+// cannot accept: the loop must pause accepting, not spin, and go on once
+// descriptors are free again. In a child process (a death test): the hard
+// limit it lowers cannot be raised again.
+int AtTheDescriptorLimit() {
+  EventLoopServer server(
+      EventLoopServerOptions{},
+      [](HttpRequest& req, HttpResponse& res) {
+        res.set_content(req.path, "text/plain");
+      },
+      [](const HttpRequest&) { return Dispatch{}; });
+  absl::StatusOr<int> port = server.Start();
+  if (!port.ok()) return 2;
+  int open_now = 0;
+  for (int fd = 0; fd < 4096; ++fd) open_now += ::fcntl(fd, F_GETFD) != -1;
+  // Room for a few more descriptors, in both limits (the server raises its
+  // soft limit to the hard one).
+  rlimit tight{static_cast<rlim_t>(open_now + 12),
+               static_cast<rlim_t>(open_now + 12)};
+  if (::setrlimit(RLIMIT_NOFILE, &tight) != 0) return 3;
+  std::vector<std::unique_ptr<RawClient>> clients;
+  for (int i = 0; i < 10; ++i) {
+    clients.push_back(std::make_unique<RawClient>(*port));
+  }
+  rusage before{}, after{};
+  ::getrusage(RUSAGE_SELF, &before);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  ::getrusage(RUSAGE_SELF, &after);
+  auto cpu = [](const rusage& r) {
+    return r.ru_utime.tv_sec + r.ru_stime.tv_sec +
+           (r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1e6;
+  };
+  if (cpu(after) - cpu(before) > 0.5) return 4;  // the loop spun
+  if (server.stats().connections_refused == 0) return 5;
+  clients.clear();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  RawClient c(*port);
+  c.Send("GET /after HTTP/1.1\r\nConnection: close\r\n\r\n");
+  if (c.ReadUntilClosed(std::chrono::milliseconds(3000)).find("/after") ==
+      std::string::npos) {
+    return 6;
+  }
+  server.Stop();
+  return 0;
+}
+
+TEST(EventLoopServerLimitsTest, OutOfDescriptorsItPausesInsteadOfSpinning) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(std::_Exit(AtTheDescriptorLimit()), ::testing::ExitedWithCode(0),
+              "");
 }
 
 }  // namespace
