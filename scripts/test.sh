@@ -15,7 +15,8 @@ jobs=$(nproc 2>/dev/null || echo 2)
 # test starts stays its descendant, orphaned or not, and once ctest is done
 # any still running was left by a test: they are named, killed, and the
 # suite fails.
-reaped() { /usr/bin/python3 "$PWD/tests/lib/reaper.py" --name "$1" -- "${@:2}"; }
+root=$PWD
+reaped() { /usr/bin/python3 "$root/tests/lib/reaper.py" --name "$1" -- "${@:2}"; }
 
 echo "== release build"
 ./scripts/build.sh release
