@@ -15,6 +15,7 @@
 #include "loom/core/retry.h"
 #include "loom/sched/placement.h"
 #include "loom/server/idempotency_keys.h"
+#include "loom/server/job_events_store.h"
 #include "loom/server/stored_job.h"
 
 namespace loom {
@@ -210,6 +211,18 @@ absl::Status Controller::Load(absl::Time now) {
     nodes_[n].reason = j.value("reason", "");
     nodes_[n].unhealthy = j.value("unhealthy", false);
   }
+  // Histories first: a job submitted meanwhile then has its record listed
+  // (its history is written later) rather than a history without a record.
+  absl::StatusOr<std::vector<KeyValue>> histories = store_->List(kEventsPrefix);
+  if (!histories.ok()) return histories.status();
+  absl::flat_hash_map<JobId, const KeyValue*> history_of;
+  for (const KeyValue& kv : *histories) {
+    if (std::optional<JobId> id = IdOfEventsKey(kv.key)) {
+      history_of[*id] = &kv;
+    } else {
+      load_log_.push_back(DroppedHistoryLogLine(kv, "not an events key"));
+    }
+  }
   absl::StatusOr<std::vector<KeyValue>> jobs = store_->List("/jobs/");
   if (!jobs.ok()) return jobs.status();
   for (const KeyValue& kv : *jobs) {
@@ -221,6 +234,7 @@ absl::Status Controller::Load(absl::Time now) {
     if (!log_line.empty()) load_log_.push_back(std::move(log_line));
     if (!stored.ok()) continue;  // not a job key
     JobRecord* rec = &stored->record;
+    LoadHistory(kv, *stored, history_of);
     next_id_ = std::max(next_id_, rec->id + 1);
     JobRecord& job = jobs_[rec->id] = std::move(*rec);
     // A job that ended keeps its state and reason, whatever the cluster
@@ -269,6 +283,7 @@ absl::Status Controller::Load(absl::Time now) {
       }
     }
   }
+  DropOrphanHistories(history_of);
   // Idempotency keys, with the digests of their requests.
   absl::StatusOr<std::vector<KeyValue>> keys = store_->List(RequestKey(""));
   if (!keys.ok()) return keys.status();
@@ -291,9 +306,13 @@ absl::Status Controller::Persist(const std::vector<const JobRecord*>& jobs) {
   absl::flat_hash_set<JobId> seen;  // a job may be listed more than once
   for (const JobRecord* j : jobs) {
     if (!seen.insert(j->id).second) continue;
-    m.push_back(Mutation::Put(JobKey(j->id), StoreText(JobRecordToJson(*j))));
+    // Only the parts that changed: an event alone rewrites the small
+    // history, not the record.
+    written_.AddWrites(*j, &m);
   }
+  if (m.empty()) return absl::OkStatus();
   absl::StatusOr<int64_t> rev = store_->Commit({}, m);
+  written_.Finish(rev.ok());
   return rev.ok() ? absl::OkStatus() : rev.status();
 }
 
@@ -378,8 +397,11 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
   // that concurrent submissions share one sync (the store's group commit)
   // and heartbeats do not wait for the disk.
   std::vector<Condition> conditions = {{JobKey(id), Condition::kMustNotExist}};
+  std::string record_text = StoreText(JobRecordToJson(job));
+  std::string history_text = StoreText(JobHistoryToJson(job));
   std::vector<Mutation> mutations = {
-      Mutation::Put(JobKey(id), StoreText(JobRecordToJson(job)))};
+      Mutation::Put(JobKey(id), record_text),
+      Mutation::Put(EventsKey(id), history_text)};
   if (!request_id.empty()) {
     // The key claims the id for good, also across leaders.
     conditions.push_back(
@@ -425,6 +447,7 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
     absl::StatusOr<SubmitOutcome> out = scheduler_->Submit(*req, now);
     if (!out.ok()) return out.status();
   }
+  written_.Set(id, std::move(record_text), std::move(history_text));
   JobRecord& stored = jobs_[id] = std::move(job);
   return JobJson(stored, now);
 }

@@ -17,8 +17,10 @@
 #include "loom/core/job_spec.h"
 #include "loom/sched/scheduler.h"
 #include "loom/server/idempotency_keys.h"
+#include "loom/server/job_events_store.h"
 #include "loom/server/job_limits.h"
 #include "loom/server/job_record.h"
+#include "loom/server/stored_job.h"
 #include "loom/store/state_store.h"
 #include "nlohmann/json.hpp"
 
@@ -214,7 +216,17 @@ class Controller {
   Controller(Cluster cluster, StateStore* store, ControllerOptions options);
 
   absl::Status Load(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes what changed of `jobs` (records, histories) in one commit.
   absl::Status Persist(const std::vector<const JobRecord*>& jobs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // On load (job_events_store.cc): reads the stored history of `stored`'s
+  // job into it (taking it out of `history_of`) and notes what is stored.
+  void LoadHistory(const KeyValue& record, StoredJob& stored,
+                   absl::flat_hash_map<JobId, const KeyValue*>& history_of)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the histories left in `history_of` (no record), loudly.
+  void DropOrphanHistories(
+      const absl::flat_hash_map<JobId, const KeyValue*>& history_of)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status PersistNode(int node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateSchedulable(int node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -291,6 +303,9 @@ class Controller {
   absl::flat_hash_set<JobId> backoff_ ABSL_GUARDED_BY(mu_);
 
   std::vector<std::string> load_log_ ABSL_GUARDED_BY(mu_);
+  // What was last written of each job, so that `Persist` writes only what
+  // changed.
+  JobWriteCache written_ ABSL_GUARDED_BY(mu_);
 
   // Metrics since this server started (not persisted).
   int64_t decisions_ ABSL_GUARDED_BY(mu_) = 0;  // starts and preemptions

@@ -106,11 +106,8 @@ nlohmann::json JobRecordToJson(const JobRecord& j) {
   if (j.requeues != 0) out["requeues"] = j.requeues;
   if (!j.request_id.empty()) out["request_id"] = j.request_id;
   if (j.gpu_seconds != 0) out["gpu_seconds"] = j.gpu_seconds;
-  if (j.checkpoint_time) {
-    out["checkpoint"] = {{"time", FormatTimestamp(*j.checkpoint_time)},
-                         {"run", j.checkpoint_run}};
-    if (j.checkpoint_step) out["checkpoint"]["step"] = *j.checkpoint_step;
-  }
+  // The checkpoint and the events are the job's history, stored apart
+  // (`JobHistoryToJson`, under `EventsKey`).
   out["cancel_requested"] = j.cancel_requested;
   out["switch_level"] = j.switch_level;
   out["switch"] = j.switch_name;
@@ -128,8 +125,6 @@ nlohmann::json JobRecordToJson(const JobRecord& j) {
                                          : nlohmann::json(nullptr)}});
   }
   out["tasks"] = std::move(tasks);
-  out["events"] = j.events.ToJson();
-  if (j.events.dropped() > 0) out["events_dropped"] = j.events.dropped();
   return out;
 }
 
@@ -208,10 +203,14 @@ absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& in) {
       if (!t.at("signal").is_null()) task.signal = t["signal"].get<int>();
       j.tasks.push_back(std::move(task));
     }
-    absl::StatusOr<JobEvents> events = JobEvents::FromJson(
-        in.at("events"), in.value("events_dropped", int64_t{0}));
-    if (!events.ok()) return events.status();
-    j.events = *std::move(events);
+    // Older records hold the events themselves; newer ones keep them under
+    // their own key (docs/store.md, "Job events").
+    if (in.contains("events")) {
+      absl::StatusOr<JobEvents> events = JobEvents::FromJson(
+          in.at("events"), in.value("events_dropped", int64_t{0}));
+      if (!events.ok()) return events.status();
+      j.events = *std::move(events);
+    }
     return j;
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(

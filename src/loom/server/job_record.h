@@ -105,7 +105,10 @@ struct JobRecord {
 // FailedPrecondition saying why not.
 absl::Status CheckLiveRun(const JobRecord& job, int64_t run);
 
-// The storage form. `FromJson` rejects documents that are not a job record
+// The storage form of the record under `JobKey`, without the job's history
+// (its events and checkpoint, stored apart: job_events_store.h).
+// `FromJson` still reads a history embedded by older versions. `FromJson`
+// rejects documents that are not a job record
 // with InvalidArgument (a corrupt store entry is reported, never crashes).
 nlohmann::json JobRecordToJson(const JobRecord& job);
 absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& json);

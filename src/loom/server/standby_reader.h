@@ -27,7 +27,11 @@ class StandbyReader {
   absl::Status CheckRun(JobId id, int64_t run) const;
 
  private:
-  absl::StatusOr<JobRecord> Parse(const KeyValue& kv) const;
+  // The job of record `kv`, with its history if it has one.
+  absl::StatusOr<JobRecord> Parse(const KeyValue& kv,
+                                  const KeyValue* history) const;
+  // Job `id` from the store: NotFound, or Unavailable if it cannot be read.
+  absl::StatusOr<JobRecord> Read(JobId id) const;
   nlohmann::json Render(const JobRecord& job) const;
 
   const Cluster* const cluster_;

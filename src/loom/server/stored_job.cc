@@ -7,6 +7,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "loom/server/job_events_store.h"
 #include "nlohmann/json.hpp"
 
 namespace loom {
@@ -143,10 +144,9 @@ absl::StatusOr<StoredJob> LoadStoredJob(StateStore& store, const KeyValue& kv,
   absl::StatusOr<int64_t> rev = store.Commit(
       {{kv.key, kv.version}},
       {Mutation::Put(kept_at, kv.value),
-       Mutation::Put(kv.key,
-                     JobRecordToJson(stored->record)
-                         .dump(-1, ' ', false,
-                               nlohmann::json::error_handler_t::replace))});
+       Mutation::Put(kv.key, JobStoreText(JobRecordToJson(stored->record))),
+       Mutation::Put(EventsKey(stored->record.id),
+                     JobStoreText(JobHistoryToJson(stored->record)))});
   if (rev.ok()) {
     *log_line = UnreadableRecordLogLine(kv, stored->problem, kept_at);
   } else {
