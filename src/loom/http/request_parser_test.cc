@@ -8,7 +8,7 @@ namespace loom::http {
 namespace {
 
 struct Parsed {
-  RequestParser::Status status;
+  RequestParser::Status status = RequestParser::Status::kIncomplete;
   int error = 0;
   std::string message;
   HttpRequest request;
@@ -19,7 +19,7 @@ struct Parsed {
 // every test also checks that the parser is incremental.
 Parsed ParseBytewise(const std::string& bytes, ParserLimits limits = {}) {
   RequestParser p(limits);
-  Parsed out{RequestParser::Status::kIncomplete};
+  Parsed out;
   for (size_t i = 1; i <= bytes.size(); ++i) {
     out.status = p.Parse(absl::string_view(bytes).substr(0, i));
     if (out.status != RequestParser::Status::kIncomplete) break;
@@ -33,7 +33,8 @@ Parsed ParseBytewise(const std::string& bytes, ParserLimits limits = {}) {
 
 Parsed ParseAll(const std::string& bytes, ParserLimits limits = {}) {
   RequestParser p(limits);
-  Parsed out{p.Parse(bytes)};
+  Parsed out;
+  out.status = p.Parse(bytes);
   out.error = p.error_status();
   out.message = p.error_message();
   out.consumed = p.consumed();

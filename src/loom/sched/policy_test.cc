@@ -235,7 +235,7 @@ TEST(Fair, VictimIsTheJobThatLosesTheLeastWorkSinceItsCheckpoint) {
 TEST(Fair, ProjectWithinItsQuotaReclaimsBorrowedGpus) {
   // Two nodes; "search" is guaranteed one node (8 GPUs), "research" none.
   Cluster c = MakeCluster({{2, 0}}, 2, 8);
-  c.projects = {{"search", 8, 1.0}, {"research", 0, 1.0}};
+  c.projects = {{"search", 8, 1.0, {}}, {"research", 0, 1.0, {}}};
   auto s = Make(c, "fair");
   // "research" borrows both nodes with preemptible jobs of normal priority.
   for (JobId id : {1, 2}) {
