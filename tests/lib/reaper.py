@@ -50,10 +50,10 @@ def descendants(root):
     kids = {}
     for pid, (ppid, _) in procs.items():
         kids.setdefault(ppid, []).append(pid)
-    found, todo = [], [root]
-    while todo:
-        for child in kids.get(todo.pop(), []):
-            todo.append(child)
+    found, pending = [], [root]
+    while pending:
+        for child in kids.get(pending.pop(), []):
+            pending.append(child)
             if procs[child][1] != "Z":
                 found.append(child)
     return found

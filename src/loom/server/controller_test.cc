@@ -2,6 +2,7 @@
 
 #include "gtest/gtest.h"
 #include "loom/sched/test_util.h"
+#include "loom/server/controller_test_util.h"
 #include "loom/store/memory_state_store.h"
 
 namespace loom {
@@ -10,11 +11,7 @@ namespace {
 using testing::MakeCluster;
 using testing::T;
 
-JobSpec Spec(const std::string& yaml) {
-  absl::StatusOr<JobSpec> s = ParseJobSpec(yaml, "test.yaml");
-  EXPECT_TRUE(s.ok()) << s.status();
-  return *s;
-}
+using testing::Spec;
 
 JobSpec Gang(int gpus, int nodes = 0) {
   std::string yaml =

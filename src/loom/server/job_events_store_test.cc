@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "loom/sched/test_util.h"
 #include "loom/server/controller.h"
+#include "loom/server/controller_test_util.h"
 #include "loom/server/standby_reader.h"
 #include "loom/store/memory_state_store.h"
 #include "loom/store/sqlite_state_store.h"
@@ -35,16 +36,9 @@ class JobEventsStoreTest : public ::testing::Test {
     c_ = *std::move(c);
   }
   void RunJob() {
-    nlohmann::json gpus = nlohmann::json::array();
-    for (int i = 0; i < 8; ++i)
-      gpus.push_back({{"index", i}, {"model", "h200"}});
-    ASSERT_TRUE(c_->Register({{"name", "h200-0"},
-                              {"address", "127.0.0.2:7100"},
-                              {"gpus", gpus},
-                              {"emulated", true},
-                              {"tasks", nlohmann::json::array()}},
-                             T(1))
-                    .ok());
+    ASSERT_TRUE(
+        c_->Register(testing::EmulatedNode("h200-0", "127.0.0.2:7100"), T(1))
+            .ok());
     auto spec = ParseJobSpec("name: t\ncommand: [x]\n", "t.yaml");
     ASSERT_TRUE(spec.ok());
     ASSERT_TRUE(c_->Submit(*spec, "a", T(2)).ok());

@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "loom/sched/test_util.h"
 #include "loom/server/controller.h"
+#include "loom/server/controller_test_util.h"
 #include "loom/server/job_events.h"
 #include "loom/server/job_events_store.h"
 #include "loom/store/memory_state_store.h"
@@ -18,11 +19,7 @@ namespace {
 using testing::MakeCluster;
 using testing::T;
 
-JobSpec Spec(const std::string& yaml) {
-  absl::StatusOr<JobSpec> s = ParseJobSpec(yaml, "test.yaml");
-  EXPECT_TRUE(s.ok()) << s.status();
-  return *s;
-}
+using testing::Spec;
 
 class JobLimitsTest : public ::testing::Test {
  protected:
@@ -34,16 +31,9 @@ class JobLimitsTest : public ::testing::Test {
     c_ = *std::move(c);
   }
   void RegisterNode() {
-    nlohmann::json gpus = nlohmann::json::array();
-    for (int i = 0; i < 8; ++i)
-      gpus.push_back({{"index", i}, {"model", "h200"}});
-    ASSERT_TRUE(c_->Register({{"name", "h200-0"},
-                              {"address", "127.0.0.2:7100"},
-                              {"gpus", gpus},
-                              {"emulated", true},
-                              {"tasks", nlohmann::json::array()}},
-                             T(1))
-                    .ok());
+    ASSERT_TRUE(
+        c_->Register(testing::EmulatedNode("h200-0", "127.0.0.2:7100"), T(1))
+            .ok());
   }
   int64_t Revision() { return *store_.Revision(); }
   nlohmann::json Stored(JobId id) {
