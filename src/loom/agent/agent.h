@@ -22,19 +22,16 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "loom/agent/agent_address.h"
+#include "loom/agent/agent_node.h"
 #include "loom/agent/cgroup.h"
 #include "loom/agent/gpu_probe.h"
+#include "loom/agent/launch_request.h"
 #include "loom/agent/task_launcher.h"
 #include "loom/agent/user_account.h"
 #include "nlohmann/json.hpp"
 
 namespace loom {
-
-// Makes a `TaskLauncher` for the node `node` whose launcher state lives in
-// `state_dir` (tests wrap the real one to inject failures).
-using TaskLauncherFactory =
-    std::function<absl::StatusOr<std::unique_ptr<TaskLauncher>>(
-        const std::string& node, const std::string& state_dir)>;
 
 struct AgentOptions {
   // A bootstrap token (`loom token create --join`) for nodes that have no
@@ -136,44 +133,6 @@ struct AgentOptions {
   // Receives each log line (already formatted); null: standard error.
   std::function<void(const std::string& line)> log;
 };
-
-// A parsed `POST /v1/tasks` body (docs/agent.md).
-struct LaunchRequest {
-  std::string node;  // empty: not given
-  std::string task_id;
-  // The job's user, whom the task runs as (`AgentOptions::run_as_user`);
-  // empty: not given (the agent's own user).
-  std::string user;
-  int64_t job_id = 0;
-  int64_t task_index = 0;
-  std::vector<std::string> argv;
-  std::map<std::string, std::string> env;
-  std::string working_dir;
-  std::vector<int> gpus;
-  int processes = 1;
-  std::optional<int64_t> rank_base;
-  TaskLimits limits;
-};
-
-// Parses and checks a launch body. On error, `InvalidArgument` with a
-// message that names the field, and `*field` (when not null) set to it.
-absl::StatusOr<LaunchRequest> ParseLaunchRequest(const nlohmann::json& body,
-                                                 std::string* field = nullptr);
-
-// "host:port" or "http://host:port[/]" -> "http://host:port"; https is kept.
-// `InvalidArgument` for anything else (paths are not supported).
-absl::StatusOr<std::string> NormalizeAgentServerUrl(std::string_view url);
-
-struct ListenAddress {
-  std::string host;  // as given ("127.0.0.2", "localhost", "::1")
-  int port = 0;
-};
-
-// Parses "HOST:PORT" ("[::1]:7100" for IPv6) and checks that HOST is a
-// loopback address or an address of this host (so that the address the
-// agent registers reaches it). Wildcards (0.0.0.0, ::) are refused: the
-// server needs one address to call.
-absl::StatusOr<ListenAddress> ParseListenAddress(std::string_view text);
 
 // The agent: see the file comment and docs/agent.md.
 //

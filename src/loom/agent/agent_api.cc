@@ -1,0 +1,321 @@
+#include "loom/agent/agent_api.h"
+
+#include <signal.h>
+
+#include <chrono>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "httplib.h"
+#include "loom/agent/agent_address.h"
+#include "loom/agent/api_reply.h"
+#include "loom/agent/json_values.h"
+#include "loom/agent/launch_request.h"
+#include "loom/common/metrics_text.h"
+
+namespace loom {
+namespace {
+
+using json = nlohmann::json;
+using httplib::Request;
+using httplib::Response;
+
+constexpr size_t kMaxBodyBytes = size_t{1} << 20;
+
+// The node a request names (`?node=`, else `"node"` of its body).
+std::string NamedNode(const Request& req, const json& body) {
+  std::string name = req.get_param_value("node");
+  if (auto it = body.find("node");
+      name.empty() && it != body.end() && it->is_string()) {
+    name = it->get<std::string>();
+  }
+  return name;
+}
+
+// The `{id}` of a task route; answers 404 and returns "" for an id that
+// cannot be a task's.
+std::string TaskIdOf(const Request& req, Response& res) {
+  const std::string id = req.matches[1];
+  if (!ValidTaskId(id)) {
+    SendError(res, 404, "not_found", absl::StrCat("no task '", id, "'"));
+    return "";
+  }
+  return id;
+}
+
+}  // namespace
+
+AgentApi::AgentApi(AgentApiOptions options, const NodeTable& nodes,
+                   TaskRunner& runner, FaultInjector& faults,
+                   const ApiGuard& guard, HeartbeatStats& stats,
+                   const AgentLog& log)
+    : options_(std::move(options)),
+      nodes_(nodes),
+      runner_(runner),
+      faults_(faults),
+      guard_(guard),
+      stats_(stats),
+      log_(log) {}
+
+AgentApi::~AgentApi() { Stop(); }
+
+absl::Status AgentApi::Bind() {
+  server_ = std::make_unique<httplib::Server>();
+  const size_t threads = static_cast<size_t>(options_.http_threads);
+  server_->new_task_queue = [threads] {
+    return new httplib::ThreadPool(threads);
+  };
+  server_->set_payload_max_length(kMaxBodyBytes);
+  server_->set_tcp_nodelay(true);
+  // A connection holds a pool thread while it is open, idle keep-alive
+  // included: keep idle ones short so that launches never wait long.
+  server_->set_keep_alive_max_count(100);
+  server_->set_keep_alive_timeout(2);
+  server_->set_read_timeout(10);
+  server_->set_write_timeout(10);
+  InstallRoutes();
+  int port = options_.listen_port;
+  if (port == 0) {
+    port = server_->bind_to_any_port(options_.listen_host);
+  } else if (!server_->bind_to_port(options_.listen_host, port)) {
+    port = -1;
+  }
+  if (port <= 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ",
+                     HostPort(options_.listen_host, options_.listen_port),
+                     " (address in use, or not an address of this host)"));
+  }
+  port_ = port;
+  address_ = HostPort(options_.listen_host, port_);
+  return absl::OkStatus();
+}
+
+void AgentApi::Serve() {
+  listen_thread_ = std::thread([this] { server_->listen_after_bind(); });
+}
+
+void AgentApi::Stop() {
+  if (stopping_.exchange(true)) return;
+  if (server_ != nullptr && port_ > 0) {
+    // `stop` only acts on a running server; a bound listener that was never
+    // served is served now so that its socket gets closed.
+    if (!listen_thread_.joinable()) Serve();
+    for (int i = 0; i < 400 && !server_->is_running(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    server_->stop();
+  }
+  if (listen_thread_.joinable()) listen_thread_.join();
+}
+
+bool AgentApi::Authorized(const Request& req, Response& res) {
+  const ApiVerdict v = guard_.Check(req.get_header_value("Authorization"));
+  if (v.allowed) return true;
+  if (v.status == 401) {
+    res.set_header("WWW-Authenticate", "Bearer realm=\"loom-agent\"");
+  }
+  SendError(res, v.status, v.code, v.message);
+  return false;
+}
+
+void AgentApi::InstallRoutes() {
+  auto route = [this](void (AgentApi::*handler)(const Request&, Response&)) {
+    return [this, handler](const Request& req, Response& res) {
+      // An injected slow agent (`POST /v1/faults` delay_ms); never the
+      // fault route itself, so that the fault can be lifted.
+      if (const int64_t ms = faults_.api_delay_ms();
+          ms > 0 && handler != &AgentApi::HandleFaults) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      }
+      Guarded(res, [&] { (this->*handler)(req, res); });
+    };
+  };
+  // Public: health, telemetry and heartbeat statistics, like node-exporter.
+  // Everything else needs the server's key.
+  auto secured = [this,
+                  route](void (AgentApi::*handler)(const Request&, Response&)) {
+    return [this, inner = route(handler)](const Request& req, Response& res) {
+      if (Authorized(req, res)) inner(req, res);
+    };
+  };
+  server_->Post("/v1/tasks", secured(&AgentApi::HandleLaunch));
+  server_->Get("/v1/tasks", secured(&AgentApi::HandleList));
+  server_->Post(R"(/v1/tasks/([^/]+)/stop)", secured(&AgentApi::HandleStop));
+  server_->Get(R"(/v1/tasks/([^/]+)/logs)", secured(&AgentApi::HandleLogs));
+  server_->Get(R"(/v1/tasks/([^/]+))", secured(&AgentApi::HandleGet));
+  server_->Post("/v1/faults", secured(&AgentApi::HandleFaults));
+  server_->Get("/v1/stats", route(&AgentApi::HandleStats));
+  server_->Get("/metrics", route(&AgentApi::HandleMetrics));
+  server_->Get("/healthz", [](const Request&, Response& res) {
+    SendJson(res, 200, {{"ok", true}});
+  });
+  server_->set_error_handler([](const Request& req, Response& res) {
+    if (!res.body.empty()) return;
+    switch (res.status) {
+      case 404:
+        SendError(res, 404, "not_found",
+                  absl::StrCat("no route ", req.method, " ", req.path));
+        break;
+      case 413:
+        SendError(res, 413, "too_large", "the request body is over 1 MiB");
+        break;
+      case 400:
+        SendError(res, 400, "invalid_argument", "bad request");
+        break;
+      default:
+        SendError(res, res.status, "internal",
+                  absl::StrCat("HTTP ", res.status));
+    }
+  });
+}
+
+void AgentApi::HandleLaunch(const Request& req, Response& res) {
+  const json body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded()) {
+    SendError(res, 400, "invalid_argument",
+              "the request body is not valid JSON", "body");
+    return;
+  }
+  std::string field;
+  absl::StatusOr<LaunchRequest> request = ParseLaunchRequest(body, &field);
+  if (!request.ok()) {
+    SendStatus(res, request.status(), field);
+    return;
+  }
+  std::string node_name = req.get_param_value("node");
+  if (!node_name.empty() && !request->node.empty() &&
+      node_name != request->node) {
+    SendError(res, 400, "invalid_argument",
+              absl::StrCat("node: the query names '", node_name,
+                           "', the body '", request->node, "'"),
+              "node");
+    return;
+  }
+  if (node_name.empty()) node_name = request->node;
+  absl::StatusOr<AgentNode*> node = nodes_.Resolve(node_name);
+  if (!node.ok()) {
+    SendStatus(res, node.status(), "node");
+    return;
+  }
+  field.clear();
+  absl::StatusOr<json> launched = runner_.Launch(**node, *request, &field);
+  if (!launched.ok()) {
+    const absl::Status& s = launched.status();
+    switch (s.code()) {
+      case absl::StatusCode::kAlreadyExists:
+        SendError(res, 409, "failed_precondition", Str(s.message()));
+        break;
+      case absl::StatusCode::kInvalidArgument:
+      case absl::StatusCode::kNotFound:
+      case absl::StatusCode::kPermissionDenied:
+      case absl::StatusCode::kFailedPrecondition:
+      case absl::StatusCode::kOutOfRange:
+        // The request cannot run here (missing program, bad directory, ...).
+        SendError(res, 400, "invalid_argument", Str(s.message()), field);
+        break;
+      default:
+        SendError(res, 500, "internal", Str(s.message()), field);
+    }
+    return;
+  }
+  SendJson(res, 201, *launched);
+}
+
+void AgentApi::HandleList(const Request& req, Response& res) {
+  absl::StatusOr<std::vector<AgentNode*>> nodes =
+      nodes_.Select(req.get_param_value("node"));
+  if (!nodes.ok()) {
+    SendStatus(res, nodes.status(), "node");
+    return;
+  }
+  json tasks = json::array();
+  for (AgentNode* node : *nodes) runner_.ListDetailed(*node, &tasks);
+  SendJson(res, 200, {{"tasks", std::move(tasks)}});
+}
+
+void AgentApi::HandleGet(const Request& req, Response& res) {
+  const std::string id = TaskIdOf(req, res);
+  if (id.empty()) return;
+  absl::StatusOr<AgentNode*> node =
+      nodes_.ForTask(req.get_param_value("node"), id);
+  if (!node.ok()) {
+    SendStatus(res, node.status(), "node");
+    return;
+  }
+  absl::StatusOr<json> status = runner_.Get(**node, id);
+  if (!status.ok()) {
+    SendStatus(res, status.status());
+    return;
+  }
+  SendJson(res, 200, *status);
+}
+
+void AgentApi::HandleStop(const Request& req, Response& res) {
+  const std::string id = TaskIdOf(req, res);
+  if (id.empty()) return;
+  std::optional<json> body = ObjectBody(req, res);
+  if (!body) return;
+  int signal = runner_.stop_signal();
+  absl::Duration grace = runner_.stop_grace();
+  if (auto it = body->find("signal"); it != body->end() && !it->is_null()) {
+    std::optional<int64_t> n = AsInt(*it);
+    if (!n || *n <= 0 || *n >= NSIG) {
+      SendError(res, 400, "invalid_argument",
+                absl::StrCat("signal: must be a signal number from 1 to ",
+                             NSIG - 1, ", got ", Dump(*it)),
+                "signal");
+      return;
+    }
+    signal = static_cast<int>(*n);
+  }
+  if (auto it = body->find("grace_ms"); it != body->end() && !it->is_null()) {
+    std::optional<int64_t> n = AsInt(*it);
+    if (!n || *n < 0 || *n > int64_t{7} * 24 * 3600 * 1000) {
+      SendError(res, 400, "invalid_argument",
+                absl::StrCat("grace_ms: must be milliseconds from 0 to a "
+                             "week, got ",
+                             Dump(*it)),
+                "grace_ms");
+      return;
+    }
+    grace = absl::Milliseconds(*n);
+  }
+  absl::StatusOr<AgentNode*> node = nodes_.ForTask(NamedNode(req, *body), id);
+  if (!node.ok()) {
+    SendStatus(res, node.status(), "node");
+    return;
+  }
+  absl::StatusOr<json> status = runner_.Stop(**node, id, signal, grace);
+  if (!status.ok()) {
+    SendStatus(res, status.status());
+    return;
+  }
+  SendJson(res, 200, *status);
+}
+
+void AgentApi::HandleFaults(const Request& req, Response& res) {
+  std::optional<json> body = ObjectBody(req, res);
+  if (!body) return;
+  std::string field;
+  absl::StatusOr<size_t> nodes =
+      faults_.Apply(*body, req.get_param_value("node"), &field);
+  if (!nodes.ok()) {
+    SendStatus(res, nodes.status(), field);
+    return;
+  }
+  SendJson(res, 200, {{"ok", true}, {"nodes", *nodes}});
+}
+
+void AgentApi::HandleStats(const Request& req, Response& res) {
+  SendJson(res, 200, stats_.Json(req.get_param_value("reset") == "1"));
+}
+
+void AgentApi::HandleMetrics(const Request&, Response& res) {
+  res.status = 200;
+  res.set_content(CollectAgentMetrics(nodes_, options_.telemetry, absl::Now()),
+                  std::string(kMetricsContentType));
+}
+
+}  // namespace loom

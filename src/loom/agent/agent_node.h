@@ -1,0 +1,84 @@
+#pragma once
+
+// One node an agent serves: its files, its inventory, its launcher and its
+// task table. A real agent serves one; the fleet emulator many, in one
+// process (node_table.h). The parts of the agent (docs/agent.md) share
+// nodes through `AgentNode&`; each keeps its own per-node state (the
+// session's heartbeat schedule, for one) itself.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "loom/agent/cgroup.h"
+#include "loom/agent/gpu_probe.h"
+#include "loom/agent/task_group.h"
+#include "loom/agent/task_launcher.h"
+#include "loom/agent/task_state.h"
+
+namespace loom {
+
+// Makes a `TaskLauncher` for the node `node` whose launcher state lives in
+// `state_dir` (tests wrap the real one to inject failures).
+using TaskLauncherFactory =
+    std::function<absl::StatusOr<std::unique_ptr<TaskLauncher>>(
+        const std::string& node, const std::string& state_dir)>;
+
+struct AgentNode {
+  // Constant once the node table is made.
+  size_t index = 0;  // in the node table
+  std::string name;
+  std::string root;       // `<data_dir>` or `<data_dir>/nodes/<name>`
+  std::string tasks_dir;  // the launcher's state
+  std::string units_dir;  // empty: multi-process tasks are not persisted
+  std::string logs_dir;
+  HostInfo host;
+  std::vector<GpuDevice> gpus;
+  bool emulated = false;
+  std::unique_ptr<CgroupManager> cgroups;
+  // A cgroup v2 group per task (task_group.h); null: process groups only.
+  std::unique_ptr<TaskGroups> groups;
+  // Thread-safe.
+  std::unique_ptr<TaskLauncher> launcher;
+
+  // The task table (task_runner.h changes it).
+  absl::Mutex mu;
+  std::map<std::string, TaskUnit> units ABSL_GUARDED_BY(mu);
+  // launcher id -> (task id, process index)
+  std::map<std::string, std::pair<std::string, int>> by_launcher_id
+      ABSL_GUARDED_BY(mu);
+
+  // Injected faults (fault_injector.h).
+  std::atomic<bool> drop_heartbeats{false};
+  std::atomic<uint32_t> failed_gpus{0};  // bit i: emulated GPU i failed
+};
+
+// `<node>/lease`: the send time of the last answered heartbeat and the fence
+// limit (lease.h).
+inline std::string LeasePath(const AgentNode& node) {
+  return absl::StrCat(node.root, "/lease");
+}
+
+// The unit file of a task of several processes (unit_file.h).
+inline std::string UnitPath(const AgentNode& node, const std::string& task_id) {
+  return absl::StrCat(node.units_dir, "/", task_id, ".json");
+}
+
+// Where process `k` of task `task_id` writes its output.
+inline std::string TaskLogPath(const AgentNode& node,
+                               const std::string& task_id, int k,
+                               bool stderr_stream) {
+  return absl::StrCat(node.logs_dir, "/", task_id,
+                      k == 0 ? "" : absl::StrCat(".p", k),
+                      stderr_stream ? ".err" : ".out");
+}
+
+}  // namespace loom

@@ -1,0 +1,56 @@
+#include "loom/agent/api_reply.h"
+
+#include "absl/strings/ascii.h"
+#include "loom/agent/json_values.h"
+
+namespace loom {
+
+using json = nlohmann::json;
+
+void SendJson(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(Dump(body), "application/json");
+}
+
+void SendError(httplib::Response& res, int status, const std::string& code,
+               const std::string& message, const std::string& field) {
+  json error = {{"code", code}, {"message", message}};
+  if (!field.empty()) error["field"] = field;
+  SendJson(res, status, {{"error", std::move(error)}});
+}
+
+void SendStatus(httplib::Response& res, const absl::Status& status,
+                const std::string& field) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      SendError(res, 400, "invalid_argument", Str(status.message()), field);
+      return;
+    case absl::StatusCode::kNotFound:
+      SendError(res, 404, "not_found", Str(status.message()), field);
+      return;
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kFailedPrecondition:
+      SendError(res, 409, "failed_precondition", Str(status.message()), field);
+      return;
+    case absl::StatusCode::kUnavailable:
+      SendError(res, 503, "unavailable", Str(status.message()), field);
+      return;
+    default:
+      SendError(res, 500, "internal", Str(status.message()), field);
+  }
+}
+
+std::optional<json> ObjectBody(const httplib::Request& req,
+                               httplib::Response& res) {
+  if (absl::StripAsciiWhitespace(req.body).empty()) return json::object();
+  json body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object()) {
+    SendError(res, 400, "invalid_argument",
+              "the request body must be a JSON object", "body");
+    return std::nullopt;
+  }
+  return body;
+}
+
+}  // namespace loom

@@ -1,0 +1,82 @@
+#pragma once
+
+// A launch is a list of steps (Nomad's task hooks): each adds one concern to
+// the processes of a task: their files, the env contract, their GPUs, their
+// user, their limits, their checkpoint directory. `TaskRunner` runs them in
+// order; a new concern (an image, a device, a NIC) is a new step, not another
+// branch in the runner.
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "loom/agent/agent_log.h"
+#include "loom/agent/agent_node.h"
+#include "loom/agent/launch_request.h"
+#include "loom/agent/task_launcher.h"
+#include "loom/agent/user_account.h"
+
+namespace loom {
+
+// What the steps of one launch share: the request, the node, and what
+// earlier steps decided.
+struct LaunchContext {
+  const AgentNode& node;
+  const LaunchRequest& request;
+  const AgentLog& log;
+  // Set by the user step: the account the processes run as; unset: the
+  // agent's own user.
+  std::optional<UserAccount> user;
+  // Set by the checkpoint step: the job's directory on this node ("": none).
+  std::string checkpoint_dir;
+};
+
+// One step of a launch. Implementations are stateless (constant after
+// construction) and thread-safe: launches on several API threads share them.
+class LaunchStep {
+ public:
+  virtual ~LaunchStep() = default;
+
+  // For messages and docs: "gpus", "user", ...
+  virtual std::string_view name() const = 0;
+
+  // Once per task, before anything is made on the node: checks the request
+  // against the node and decides what the processes share. An error fails
+  // the launch with nothing made; `*field` names the request's field at
+  // fault (the API answers 400 for `InvalidArgument` and
+  // `FailedPrecondition`).
+  virtual absl::Status Prepare(LaunchContext& ctx, std::string* field) const {
+    return absl::OkStatus();
+  }
+
+  // Once per process `k` of `proc` (its launcher id and log paths set):
+  // adds this step's part to the process's spec.
+  virtual void Apply(const LaunchContext& ctx, const TaskProcess& proc, int k,
+                     TaskSpec& spec) const {}
+};
+
+using LaunchSteps = std::vector<std::unique_ptr<const LaunchStep>>;
+
+struct LaunchStepsOptions {
+  // `LOOM_SERVER` of every task: the servers the agent calls.
+  std::vector<std::string> server_urls;
+  // Run tasks as the users their requests name (the agent can switch
+  // users); `lookup_user` finds them.
+  bool switch_users = false;
+  UserLookup lookup_user;
+  // Default checkpoint directories under each node's directory; false
+  // (fake tasks): none.
+  bool checkpoint_dirs = true;
+};
+
+// The steps of every launch, in order: task files (logs), the env contract
+// (ranks, `LOOM_NODE`, `LOOM_SERVER`), GPUs (index check,
+// `CUDA_VISIBLE_DEVICES`), limits (cgroups), user (checked before the
+// checkpoint step needs it; applied after the others, since it picks the
+// working directory last), checkpoint directory.
+LaunchSteps DefaultLaunchSteps(const LaunchStepsOptions& options);
+
+}  // namespace loom

@@ -1,0 +1,75 @@
+#pragma once
+
+// The nodes an agent serves, by name: one for a real agent, up to thousands
+// for the fleet emulator (`--emulate-nodes`). Made once, at start, with each
+// node's directories, GPUs and launcher; never changed after.
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "loom/agent/agent_log.h"
+#include "loom/agent/agent_node.h"
+#include "loom/agent/gpu_probe.h"
+
+namespace loom {
+
+struct NodeTableOptions {
+  // Each node's files are under `<data_dir>/nodes/<name>/` with `fleet`,
+  // else under `<data_dir>/`.
+  std::string data_dir;
+  bool fleet = false;
+  // Emulated GPUs; unset: the host's (`real_gpus` of `Create`).
+  std::optional<GpuEmulation> emulation;
+  // `FakeTaskLauncher` instead of `ShimTaskLauncher`; no unit files.
+  bool fake_tasks = false;
+  // cgroup v1 limits and a cgroup v2 group per task, where the host allows.
+  bool use_cgroups = true;
+  // Null: the launcher `fake_tasks` picks.
+  TaskLauncherFactory launcher_factory;
+  std::function<absl::Time()> now;
+};
+
+// Letters, digits, '-', '_' and '.', starting with a letter or digit.
+bool ValidNodeName(std::string_view name);
+
+// Thread-safe: constant after `Create` (the nodes themselves guard their
+// task tables).
+class NodeTable {
+ public:
+  // Makes the nodes `names` (valid, distinct, at least one): their
+  // directories (modes: data_dir.h), GPUs and launchers. Errors from the
+  // file system or the launcher, naming the node.
+  static absl::StatusOr<std::unique_ptr<NodeTable>> Create(
+      const NodeTableOptions& options, const std::vector<std::string>& names,
+      const HostInfo& host, const std::vector<GpuDevice>& real_gpus,
+      const AgentLog& log);
+
+  const std::vector<std::unique_ptr<AgentNode>>& nodes() const {
+    return nodes_;
+  }
+  size_t size() const { return nodes_.size(); }
+  std::vector<std::string> names() const;
+
+  // The node `name`; "" names the only node of a one-node agent.
+  // `InvalidArgument` for "" on a fleet, `NotFound` for a name not served.
+  absl::StatusOr<AgentNode*> Resolve(const std::string& name) const;
+  // The named node, or every node when `name` is "".
+  absl::StatusOr<std::vector<AgentNode*>> Select(const std::string& name) const;
+  // The node of task `task_id`: the named one, else the node that knows the
+  // task or has its log. `NotFound` when none does.
+  absl::StatusOr<AgentNode*> ForTask(const std::string& name,
+                                     const std::string& task_id) const;
+
+ private:
+  NodeTable() = default;
+
+  std::vector<std::unique_ptr<AgentNode>> nodes_;
+  std::map<std::string, AgentNode*, std::less<>> by_name_;
+};
+
+}  // namespace loom

@@ -1,0 +1,82 @@
+#include "loom/agent/node_telemetry.h"
+
+#include <map>
+#include <vector>
+
+#include "loom/agent/agent_metrics.h"
+#include "loom/common/metrics_text.h"
+
+namespace loom {
+
+std::string CollectAgentMetrics(const NodeTable& nodes,
+                                const TelemetrySources& sources,
+                                absl::Time now) {
+  // Real GPUs: telemetry from NVML now (all nodes of a real agent share
+  // the host's GPUs).
+  std::vector<GpuDevice> real;
+  if (sources.probe != nullptr) {
+    absl::StatusOr<std::vector<GpuDevice>> probed = sources.probe->Probe();
+    if (probed.ok()) real = *std::move(probed);
+  }
+  std::map<pid_t, GroupUsage> usage;
+  if (!sources.fake_tasks) usage = ReadProcessGroupUsage();
+  const std::map<int, int64_t> xids = sources.xid_watcher != nullptr
+                                          ? sources.xid_watcher->LastXids()
+                                          : std::map<int, int64_t>();
+  std::vector<GpuMetricsRow> gpus;
+  std::vector<TaskUsageRow> tasks;
+  for (const auto& node : nodes.nodes()) {
+    std::map<int, int64_t> holder;  // GPU index -> job
+    {
+      absl::MutexLock lock(&node->mu);
+      for (const auto& [id, unit] : node->units) {
+        if (unit.launching || SummarizeTask(unit).state != "running") continue;
+        for (int g : unit.gpus) holder[g] = unit.job_id;
+        TaskUsageRow row;
+        row.node = node->name;
+        row.task_id = id;
+        row.job = unit.job_id;
+        row.task_index = unit.task_index;
+        for (const TaskProcess& p : unit.procs) {
+          if (p.pid <= 0) continue;
+          if (auto it = usage.find(p.pid); it != usage.end()) {
+            row.cpu_seconds += it->second.cpu_seconds;
+            row.rss_bytes += it->second.rss_bytes;
+          }
+        }
+        tasks.push_back(std::move(row));
+      }
+    }
+    const uint32_t failed = node->failed_gpus.load();
+    for (const GpuDevice& device : node->gpus) {
+      GpuMetricsRow row;
+      row.hostname = node->host.hostname;
+      row.node = node->name;
+      row.emulated = node->emulated;
+      row.gpu = device;
+      auto held = holder.find(device.index);
+      row.job = held == holder.end() ? 0 : held->second;
+      if (node->emulated) {
+        const bool down =
+            device.index < 32 && (failed & (1u << device.index)) != 0;
+        EmulateTelemetry(row.gpu, row.job != 0, down, now);
+        row.xid = down ? 79 : 0;
+      } else {
+        for (const GpuDevice& r : real) {
+          if (r.index == device.index) row.gpu = r;
+        }
+        if (sources.xid_watcher != nullptr) {
+          auto it = xids.find(device.index);
+          row.xid = it == xids.end() ? 0 : it->second;
+        }
+      }
+      gpus.push_back(std::move(row));
+    }
+  }
+  std::string text;
+  MetricsWriter out(&text);
+  WriteAgentMetrics(out, gpus, tasks);
+  return text;
+}
+
+}  // namespace loom

@@ -1,0 +1,466 @@
+#include "loom/agent/task_runner.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "loom/agent/data_dir.h"
+#include "loom/agent/json_values.h"
+#include "loom/agent/unit_file.h"
+#include "loom/common/atomic_file.h"
+
+namespace loom {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr absl::Duration kRollbackWait = absl::Seconds(10);
+
+}  // namespace
+
+absl::StatusOr<json> TaskRunner::Launch(AgentNode& node, const LaunchRequest& r,
+                                        std::string* field) {
+  LaunchContext ctx{node, r, log_};
+  for (const auto& step : options_.steps) {
+    if (absl::Status s = step->Prepare(ctx, field); !s.ok()) return s;
+  }
+  const int count = r.processes;
+  TaskUnit unit;
+  unit.task_id = r.task_id;
+  unit.job_id = r.job_id;
+  unit.task_index = r.task_index;
+  unit.gpus = r.gpus;
+  unit.launching = true;
+  unit.persisted = count > 1 && !node.units_dir.empty();
+  for (int k = 0; k < count; ++k) {
+    TaskProcess p;
+    p.launcher_id = count == 1 ? r.task_id : absl::StrCat(r.task_id, ".p", k);
+    p.stdout_path = TaskLogPath(node, r.task_id, k, false);
+    p.stderr_path = TaskLogPath(node, r.task_id, k, true);
+    unit.procs.push_back(std::move(p));
+  }
+  const std::vector<TaskProcess> procs = unit.procs;
+  const std::string unit_text = unit.persisted ? UnitFileText(unit) : "";
+  {
+    absl::MutexLock lock(&node.mu);
+    if (auto it = node.units.find(r.task_id); it != node.units.end()) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "task ", r.task_id, " is already known on node ", node.name, " (",
+          it->second.launching ? "being launched"
+                               : SummarizeTask(it->second).state,
+          "); a task id is launched once"));
+    }
+    for (const TaskProcess& p : procs) {
+      if (auto it = node.by_launcher_id.find(p.launcher_id);
+          it != node.by_launcher_id.end()) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("task ", r.task_id, ": process id ", p.launcher_id,
+                         " is taken by task ", it->second.first));
+      }
+    }
+    for (int k = 0; k < count; ++k) {
+      node.by_launcher_id[procs[k].launcher_id] = {r.task_id, k};
+    }
+    node.units.emplace(r.task_id, std::move(unit));
+  }
+  if (!unit_text.empty()) {
+    absl::Status s = WriteFileAtomically(UnitPath(node, r.task_id), unit_text,
+                                         kPrivateFileMode);
+    if (!s.ok()) {
+      absl::MutexLock lock(&node.mu);
+      for (const TaskProcess& p : procs) {
+        node.by_launcher_id.erase(p.launcher_id);
+      }
+      node.units.erase(r.task_id);
+      return absl::InternalError(absl::StrCat(
+          "task ", r.task_id, ": cannot record it: ", Str(s.message())));
+    }
+  }
+  absl::Status failure;
+  int failed_k = 0;
+  std::vector<pid_t> pids;
+  for (int k = 0; k < count; ++k) {
+    TaskSpec spec;
+    spec.task_id = procs[k].launcher_id;
+    spec.argv = r.argv;
+    spec.env = r.env;
+    spec.working_dir = r.working_dir;
+    for (const auto& step : options_.steps) {
+      step->Apply(ctx, procs[k], k, spec);
+    }
+    absl::StatusOr<TaskHandle> handle = node.launcher->Launch(spec);
+    if (!handle.ok()) {
+      failure = handle.status();
+      failed_k = k;
+      break;
+    }
+    pids.push_back(handle->pid);
+    absl::MutexLock lock(&node.mu);
+    TaskProcess& p = node.units[r.task_id].procs[k];
+    p.pid = handle->pid;
+    if (p.state == TaskProcess::State::kStarting) {
+      p.state = TaskProcess::State::kRunning;
+    }
+  }
+  if (!failure.ok()) {
+    const bool clean = RollBack(node, r.task_id);
+    std::string message = Str(failure.message());
+    if (count > 1) {
+      message = absl::StrCat("process ", failed_k, " of ", count, ": ", message,
+                             failed_k > 0 ? "; the processes already started "
+                                            "were killed"
+                                          : "");
+    }
+    if (!clean) {
+      absl::StrAppend(&message,
+                      "; some processes could not be confirmed gone: the "
+                      "task stays reported until they are");
+    }
+    log_("warn", node.name,
+         absl::StrCat("launch of task ", r.task_id, " failed: ", message));
+    return absl::Status(failure.code(), message);
+  }
+  json result;
+  bool report = false;
+  {
+    absl::MutexLock lock(&node.mu);
+    TaskUnit& u = node.units[r.task_id];
+    u.launching = false;
+    if (u.stop_after_launch) {
+      StopLocked(node, u, u.stop_after_launch->first,
+                 u.stop_after_launch->second);
+    }
+    AfterChange(node, u, &report);
+    result = TaskStatusJson(node.name, u, /*detailed=*/true);
+  }
+  log_("info", node.name,
+       absl::StrCat(
+           "launched task ", r.task_id, " (job ", r.job_id, ", task index ",
+           r.task_index, ", ", count, count == 1 ? " process" : " processes",
+           ", pid", count == 1 ? " " : "s ", absl::StrJoin(pids, ","),
+           r.gpus.empty() ? ""
+                          : absl::StrCat(", GPUs ", absl::StrJoin(r.gpus, ",")),
+           ")"));
+  if (report) Report(node);
+  return result;
+}
+
+bool TaskRunner::RollBack(AgentNode& node, const std::string& task_id) {
+  std::vector<std::string> started;
+  std::vector<std::string> all;
+  {
+    absl::MutexLock lock(&node.mu);
+    for (const TaskProcess& p : node.units[task_id].procs) {
+      all.push_back(p.launcher_id);
+      if (p.state != TaskProcess::State::kStarting) {
+        started.push_back(p.launcher_id);
+      }
+    }
+  }
+  for (const std::string& id : started) {
+    (void)node.launcher->Signal(id, SIGKILL);
+  }
+  const absl::Time deadline = absl::Now() + kRollbackWait;
+  bool gone = false;
+  while (true) {
+    Poll(node);
+    {
+      absl::MutexLock lock(&node.mu);
+      gone = true;
+      for (const TaskProcess& p : node.units[task_id].procs) {
+        if (p.state == TaskProcess::State::kRunning) gone = false;
+      }
+    }
+    if (gone || absl::Now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  absl::MutexLock lock(&node.mu);
+  TaskUnit& unit = node.units[task_id];
+  if (!gone) {
+    unit.launching = false;
+    for (TaskProcess& p : unit.procs) {
+      if (p.state == TaskProcess::State::kStarting) {
+        p.state = TaskProcess::State::kLost;
+        p.reason = "never started: the launch failed";
+      }
+    }
+    StopLocked(node, unit, SIGKILL, absl::ZeroDuration());
+    return false;
+  }
+  for (const std::string& id : started) {
+    absl::Status s = node.launcher->Forget(id);
+    if (!s.ok() && !absl::IsNotFound(s)) {
+      log_("warn", node.name,
+           absl::StrCat("task ", task_id, ": forget ", id, ": ",
+                        Str(s.message())));
+    }
+  }
+  for (const TaskProcess& p : unit.procs) {
+    ::unlink(p.stdout_path.c_str());
+    ::unlink(p.stderr_path.c_str());
+  }
+  if (unit.persisted) ::unlink(UnitPath(node, task_id).c_str());
+  for (const std::string& id : all) node.by_launcher_id.erase(id);
+  node.units.erase(task_id);
+  return true;
+}
+
+void TaskRunner::Poll(AgentNode& node) {
+  std::vector<TaskEvent> events = node.launcher->Poll();
+  if (events.empty()) return;
+  bool report = false;
+  {
+    absl::MutexLock lock(&node.mu);
+    std::set<std::string> touched;
+    for (const TaskEvent& event : events) {
+      std::string id = ApplyEvent(node, event);
+      if (!id.empty()) touched.insert(std::move(id));
+    }
+    for (const std::string& id : touched) {
+      auto it = node.units.find(id);
+      if (it != node.units.end()) AfterChange(node, it->second, &report);
+    }
+  }
+  if (report) Report(node);
+}
+
+std::string TaskRunner::ApplyEvent(AgentNode& node, const TaskEvent& event) {
+  auto it = node.by_launcher_id.find(event.task_id);
+  if (it == node.by_launcher_id.end()) {
+    log_("warn", node.name,
+         absl::StrCat("process ", event.task_id,
+                      " ended but belongs to no known task"));
+    return "";
+  }
+  auto unit = node.units.find(it->second.first);
+  if (unit == node.units.end() ||
+      it->second.second >= static_cast<int>(unit->second.procs.size())) {
+    return "";
+  }
+  TaskProcess& p = unit->second.procs[it->second.second];
+  p.state = event.kind == TaskEvent::Kind::kExited ? TaskProcess::State::kExited
+                                                   : TaskProcess::State::kLost;
+  p.exit_code = event.exit_code;
+  p.term_signal = event.term_signal;
+  p.ended_at = event.ended_at;
+  p.reason = event.reason;
+  if (p.failed() && !unit->second.first_failure) {
+    unit->second.first_failure = it->second.second;
+  }
+  return it->second.first;
+}
+
+// A distributed job whose rank died does not finish: a failed process stops
+// its siblings.
+void TaskRunner::AfterChange(AgentNode& node, TaskUnit& unit, bool* report) {
+  if (unit.launching) return;
+  const TaskSummary s = SummarizeTask(unit);
+  if (s.state != "running") {
+    if (!unit.end_announced) {
+      unit.end_announced = true;
+      *report = true;
+      std::string how =
+          s.state == "lost"
+              ? absl::StrCat("lost: ", s.reason)
+              : (s.signal != 0
+                     ? absl::StrCat("killed by ", SignalText(s.signal))
+                     : absl::StrCat("exited with code ", s.exit_code));
+      if (s.state != "lost" && !s.reason.empty()) {
+        absl::StrAppend(&how, " (", s.reason, ")");
+      }
+      log_("info", node.name, absl::StrCat("task ", unit.task_id, " ", how));
+    }
+    return;
+  }
+  if (unit.stopping) return;
+  for (size_t k = 0; k < unit.procs.size(); ++k) {
+    const TaskProcess& p = unit.procs[k];
+    if (!p.failed()) continue;
+    log_("info", node.name,
+         absl::StrCat(
+             "task ", unit.task_id, ": process ", k,
+             p.state == TaskProcess::State::kLost
+                 ? absl::StrCat(" was lost (", p.reason, ")")
+                 : (p.term_signal != 0
+                        ? absl::StrCat(" was killed by ",
+                                       SignalText(p.term_signal))
+                        : absl::StrCat(" exited with code ", p.exit_code)),
+             "; stopping the other processes"));
+    StopLocked(node, unit, options_.stop_signal, options_.stop_grace);
+    return;
+  }
+}
+
+void TaskRunner::StopLocked(AgentNode& node, TaskUnit& unit, int signal,
+                            absl::Duration grace) {
+  for (const TaskProcess& p : unit.procs) {
+    if (p.state != TaskProcess::State::kRunning) continue;
+    absl::Status s = node.launcher->Stop(p.launcher_id, signal, grace);
+    if (!s.ok()) {
+      log_("warn", node.name,
+           absl::StrCat("task ", unit.task_id, ": stop ", p.launcher_id, ": ",
+                        Str(s.message())));
+    }
+  }
+  unit.stopping = true;
+}
+
+void TaskRunner::ForgetLocked(AgentNode& node, const std::string& task_id) {
+  auto it = node.units.find(task_id);
+  if (it == node.units.end()) return;
+  TaskUnit& unit = it->second;
+  for (const TaskProcess& p : unit.procs) {
+    absl::Status s = node.launcher->Forget(p.launcher_id);
+    if (!s.ok() && !absl::IsNotFound(s)) {
+      log_("warn", node.name,
+           absl::StrCat("task ", task_id, ": forget ", p.launcher_id, ": ",
+                        Str(s.message())));
+    }
+    node.by_launcher_id.erase(p.launcher_id);
+  }
+  if (unit.persisted) ::unlink(UnitPath(node, task_id).c_str());
+  node.units.erase(it);
+}
+
+absl::StatusOr<json> TaskRunner::Stop(AgentNode& node, const std::string& id,
+                                      int signal, absl::Duration grace) {
+  absl::MutexLock lock(&node.mu);
+  auto it = node.units.find(id);
+  if (it == node.units.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("task ", id, " is not known on node ", node.name));
+  }
+  TaskUnit& unit = it->second;
+  if (unit.launching) {
+    unit.stop_after_launch = std::make_pair(signal, grace);
+  } else if (SummarizeTask(unit).state == "running") {
+    log_("info", node.name,
+         absl::StrCat("stopping task ", id, " (", SignalText(signal),
+                      ", then SIGKILL after ", absl::FormatDuration(grace),
+                      ")"));
+    StopLocked(node, unit, signal, grace);
+  }
+  return TaskStatusJson(node.name, unit, /*detailed=*/true);
+}
+
+int TaskRunner::KillAll(AgentNode& node) {
+  int killed = 0;
+  absl::MutexLock lock(&node.mu);
+  for (auto& [id, unit] : node.units) {
+    if (unit.launching) {
+      unit.stop_after_launch = std::make_pair(SIGKILL, absl::ZeroDuration());
+      ++killed;
+      continue;
+    }
+    if (SummarizeTask(unit).state != "running") continue;
+    StopLocked(node, unit, SIGKILL, absl::ZeroDuration());
+    ++killed;
+  }
+  return killed;
+}
+
+void TaskRunner::ApplyServerOrders(AgentNode& node,
+                                   const std::vector<std::string>& acks,
+                                   const std::vector<std::string>& stops,
+                                   const std::set<std::string>& reported) {
+  absl::MutexLock lock(&node.mu);
+  for (const std::string& id : acks) {
+    auto it = node.units.find(id);
+    if (it == node.units.end() || it->second.launching) continue;
+    if (SummarizeTask(it->second).state == "running") {
+      log_("warn", node.name,
+           absl::StrCat("the server acknowledged task ", id,
+                        ", which still runs; ignored"));
+      continue;
+    }
+    ForgetLocked(node, id);
+  }
+  for (const std::string& id : stops) {
+    auto it = node.units.find(id);
+    if (it == node.units.end()) continue;
+    TaskUnit& unit = it->second;
+    if (unit.launching) {
+      unit.stop_after_launch =
+          std::make_pair(options_.stop_signal, options_.stop_grace);
+      continue;
+    }
+    if (SummarizeTask(unit).state != "running") {
+      // Ended, and the server saw that (it was in the request this reply
+      // answers) but does not want it: nothing is left to report.
+      if (reported.contains(id)) {
+        log_("info", node.name,
+             absl::StrCat("forgetting ended task ", id,
+                          ": the server does not expect it"));
+        ForgetLocked(node, id);
+      }
+      continue;
+    }
+    if (unit.stopping) continue;
+    log_("info", node.name,
+         absl::StrCat("stopping task ", id, " (",
+                      SignalText(options_.stop_signal), ", then SIGKILL after ",
+                      absl::FormatDuration(options_.stop_grace),
+                      "): the server asks"));
+    StopLocked(node, unit, options_.stop_signal, options_.stop_grace);
+  }
+}
+
+json TaskRunner::Statuses(AgentNode& node,
+                          std::vector<std::string>* ended_ids) {
+  json tasks = json::array();
+  absl::MutexLock lock(&node.mu);
+  for (const auto& [id, unit] : node.units) {
+    if (unit.launching) continue;
+    json status = TaskStatusJson(node.name, unit, /*detailed=*/false);
+    if (status["state"] != "running") ended_ids->push_back(id);
+    tasks.push_back(std::move(status));
+  }
+  return tasks;
+}
+
+void TaskRunner::ListDetailed(AgentNode& node, json* out) {
+  absl::MutexLock lock(&node.mu);
+  for (const auto& [id, unit] : node.units) {
+    if (unit.launching) continue;
+    out->push_back(TaskStatusJson(node.name, unit, /*detailed=*/true));
+  }
+}
+
+absl::StatusOr<json> TaskRunner::Get(AgentNode& node, const std::string& id) {
+  absl::MutexLock lock(&node.mu);
+  auto it = node.units.find(id);
+  if (it == node.units.end() || it->second.launching) {
+    return absl::NotFoundError(
+        absl::StrCat("task ", id, " is not known on node ", node.name));
+  }
+  return TaskStatusJson(node.name, it->second, /*detailed=*/true);
+}
+
+bool TaskRunner::ProcessEnded(AgentNode& node, const std::string& id, int k) {
+  absl::MutexLock lock(&node.mu);
+  auto it = node.units.find(id);
+  if (it == node.units.end()) return true;
+  if (k >= static_cast<int>(it->second.procs.size())) return true;
+  return it->second.procs[k].ended();
+}
+
+absl::StatusOr<std::string> TaskRunner::LogPath(AgentNode& node,
+                                                const std::string& id, int k,
+                                                bool stderr_stream) {
+  absl::MutexLock lock(&node.mu);
+  auto it = node.units.find(id);
+  if (it == node.units.end()) return std::string();
+  if (k >= static_cast<int>(it->second.procs.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "process: task ", id, " has ", it->second.procs.size(), " processes"));
+  }
+  const TaskProcess& p = it->second.procs[k];
+  return stderr_stream ? p.stderr_path : p.stdout_path;
+}
+
+}  // namespace loom

@@ -1,0 +1,118 @@
+#pragma once
+
+// The task runner: launches a node's tasks through its launch steps
+// (launch_steps.h), supervises them (the launcher's events), stops them,
+// recovers them after an agent restart, and rolls back a launch that failed
+// half-way. It owns no state of its own: each node's task table lives in the
+// `AgentNode` (guarded by `node.mu`); the runner is the only code that
+// changes it.
+
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "loom/agent/agent_log.h"
+#include "loom/agent/agent_node.h"
+#include "loom/agent/launch_request.h"
+#include "loom/agent/launch_steps.h"
+#include "nlohmann/json.hpp"
+
+namespace loom {
+
+struct TaskRunnerOptions {
+  // How tasks are stopped by default: this signal, then SIGKILL after the
+  // grace.
+  int stop_signal = 15;
+  absl::Duration stop_grace = absl::Seconds(10);
+  LaunchSteps steps;
+  // Called (without locks held) when a task of `node` ended, so that the
+  // server hears of it soon.
+  std::function<void(AgentNode& node)> on_task_ended;
+};
+
+// Thread-safe: launches, stops and polls of one node may run at once (the
+// API's threads, the supervise thread, the session's threads).
+class TaskRunner {
+ public:
+  TaskRunner(TaskRunnerOptions options, const AgentLog& log)
+      : options_(std::move(options)), log_(log) {}
+
+  int stop_signal() const { return options_.stop_signal; }
+  absl::Duration stop_grace() const { return options_.stop_grace; }
+
+  // Runs the launch steps and starts the task's processes. Returns the
+  // task's detailed status. `InvalidArgument` (with `*field`) or
+  // `FailedPrecondition` for a request this node cannot run,
+  // `AlreadyExists` for a known task id, the launcher's errors otherwise;
+  // after an error nothing of the task is left (or, when a started process
+  // cannot be confirmed gone, the task stays, lost, until it is).
+  absl::StatusOr<nlohmann::json> Launch(AgentNode& node,
+                                        const LaunchRequest& request,
+                                        std::string* field);
+
+  // Applies the launcher's events (ended processes) to the task table.
+  void Poll(AgentNode& node);
+
+  // Rebuilds the task table from what the launcher recovered and the unit
+  // files; unreadable unit files are renamed `.bad`. Errors from the
+  // launcher's `Recover`.
+  absl::Status Recover(AgentNode& node);
+
+  // Stops task `id` (the API's `POST /v1/tasks/{id}/stop`): `signal`, then
+  // SIGKILL after `grace`; a task being launched is stopped once it is.
+  // Returns its detailed status; `NotFound` for an unknown task.
+  absl::StatusOr<nlohmann::json> Stop(AgentNode& node, const std::string& id,
+                                      int signal, absl::Duration grace);
+
+  // Kills every running task of `node` at once (fencing). Returns how many.
+  int KillAll(AgentNode& node);
+
+  // The server's orders in a heartbeat answer: `acks` (ended tasks it has
+  // recorded: forgotten) and `stops` (tasks to stop; an ended one in
+  // `reported` that it does not expect is forgotten).
+  void ApplyServerOrders(AgentNode& node, const std::vector<std::string>& acks,
+                         const std::vector<std::string>& stops,
+                         const std::set<std::string>& reported);
+
+  // The short status of every task (not those being launched), for a
+  // heartbeat; appends the ids of ended ones to `*ended_ids`.
+  nlohmann::json Statuses(AgentNode& node, std::vector<std::string>* ended_ids);
+  // The detailed status of every task of `node` to `*out`.
+  void ListDetailed(AgentNode& node, nlohmann::json* out);
+  // The detailed status of task `id`; `NotFound` when unknown (or being
+  // launched).
+  absl::StatusOr<nlohmann::json> Get(AgentNode& node, const std::string& id);
+  // Whether process `k` of task `id` has ended (or is not known).
+  bool ProcessEnded(AgentNode& node, const std::string& id, int k);
+  // Output path of process `k`: "" for an unknown task; `InvalidArgument`
+  // when the task has no process `k`.
+  absl::StatusOr<std::string> LogPath(AgentNode& node, const std::string& id,
+                                      int k, bool stderr_stream);
+
+ private:
+  std::string ApplyEvent(AgentNode& node, const TaskEvent& event)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(node.mu);
+  // After a process of `unit` changed: announces the end of the task, or
+  // stops the other processes when one failed.
+  void AfterChange(AgentNode& node, TaskUnit& unit, bool* report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(node.mu);
+  void StopLocked(AgentNode& node, TaskUnit& unit, int signal,
+                  absl::Duration grace) ABSL_EXCLUSIVE_LOCKS_REQUIRED(node.mu);
+  void ForgetLocked(AgentNode& node, const std::string& task_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(node.mu);
+  // Kills what a failed launch started and forgets the task; false when a
+  // process could not be confirmed gone (the task then stays, lost).
+  bool RollBack(AgentNode& node, const std::string& task_id);
+  void Report(AgentNode& node) {
+    if (options_.on_task_ended) options_.on_task_ended(node);
+  }
+
+  const TaskRunnerOptions options_;
+  const AgentLog& log_;
+};
+
+}  // namespace loom

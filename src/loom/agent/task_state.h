@@ -1,0 +1,84 @@
+#pragma once
+
+// A task as the agent keeps it: one or more processes (`TaskProcess`) that
+// make up one task of a job (`TaskUnit`), what the server is told about it
+// (`SummarizeTask`, `TaskStatusJson`), and how a signal is named in
+// messages. Plain data and pure functions: no locks, no I/O.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "nlohmann/json.hpp"
+
+namespace loom {
+
+// One process of a task.
+struct TaskProcess {
+  enum class State { kStarting, kRunning, kExited, kLost };
+  std::string launcher_id;
+  std::string stdout_path;
+  std::string stderr_path;
+  State state = State::kStarting;
+  pid_t pid = 0;
+  int exit_code = 0;  // kExited: 0..255, or -1 when killed by `term_signal`
+  int term_signal = 0;
+  absl::Time ended_at = absl::InfinitePast();
+  std::string reason;
+
+  bool ended() const {
+    return state == State::kExited || state == State::kLost;
+  }
+  bool failed() const {
+    return state == State::kLost ||
+           (state == State::kExited && (exit_code != 0 || term_signal != 0));
+  }
+};
+
+// A task as the server sees it: one or more processes.
+struct TaskUnit {
+  std::string task_id;
+  int64_t job_id = 0;
+  int64_t task_index = 0;
+  std::vector<TaskProcess> procs;
+  std::vector<int> gpus;   // GPU indices (for metrics)
+  bool launching = false;  // `TaskRunner::Launch` in progress: not reported
+  bool stopping = false;
+  bool persisted = false;  // has a unit file (unit_file.h)
+  bool end_announced = false;
+  // The process whose failure this agent learned of first: the cause
+  // reported for the task (exit times have only whole seconds).
+  std::optional<int> first_failure;
+  // A stop asked for while the task was being launched: (signal, grace),
+  // applied once the launch is done.
+  std::optional<std::pair<int, absl::Duration>> stop_after_launch;
+};
+
+// What a task amounts to for the server.
+struct TaskSummary {
+  std::string state;  // running | exited | lost
+  int exit_code = 0;
+  int signal = 0;
+  std::string reason;
+};
+
+// Running while any process runs. Ended: the first failure decides (the one
+// this agent saw first, else the earliest by time, then by process index);
+// a killed process exits with 128 + its signal; a lost process makes the
+// task lost; no failure: exited with 0.
+TaskSummary SummarizeTask(const TaskUnit& unit);
+
+// The status of `unit` on node `node`: {task_id, state, exit_code, signal,
+// reason}, and with `detailed` also node, job, processes and `stopping`.
+nlohmann::json TaskStatusJson(const std::string& node, const TaskUnit& unit,
+                              bool detailed);
+
+// "SIGTERM" for 15; "signal N" for a number the C library cannot name.
+std::string SignalText(int sig);
+
+}  // namespace loom

@@ -1,0 +1,60 @@
+#include "loom/agent/unit_file.h"
+
+#include "loom/agent/json_values.h"
+#include "loom/agent/launch_request.h"
+
+namespace loom {
+
+using json = nlohmann::json;
+
+std::string UnitFileText(const TaskUnit& unit) {
+  json m = {{"version", 1},          {"task_id", unit.task_id},
+            {"job_id", unit.job_id}, {"task_index", unit.task_index},
+            {"gpus", unit.gpus},     {"processes", json::array()}};
+  for (const TaskProcess& p : unit.procs) {
+    m["processes"].push_back({{"launcher_id", p.launcher_id},
+                              {"stdout", p.stdout_path},
+                              {"stderr", p.stderr_path}});
+  }
+  return Dump(m, 2);
+}
+
+absl::StatusOr<TaskUnit> ParseUnitFile(const std::string& text) {
+  const json m = json::parse(text, nullptr, false);
+  if (!m.is_object() || !m.contains("task_id") || !m["task_id"].is_string() ||
+      !ValidTaskId(m["task_id"].get<std::string>()) ||
+      !m.contains("processes") || !m["processes"].is_array() ||
+      m["processes"].empty()) {
+    return absl::InvalidArgumentError("not a unit file");
+  }
+  TaskUnit unit;
+  unit.task_id = m["task_id"].get<std::string>();
+  unit.job_id = AsInt(m.value("job_id", json(0))).value_or(0);
+  unit.task_index = AsInt(m.value("task_index", json(0))).value_or(0);
+  if (m.contains("gpus") && m["gpus"].is_array()) {
+    for (const json& g : m["gpus"]) {
+      if (std::optional<int64_t> i = AsInt(g); i && *i >= 0 && *i < 64) {
+        unit.gpus.push_back(static_cast<int>(*i));
+      }
+    }
+  }
+  unit.persisted = true;
+  for (const json& p : m["processes"]) {
+    if (!p.is_object() || !p.contains("launcher_id") ||
+        !p["launcher_id"].is_string()) {
+      return absl::InvalidArgumentError("a process without a launcher id");
+    }
+    TaskProcess proc;
+    proc.launcher_id = p["launcher_id"].get<std::string>();
+    if (p.contains("stdout") && p["stdout"].is_string()) {
+      proc.stdout_path = p["stdout"].get<std::string>();
+    }
+    if (p.contains("stderr") && p["stderr"].is_string()) {
+      proc.stderr_path = p["stderr"].get<std::string>();
+    }
+    unit.procs.push_back(std::move(proc));
+  }
+  return unit;
+}
+
+}  // namespace loom
