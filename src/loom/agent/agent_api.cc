@@ -33,17 +33,6 @@ std::string NamedNode(const Request& req, const json& body) {
   return name;
 }
 
-// The `{id}` of a task route; answers 404 and returns "" for an id that
-// cannot be a task's.
-std::string TaskIdOf(const Request& req, Response& res) {
-  const std::string id = req.matches[1];
-  if (!ValidTaskId(id)) {
-    SendError(res, 404, "not_found", absl::StrCat("no task '", id, "'"));
-    return "";
-  }
-  return id;
-}
-
 }  // namespace
 
 AgentApi::AgentApi(AgentApiOptions options, const NodeTable& nodes,

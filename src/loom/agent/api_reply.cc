@@ -1,7 +1,9 @@
 #include "loom/agent/api_reply.h"
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "loom/agent/json_values.h"
+#include "loom/agent/launch_request.h"
 
 namespace loom {
 
@@ -51,6 +53,15 @@ std::optional<json> ObjectBody(const httplib::Request& req,
     return std::nullopt;
   }
   return body;
+}
+
+std::string TaskIdOf(const httplib::Request& req, httplib::Response& res) {
+  const std::string id = req.matches[1];
+  if (!ValidTaskId(id)) {
+    SendError(res, 404, "not_found", absl::StrCat("no task '", id, "'"));
+    return "";
+  }
+  return id;
 }
 
 }  // namespace loom

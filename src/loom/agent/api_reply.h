@@ -28,6 +28,10 @@ void SendStatus(httplib::Response& res, const absl::Status& status,
 std::optional<nlohmann::json> ObjectBody(const httplib::Request& req,
                                          httplib::Response& res);
 
+// The task id of a `/v1/tasks/{id}...` route (`req.matches[1]`); answers
+// 404 and returns "" for an id that cannot be a task's.
+std::string TaskIdOf(const httplib::Request& req, httplib::Response& res);
+
 // Runs `handler`; an exception it throws becomes a 500.
 template <typename F>
 void Guarded(httplib::Response& res, F&& handler) {

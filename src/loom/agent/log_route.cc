@@ -25,11 +25,8 @@ constexpr absl::Duration kFollowPoll = absl::Milliseconds(100);
 }  // namespace
 
 void AgentApi::HandleLogs(const httplib::Request& req, httplib::Response& res) {
-  const std::string id = req.matches[1];
-  if (!ValidTaskId(id)) {
-    SendError(res, 404, "not_found", absl::StrCat("no task '", id, "'"));
-    return;
-  }
+  const std::string id = TaskIdOf(req, res);
+  if (id.empty()) return;
   const std::string stream =
       req.has_param("stream") ? req.get_param_value("stream") : "stdout";
   if (stream != "stdout" && stream != "stderr") {
