@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -30,6 +31,7 @@
 #include "gtest/gtest.h"
 #include "loom/agent/cgroup.h"
 #include "loom/agent/shim_task_launcher.h"
+#include "loom/agent/task_files.h"
 #include "loom/agent/task_launcher.h"
 #include "loom/agent/task_launcher_test_util.h"
 
@@ -307,6 +309,50 @@ TEST_F(TaskLauncherTest, RealCgroupV1Limits) {
             absl::StrCat(256 << 20, "\n"));
   ASSERT_TRUE(launcher->Forget(id).ok());
   EXPECT_FALSE(fs::exists(mem_parent + "/" + id));
+}
+
+TEST_F(TaskLauncherTest, StartShimReturnsACompleteDurableRecord) {
+  fs::create_directories(state_dir());
+  agent_internal::ShimStartOptions options;
+  options.state_dir = state_dir();
+  options.now = clock_.AsFunction();
+  absl::StatusOr<agent_internal::TaskFileRecord> record =
+      agent_internal::StartShim(Shell("30.0", "exit 4"), options);
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_EQ(record->phase, "running");
+  EXPECT_GT(record->pid, 0);
+  EXPECT_EQ(record->pgid, record->pid);
+  EXPECT_GT(record->shim_pid, 0);
+  EXPECT_GT(record->start_ticks, 0u);
+  EXPECT_EQ(record->launched_at, clock_.Now());
+  EXPECT_EQ(record->working_dir, tmp_ / "work");
+  EXPECT_TRUE(record->cgroup.limits_applied);  // none were asked for
+  absl::StatusOr<agent_internal::TaskFileRecord> on_disk =
+      agent_internal::TaskRecordFromJson(ReadFile(state_dir() + "/30.0.json"));
+  ASSERT_TRUE(on_disk.ok()) << on_disk.status();
+  EXPECT_EQ(on_disk->phase, "running");
+  EXPECT_EQ(on_disk->pid, record->pid);
+  // The shim is this process's child: it records the exit, then exits.
+  int status = 0;
+  ASSERT_EQ(::waitpid(record->shim_pid, &status, 0), record->shim_pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_TRUE(
+      absl::StartsWith(ReadFile(state_dir() + "/30.0.exit"), "exited 4 "));
+}
+
+TEST_F(TaskLauncherTest, AFailedStartShimLeavesNothing) {
+  fs::create_directories(state_dir());
+  agent_internal::ShimStartOptions options;
+  options.state_dir = state_dir();
+  options.now = clock_.AsFunction();
+  TaskSpec spec = Shell("31.0", "");
+  spec.argv = {"/nonexistent/loom-program"};
+  absl::StatusOr<agent_internal::TaskFileRecord> record =
+      agent_internal::StartShim(spec, options);
+  EXPECT_EQ(record.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(record.status().message()),
+              HasSubstr("task 31.0: exec /nonexistent/loom-program"));
+  EXPECT_TRUE(FilesIn(state_dir()).empty());
 }
 
 }  // namespace

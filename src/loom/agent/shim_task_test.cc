@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -36,6 +37,7 @@
 namespace loom {
 namespace {
 
+using ::loom::testing::TempDir;
 namespace fs = std::filesystem;
 using ::loom::testing::ReadFile;
 using ::loom::testing::TaskLauncherTest;
@@ -206,18 +208,24 @@ TEST_F(TaskLauncherTest, ShimKilledKillsTheTasksCgroupToo) {
   })) << "the task's cgroups were not removed";
 }
 
-TEST_F(TaskLauncherTest, ReusedPidIsNotAdopted) {
-  // A record whose pids are alive (this test process) but started at another
-  // time: the processes it names are gone and the pids were reused.
+// A record of `task_id` whose pids are alive (this test process) but
+// started at another time: the processes it names are gone and the pids
+// were reused.
+agent_internal::TaskFileRecord ReusedPidRecord(const std::string& task_id) {
   const uint64_t my_start = agent_internal::ProcStartTicks(::getpid()).value();
   agent_internal::TaskFileRecord record;
-  record.task_id = "10.0";
+  record.task_id = task_id;
   record.phase = "running";
   record.pid = ::getpid();
   record.pgid = ::getpid();
   record.start_ticks = my_start + 12345;
   record.shim_pid = ::getpid();
   record.shim_start_ticks = my_start + 12345;
+  return record;
+}
+
+TEST_F(TaskLauncherTest, ReusedPidIsNotAdopted) {
+  const agent_internal::TaskFileRecord record = ReusedPidRecord("10.0");
   fs::create_directories(state_dir());
   ASSERT_TRUE(WriteFileAtomically(state_dir() + "/10.0.json",
                                   agent_internal::TaskRecordToJson(record))
@@ -246,6 +254,89 @@ TEST_F(TaskLauncherTest, UnreadableRecordIsReportedLost) {
   EXPECT_EQ((*infos)[0].state, TaskInfo::State::kLost);
   EXPECT_THAT((*infos)[0].reason, HasSubstr("unreadable"));
   EXPECT_FALSE(fs::exists(state_dir() + "/12.0.exit"));
+}
+
+// --- one task, from its files ---
+
+TEST(ShimTaskTest, AnUnreadableRecordIsLostAtOnce) {
+  TempDir tmp;
+  WriteFile(tmp / "1.0.json", "{not json");
+  agent_internal::ShimTask task =
+      agent_internal::LoadShimTask(tmp.path(), "1.0");
+  EXPECT_TRUE(task.adopted);
+  EXPECT_EQ(task.state, TaskInfo::State::kLost);
+  EXPECT_TRUE(task.shim_done);
+  EXPECT_THAT(task.reason, HasSubstr("task 1.0: record "));
+  EXPECT_THAT(task.reason, HasSubstr("is unreadable"));
+  // A record of another task is unreadable too.
+  ASSERT_TRUE(WriteFileAtomically(
+                  tmp / "1.2.json",
+                  agent_internal::TaskRecordToJson(ReusedPidRecord("1.1")))
+                  .ok());
+  task = agent_internal::LoadShimTask(tmp.path(), "1.2");
+  EXPECT_EQ(task.state, TaskInfo::State::kLost);
+  EXPECT_THAT(task.reason, HasSubstr("it names task \"1.1\""));
+}
+
+TEST(ShimTaskTest, AnExitFileEndsTheTask) {
+  TempDir tmp;
+  ASSERT_TRUE(WriteFileAtomically(
+                  tmp / "2.0.json",
+                  agent_internal::TaskRecordToJson(ReusedPidRecord("2.0")))
+                  .ok());
+  WriteFile(tmp / "2.0.exit", "exited 3 1700000000\n");
+  agent_internal::ShimTask task =
+      agent_internal::LoadShimTask(tmp.path(), "2.0");
+  EXPECT_EQ(task.state, TaskInfo::State::kRunning);  // until refreshed
+  EXPECT_TRUE(agent_internal::Refresh(task, tmp.path()));
+  EXPECT_EQ(task.state, TaskInfo::State::kExited);
+  EXPECT_TRUE(task.shim_done);
+  TaskInfo info = agent_internal::InfoOf(task);
+  EXPECT_EQ(info.task_id, "2.0");
+  EXPECT_EQ(info.exit_code, 3);
+  EXPECT_EQ(info.term_signal, 0);
+  EXPECT_EQ(info.ended_at, absl::FromUnixSeconds(1700000000));
+  EXPECT_TRUE(info.adopted);
+  // Ended: a refresh changes nothing.
+  EXPECT_FALSE(agent_internal::Refresh(task, tmp.path()));
+}
+
+TEST(ShimTaskTest, AGoneShimWithoutAnExitFileIsLost) {
+  TempDir tmp;
+  ASSERT_TRUE(WriteFileAtomically(
+                  tmp / "3.0.json",
+                  agent_internal::TaskRecordToJson(ReusedPidRecord("3.0")))
+                  .ok());
+  agent_internal::ShimTask task =
+      agent_internal::LoadShimTask(tmp.path(), "3.0");
+  EXPECT_TRUE(agent_internal::Refresh(task, tmp.path()));
+  EXPECT_EQ(task.state, TaskInfo::State::kLost);
+  EXPECT_THAT(task.reason, HasSubstr("task 3.0: supervisor (shim) died"));
+  EXPECT_THAT(task.reason, HasSubstr("the pid now belongs to another process"));
+  EXPECT_EQ(agent_internal::InfoOf(task).state, TaskInfo::State::kLost);
+}
+
+TEST(ShimTaskTest, ReapShimWaitsForTheShimToEnd) {
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(pipe_fds[1]);
+    char c;
+    while (::read(pipe_fds[0], &c, 1) < 0 && errno == EINTR) {
+    }
+    ::_exit(0);
+  }
+  ::close(pipe_fds[0]);
+  const uint64_t start = agent_internal::ProcStartTicks(child).value();
+  EXPECT_FALSE(agent_internal::ReapShim({child, start}));  // still running
+  ::close(pipe_fds[1]);
+  EXPECT_TRUE(WaitUntil([&] {
+    return agent_internal::ReapShim({child, start});
+  }));
+  EXPECT_EQ(::waitpid(child, nullptr, WNOHANG), -1);  // reaped
+  // A pid whose start time differs is another process: gone.
+  EXPECT_TRUE(agent_internal::ReapShim({::getpid(), start + 1}));
 }
 
 }  // namespace

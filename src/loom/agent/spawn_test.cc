@@ -87,5 +87,29 @@ TEST_F(TaskLauncherTest, LeftoverGroupMembersDieWithTheTask) {
   EXPECT_TRUE(ProcessIsGone(grandchild));
 }
 
+TEST(SpawnTest, SealPointsTheArraysIntoTheStorage) {
+  agent_internal::SpawnPlan plan;
+  plan.argv_storage = {"/bin/sh", "-c", "exit 0"};
+  plan.env_storage = {"A=1"};
+  plan.Seal();
+  ASSERT_EQ(plan.argv.size(), 4u);
+  for (size_t i = 0; i < plan.argv_storage.size(); ++i) {
+    EXPECT_EQ(plan.argv[i], plan.argv_storage[i].data());
+  }
+  EXPECT_EQ(plan.argv.back(), nullptr);
+  ASSERT_EQ(plan.envp.size(), 2u);
+  EXPECT_STREQ(plan.envp[0], "A=1");
+  EXPECT_EQ(plan.envp.back(), nullptr);
+}
+
+TEST(SpawnTest, StagesHaveNamesForMessages) {
+  using agent_internal::SpawnStage;
+  using agent_internal::SpawnStageName;
+  EXPECT_STREQ(SpawnStageName(SpawnStage::kExec), "exec");
+  EXPECT_STREQ(SpawnStageName(SpawnStage::kSetsid), "setsid");
+  EXPECT_STREQ(SpawnStageName(SpawnStage::kMkdir), "create working directory");
+  EXPECT_STREQ(SpawnStageName(SpawnStage::kNone), "start");
+}
+
 }  // namespace
 }  // namespace loom

@@ -2,6 +2,11 @@
 
 #include "loom/agent/task_files.h"
 
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <string>
 
@@ -57,6 +62,56 @@ TEST(TaskFilesTest, ExitLinesAndRecordsRoundTrip) {
   EXPECT_FALSE(agent_internal::TaskRecordFromJson("[]").ok());
   EXPECT_FALSE(
       agent_internal::TaskRecordFromJson(R"({"version":1,"task_id":5})").ok());
+}
+
+// --- where the files are ---
+
+TEST(TaskFilesTest, ValidTaskIdsAreSafeFileNames) {
+  for (const std::string id : {"42.1", "cgtest-12_A", "..x", "a"}) {
+    EXPECT_TRUE(agent_internal::ValidTaskId(id)) << id;
+  }
+  EXPECT_TRUE(agent_internal::ValidTaskId(
+      std::string(agent_internal::kMaxTaskIdLength, 'a')));
+  EXPECT_FALSE(agent_internal::ValidTaskId(
+      std::string(agent_internal::kMaxTaskIdLength + 1, 'a')));
+  for (const std::string id : {"", ".", "..", "a/b", "../x", "job 1", "x\n"}) {
+    EXPECT_FALSE(agent_internal::ValidTaskId(id)) << id;
+  }
+}
+
+TEST(TaskFilesTest, PathsInTheStateDirectory) {
+  EXPECT_EQ(
+      agent_internal::TaskFilePath("/var/lib/loom/tasks", "42.1", ".exit"),
+      "/var/lib/loom/tasks/42.1.exit");
+  EXPECT_EQ(agent_internal::TaskFilePath("/s", "1.0", ".json.tmp"),
+            "/s/1.0.json.tmp");
+}
+
+TEST(TaskFilesTest, OnlyRegularFilesAreRegular) {
+  char path[] = "/tmp/loom-task-files-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  EXPECT_TRUE(agent_internal::IsRegularFile(path));
+  EXPECT_FALSE(agent_internal::IsRegularFile("/"));
+  ::unlink(path);
+  EXPECT_FALSE(agent_internal::IsRegularFile(path));
+}
+
+TEST(TaskFilesTest, DescribesHowAProcessEnded) {
+  auto wait_status = [](bool kill_itself) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      if (kill_itself) ::raise(SIGKILL);
+      ::_exit(3);
+    }
+    int status = 0;
+    EXPECT_EQ(::waitpid(child, &status, 0), child);
+    return status;
+  };
+  EXPECT_EQ(agent_internal::DescribeWaitStatus(wait_status(false)), "exited 3");
+  EXPECT_EQ(agent_internal::DescribeWaitStatus(wait_status(true)),
+            "was killed by signal 9");
 }
 
 }  // namespace
