@@ -19,6 +19,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "loom/agent/cgroup.h"
+#include "loom/agent/shim_start.h"
+#include "loom/agent/shim_task.h"
 #include "loom/agent/task_files.h"
 #include "loom/agent/task_group.h"
 #include "loom/agent/task_launcher.h"
@@ -74,6 +76,12 @@ struct ShimTaskLauncherOptions {
 // an earlier agent are reparented to init (or a subreaper). Destroying a
 // launcher leaves tasks running: that is what makes agent restarts safe.
 //
+// This class keeps the table of tasks and answers the `TaskLauncher` calls;
+// the rest lives in parts: `StartShim` (shim_start.h) starts a task, with
+// what task_setup.h prepares; `RunShim` (spawn.h) is the shim itself;
+// `ShimTask` (shim_task.h) is one task and how it stands; task_files.h holds
+// the files in `state_dir` and their formats.
+//
 // Thread-safety: thread-safe. One mutex guards the task table; `Launch`
 // does not hold it while forking and waiting for the exec, so several
 // launches may proceed at once, and `Poll` may run meanwhile.
@@ -103,40 +111,13 @@ class ShimTaskLauncher : public TaskLauncher {
   const std::string& state_dir() const { return state_dir_; }
 
  private:
-  struct Task {
-    agent_internal::TaskFileRecord record;
-    TaskInfo::State state = TaskInfo::State::kRunning;
-    bool adopted = false;
-    // The end was returned by `Poll` or `Recover`.
-    bool reported = false;
-    // The shim has been reaped, or is known to be gone.
-    bool shim_done = false;
-    int shim_wait_status = 0;
-    bool shim_reaped = false;  // `shim_wait_status` is valid
-    // `Stop` was called; SIGKILL is due at `kill_deadline` (reset once sent).
-    bool stop_requested = false;
-    std::optional<absl::Time> kill_deadline;
-    agent_internal::ExitRecord exit;
-    std::string reason;
-  };
+  using Task = agent_internal::ShimTask;
 
   ShimTaskLauncher(ShimTaskLauncherOptions options, std::string state_dir);
 
   std::string PathFor(const std::string& task_id,
                       const std::string& suffix) const;
-  absl::StatusOr<Task> LaunchUnlocked(const TaskSpec& spec);
-  // Brings `task` up to date: reaps its shim, reads its exit file, decides
-  // whether it was lost. Returns true when it ended by this call.
-  bool Refresh(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The shim of `task` is gone and recorded no exit: kills what is left of
-  // the task and marks it lost.
-  void LoseUnsupervised(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Loads a task record found on disk; decides its state.
-  Task Load(const std::string& task_id);
   void ReapDetachedShims() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Reaps `shim` if it has exited; true when it is gone or reaped.
-  static bool ReapShim(const std::pair<pid_t, uint64_t>& shim);
-  TaskInfo InfoOf(const Task& task) const;
   // True when `task`'s exit has been recorded (the shim's exit file).
   bool HasExitFile(const std::string& task_id) const;
 
@@ -144,10 +125,9 @@ class ShimTaskLauncher : public TaskLauncher {
   const std::string state_dir_;
   CgroupManager* const cgroups_;
   TaskGroups* const groups_;
-  NoCgroupManager no_cgroups_;
   const std::function<absl::Time()> now_;
-  const absl::Duration launch_timeout_;
-  const std::string lease_path_;  // absolute, or empty
+  // What each `Launch` passes to `StartShim` (the lease path absolute).
+  const agent_internal::ShimStartOptions start_options_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, Task> tasks_ ABSL_GUARDED_BY(mu_);

@@ -1,8 +1,11 @@
 #include "loom/agent/task_files.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -247,6 +250,35 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   }
   ::close(fd);
   return out;
+}
+
+bool IsRegularFile(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool ValidTaskId(const std::string& id) {
+  if (id.empty() || id.size() > kMaxTaskIdLength || id == "." || id == "..") {
+    return false;
+  }
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+  });
+}
+
+std::string TaskFilePath(const std::string& state_dir,
+                         const std::string& task_id,
+                         const std::string& suffix) {
+  return absl::StrCat(state_dir, "/", task_id, suffix);
+}
+
+std::string DescribeWaitStatus(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exited ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    return absl::StrCat("was killed by signal ", WTERMSIG(status));
+  }
+  return absl::StrCat("ended with wait status ", status);
 }
 
 }  // namespace loom::agent_internal

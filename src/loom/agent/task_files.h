@@ -1,8 +1,9 @@
 #pragma once
 
-// The files a `ShimTaskLauncher` keeps per task in its state directory, and
-// the /proc probes used to tell whether a recorded process still runs. See
-// docs/agent-tasks.md for the formats.
+// The files a `ShimTaskLauncher` keeps per task in its state directory (their
+// names, their formats and the parsing of them), and the /proc probes used
+// to tell whether a recorded process still runs. See docs/agent-tasks.md for
+// the formats.
 //
 //   <task_id>.json  the task record, written by the agent (atomically)
 //   <task_id>.pid   "<pid> <start> <shim_pid> <shim_start>", written by the
@@ -105,5 +106,27 @@ absl::StatusOr<TaskFileRecord> TaskRecordFromJson(std::string_view text);
 
 // The file's contents; `NotFound` when it does not exist.
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
+
+// True when `path` names a regular file (following symlinks).
+bool IsRegularFile(const std::string& path);
+
+// --- Where the files are. ---
+
+// The longest task id (`ValidTaskId`).
+inline constexpr size_t kMaxTaskIdLength = 200;
+
+// Whether `id` may name a task: 1 to `kMaxTaskIdLength` of [A-Za-z0-9._-],
+// and not "." or "..". A valid id is a safe file name in the state directory.
+bool ValidTaskId(const std::string& id);
+
+// `<state_dir>/<task_id><suffix>`: the task's record (".json"), pid file
+// (".pid") or exit file (".exit"), or the temporary file of one of them
+// (".json.tmp", ...). `task_id` must be valid.
+std::string TaskFilePath(const std::string& state_dir,
+                         const std::string& task_id, const std::string& suffix);
+
+// How a process ended, from its wait status, for messages: "exited 3",
+// "was killed by signal 9".
+std::string DescribeWaitStatus(int status);
 
 }  // namespace loom::agent_internal
