@@ -1,9 +1,13 @@
 #pragma once
 
 // The client verbs of `loom`: submit, run, release, queue, show, logs,
-// cancel, checkpoint, nodes, cordon, uncordon, drain, projects, chaos. Each
-// talks to the server through `ApiClient` (docs/api.md); docs/cli.md documents
-// them for users.
+// cancel, checkpoint, nodes, cordon, uncordon, drain, top, chaos, projects,
+// whoami, token. Each talks to the server through `ApiClient` (docs/api.md);
+// docs/cli.md documents them for users. This is where they are registered
+// and run; the verbs themselves live by resource in job_verbs.h,
+// node_verbs.h, cluster_verbs.h and token_verbs.h, over the shared parts in
+// verb.h (running a verb and making its requests), verb_flags.h,
+// reply_fields.h and output_format.h.
 //
 // Exit codes: 0 success; 1 the request failed at the server or on the
 // network; 2 bad usage or a bad input file. `loom run --wait` exits with the
@@ -20,27 +24,11 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "loom/cli/run_spec.h"
 #include "loom/client/server_config.h"
-#include "nlohmann/json.hpp"
 
 namespace loom {
-
-// Flags of `loom run`.
-struct RunFlags {
-  int gpus = 0;            // -g: GPUs in total
-  int nodes = 0;           // --nodes: 0 = let the server choose the shape
-  int procs_per_node = 0;  // --procs-per-node: 0 = not given
-  std::string project;
-  std::string gpu_model;
-  std::string name;              // empty: from the command's basename
-  std::string time_limit;        // a duration ("2h"), empty: none
-  std::vector<std::string> env;  // -e NAME=VALUE
-  bool hold = false;
-  bool wait = false;
-  std::vector<std::string> command;
-};
 
 // Flags of all the client verbs; only the fields of the verb that was parsed
 // are meaningful.
@@ -118,76 +106,5 @@ struct CommandContext {
 // exit code.
 int RunJobCommand(std::string_view verb, const JobCommandFlags& flags,
                   const CommandContext& context);
-
-// --- Pure parts, exposed for tests. ---
-
-// The job spec JSON that `loom run` submits: `resources.gpus` = N (the
-// server splits them into tasks with the node size of the cluster, as
-// `ShapeFromTotalGpus` does), `resources.nodes` = K with `--nodes`, and
-// `resources.processes_per_task` with `--procs-per-node`. Returns
-// InvalidArgument naming the flag for values that are wrong on any cluster
-// (-g < 1, N not divisible by K, a bad name, model or time limit); whether
-// the shape fits the cluster's nodes is the server's question.
-absl::StatusOr<nlohmann::json> BuildRunSpec(const RunFlags& flags);
-
-// A job name from a command: the basename of its first word, lower-cased,
-// every run of other characters than [a-z0-9] turned into one '-', led by
-// "job-" when it does not start with a letter, at most 63 characters.
-std::string DefaultJobName(const std::vector<std::string>& command);
-
-// True for the states a job never leaves: succeeded, failed, cancelled.
-bool IsFinalJobState(std::string_view state);
-
-// The exit code of `loom run --wait` for a finished job: 0 when it
-// succeeded; else 128 + the signal that killed it (a `signal` field, or a
-// negative `exit_code`), else its exit code (capped at 255), looking at the
-// job first and then at its tasks in order; 1 when none says.
-int WaitExitCode(const nlohmann::json& job);
-
-// The `loom queue` table of a `GET /v1/jobs` answer ({"jobs": [...]} or a
-// bare list): JOBID NAME USER PROJECT STATE GPUS NODES TIME REASON, plus
-// PRIORITY GPU_MODEL SUBMIT before REASON when `wide`.
-std::string FormatJobTable(const nlohmann::json& jobs, bool wide,
-                           absl::Time now);
-
-// The `loom nodes` table: NAME STATE GPUS ALLOC MODEL ADDRESS JOBS REASON,
-// plus POOL LEAF CPUS MEMORY HEARTBEAT before REASON when `wide`.
-std::string FormatNodeTable(const nlohmann::json& nodes, bool wide,
-                            absl::Time now);
-
-// The `loom top` screen from `GET /v1/nodes` and `GET /v1/jobs` answers:
-// totals (GPUs, nodes by state, jobs), a map of every node grouped by leaf
-// switch (one character per node: how many of its GPUs are busy, or its
-// state), the waiting jobs with their reasons and the largest running jobs
-// (at most `rows` each). Lines fit `width` columns.
-std::string FormatTop(const nlohmann::json& nodes, const nlohmann::json& jobs,
-                      const std::string& server, int width, int rows,
-                      absl::Time now);
-
-// The `loom projects` table.
-std::string FormatProjectTable(const nlohmann::json& projects);
-
-// The `loom show` description of a job.
-std::string FormatJobDetails(const nlohmann::json& job, absl::Time now);
-
-// How far a placement spans: "one node (h200-0)", "one leaf switch
-// (leaf0)", "one spine switch (spine1), 3 leaves", or "" without a
-// placement.
-std::string DescribeSwitchSpan(const nlohmann::json& placement);
-
-// JSON as a YAML document (yaml-cpp emitter); strings that YAML would read
-// as another type are quoted.
-std::string JsonToYaml(const nlohmann::json& j);
-
-// "45s ago", "12m ago", "3h ago", "2d ago".
-std::string FormatAgo(absl::Time t, absl::Time now);
-
-// A run time: "45s", "12m05s", "3h04m", "2d03h".
-std::string FormatElapsed(absl::Duration d);
-
-// Lays out rows under a header, each column as wide as its widest cell, two
-// spaces apart; the last column is not padded.
-std::string FormatTable(const std::vector<std::string>& header,
-                        const std::vector<std::vector<std::string>>& rows);
 
 }  // namespace loom

@@ -1,0 +1,302 @@
+#include "loom/cli/job_format.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "loom/cli/output_format.h"
+#include "loom/cli/reply_fields.h"
+#include "loom/cli/run_spec.h"
+#include "loom/core/job_spec.h"
+
+namespace loom {
+namespace {
+
+using cli::Cell;
+using cli::Field;
+using cli::FormatUtc;
+using cli::Int;
+using cli::Items;
+using cli::Json;
+using cli::Str;
+using cli::TimeField;
+
+// "2026-11-29 19:40:00 UTC (3m ago)", or "-".
+std::string TimeAndAgo(const Json& j, const char* key, absl::Time now) {
+  std::optional<absl::Time> t = TimeField(j, key);
+  if (!t.has_value()) return Str(j, key).empty() ? "-" : Str(j, key);
+  return absl::StrCat(FormatUtc(*t), " (", FormatAgo(*t, now), ")");
+}
+
+// "0-7", "0,2-3".
+std::string FormatIndexList(const Json& list) {
+  std::vector<int64_t> v;
+  if (list.is_array()) {
+    for (const Json& x : list) {
+      if (x.is_number_integer()) v.push_back(x.get<int64_t>());
+    }
+  }
+  if (v.empty()) return "-";
+  std::sort(v.begin(), v.end());
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < v.size();) {
+    size_t j = i;
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    parts.push_back(j == i ? absl::StrCat(v[i])
+                           : absl::StrCat(v[i], "-", v[j]));
+    i = j + 1;
+  }
+  return absl::StrJoin(parts, ",");
+}
+
+// Quotes a word for a shell when it needs it.
+std::string ShellQuote(const std::string& w) {
+  if (!w.empty() && std::all_of(w.begin(), w.end(), [](char c) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+               std::strchr("-_./=:,+@%", c) != nullptr;
+      })) {
+    return w;
+  }
+  std::string q = "'";
+  for (char c : w) {
+    if (c == '\'') {
+      q += "'\\''";
+    } else {
+      q += c;
+    }
+  }
+  return q + "'";
+}
+
+std::string JoinCommand(const Json& command) {
+  if (command.is_string()) return command.get<std::string>();
+  if (!command.is_array()) return "-";
+  std::vector<std::string> words;
+  for (const Json& w : command) {
+    words.push_back(
+        ShellQuote(w.is_string() ? w.get<std::string>() : w.dump()));
+  }
+  return words.empty() ? "-" : absl::StrJoin(words, " ");
+}
+
+}  // namespace
+
+std::string FormatJobTable(const nlohmann::json& jobs, bool wide,
+                           absl::Time now) {
+  std::vector<std::string> header = {"JOBID", "NAME", "USER",  "PROJECT",
+                                     "STATE", "GPUS", "NODES", "TIME"};
+  if (wide) {
+    header.insert(header.end(), {"PRIORITY", "GPU_MODEL", "SUBMIT"});
+  }
+  header.push_back("REASON");
+  std::vector<std::vector<std::string>> rows;
+  for (const Json& job : Items(jobs, "jobs")) {
+    std::optional<int64_t> gpus = Int(job, "gpus");
+    if (!gpus.has_value()) {
+      std::optional<int64_t> tasks = Int(job, "tasks");
+      std::optional<int64_t> per = Int(job, "gpus_per_task");
+      if (tasks && per) gpus = *tasks * *per;
+    }
+    std::optional<int64_t> nodes;
+    if (const Json* p = Field(job, "placement"); p != nullptr) {
+      nodes = Int(*p, "nodes");
+    }
+    if (!nodes.has_value()) nodes = Int(job, "tasks");
+    std::string time = "-";
+    if (std::optional<absl::Time> start = TimeField(job, "start_time")) {
+      const absl::Time end = TimeField(job, "end_time").value_or(now);
+      time = FormatElapsed(end - *start);
+    }
+    std::vector<std::string> row = {Cell(job, "id"),    Cell(job, "name"),
+                                    Cell(job, "user"),  Cell(job, "project"),
+                                    Cell(job, "state"), Cell(gpus),
+                                    Cell(nodes),        time};
+    if (wide) {
+      std::optional<absl::Time> submit = TimeField(job, "submit_time");
+      row.insert(row.end(), {Cell(job, "priority"), Cell(job, "gpu_model"),
+                             submit ? FormatAgo(*submit, now) : "-"});
+    }
+    row.push_back(Cell(job, "reason"));
+    rows.push_back(std::move(row));
+  }
+  return FormatTable(header, rows);
+}
+
+std::string DescribeSwitchSpan(const nlohmann::json& placement) {
+  std::optional<int64_t> level = Int(placement, "switch_level");
+  if (!level.has_value()) return "";
+  const std::string name = Str(placement, "switch");
+  if (*level <= 0) {
+    std::string node = name;
+    if (node.empty()) {
+      const Json& tasks = Items(placement, "tasks");
+      if (!tasks.empty()) node = Str(tasks[0], "node");
+    }
+    return node.empty() ? "one node" : absl::StrCat("one node (", node, ")");
+  }
+  static const char* const kLevelNames[] = {"node", "leaf", "spine", "core"};
+  std::string s = absl::StrCat("one ",
+                               *level < 4 ? std::string(kLevelNames[*level])
+                                          : absl::StrCat("level-", *level),
+                               " switch");
+  if (!name.empty()) absl::StrAppend(&s, " (", name, ")");
+  if (std::optional<int64_t> leaves = Int(placement, "leaves");
+      *level >= 2 && leaves && *leaves > 1) {
+    absl::StrAppend(&s, ", ", *leaves, " leaves");
+  }
+  return s;
+}
+
+std::string FormatJobDetails(const nlohmann::json& job, absl::Time now) {
+  std::vector<std::pair<std::string, std::string>> lines;
+  auto add = [&](std::string label, std::string value) {
+    lines.emplace_back(std::move(label), std::move(value));
+  };
+  const std::string state = Str(job, "state");
+  std::string title = Cell(job, "id");
+  if (!Str(job, "name").empty())
+    absl::StrAppend(&title, " (", Str(job, "name"), ")");
+  add("Job", title);
+  add("State", state.empty() ? "-" : state);
+  if (!Str(job, "reason").empty()) {
+    add(state == "pending" || state == "held" ? "Pending reason" : "Reason",
+        Str(job, "reason"));
+  }
+  add("User", Cell(job, "user"));
+  add("Project", Cell(job, "project"));
+  std::string kind = Cell(job, "kind");
+  if (!Str(job, "priority").empty()) {
+    absl::StrAppend(&kind, ", priority ", Str(job, "priority"));
+  }
+  if (const Json* p = Field(job, "preemptible");
+      p != nullptr && p->is_boolean()) {
+    absl::StrAppend(&kind,
+                    p->get<bool>() ? ", preemptible" : ", not preemptible");
+  }
+  add("Kind", kind);
+  std::optional<int64_t> gpus = Int(job, "gpus");
+  std::optional<int64_t> tasks = Int(job, "tasks");
+  std::optional<int64_t> per = Int(job, "gpus_per_task");
+  if (!gpus && tasks && per) gpus = *tasks * *per;
+  std::string gpu_line =
+      absl::StrCat(Cell(gpus), " x ", Cell(job, "gpu_model"));
+  if (tasks && per) {
+    absl::StrAppend(&gpu_line, " (", *tasks, " task", *tasks == 1 ? "" : "s",
+                    " x ", *per, " GPU", *per == 1 ? "" : "s", ")");
+  }
+  add("GPUs", gpu_line);
+  std::vector<std::vector<std::string>> task_rows;
+  if (const Json* p = Field(job, "placement"); p != nullptr) {
+    const std::string span = DescribeSwitchSpan(*p);
+    std::optional<int64_t> nodes = Int(*p, "nodes");
+    std::string where = span;
+    if (nodes) {
+      absl::StrAppend(&where, where.empty() ? "" : ", ", *nodes, " node",
+                      *nodes == 1 ? "" : "s");
+    }
+    if (!where.empty()) add("Placement", where);
+    for (const Json& t : Items(*p, "tasks")) {
+      task_rows.push_back({Cell(t, "index"), Cell(t, "node"),
+                           Cell(t, "address"),
+                           Field(t, "gpus") ? FormatIndexList(t["gpus"]) : "-",
+                           Cell(t, "state"), Cell(t, "exit_code")});
+    }
+  }
+  if (const Json* spec = Field(job, "spec"); spec != nullptr) {
+    if (const Json* r = Field(*spec, "resources"); r != nullptr) {
+      if (std::optional<int64_t> procs = Int(*r, "processes_per_task")) {
+        add("Processes", absl::StrCat(*procs, " per task"));
+      }
+    }
+    if (const Json* c = Field(*spec, "command"); c != nullptr) {
+      add("Command", JoinCommand(*c));
+    }
+    if (!Str(*spec, "time_limit").empty())
+      add("Time limit", Str(*spec, "time_limit"));
+  }
+
+  add("Submitted", TimeAndAgo(job, "submit_time", now));
+  if (Field(job, "start_time") != nullptr) {
+    std::string started = TimeAndAgo(job, "start_time", now);
+    if (std::optional<absl::Time> start = TimeField(job, "start_time")) {
+      const absl::Time end = TimeField(job, "end_time").value_or(now);
+      absl::StrAppend(&started, ", ran ", FormatElapsed(end - *start));
+    }
+    add("Started", started);
+  }
+  if (Field(job, "end_time") != nullptr)
+    add("Ended", TimeAndAgo(job, "end_time", now));
+  if (Field(job, "exit_code") != nullptr || IsFinalJobState(state)) {
+    std::string code = Cell(job, "exit_code");
+    if (std::optional<int64_t> sig = Int(job, "signal"); sig && *sig > 0) {
+      code = absl::StrCat(code == "-" ? "" : code + ", ", "killed by ",
+                          SignalName(static_cast<int>(*sig)));
+    }
+    add("Exit code", code);
+  }
+  add("Restarts", Cell(job, "restart_count"));
+  if (std::optional<int64_t> by = Int(job, "preempted_by")) {
+    add("Preempted by", absl::StrCat("job ", *by));
+  }
+  if (std::optional<int64_t> requeues = Int(job, "requeues");
+      requeues && *requeues > 0) {
+    add("Requeues", absl::StrCat(*requeues));
+  }
+  if (const Json* c = Field(job, "checkpoint");
+      c != nullptr && c->is_object()) {
+    std::string line = TimeAndAgo(*c, "time", now);
+    if (std::optional<int64_t> step = Int(*c, "step")) {
+      absl::StrAppend(&line, ", step ", *step);
+    }
+    if (std::optional<int64_t> run = Int(*c, "run")) {
+      absl::StrAppend(&line, ", run ", *run);
+    }
+    add("Checkpoint", line);
+  }
+
+  size_t width = 0;
+  for (const auto& [label, value] : lines)
+    width = std::max(width, label.size());
+  std::string out;
+  for (const auto& [label, value] : lines) {
+    absl::StrAppend(&out, label, ":",
+                    std::string(width - label.size() + 2, ' '), value, "\n");
+  }
+  if (!task_rows.empty()) {
+    out += "Tasks:\n";
+    cli::AppendLines(
+        &out,
+        FormatTable({"TASK", "NODE", "ADDRESS", "GPUS", "STATE", "EXIT"},
+                    task_rows),
+        "  ");
+  }
+  std::vector<std::vector<std::string>> event_rows;
+  for (const Json& e : Items(job, "events")) {
+    std::optional<absl::Time> t = TimeField(e, "time");
+    std::string message = Cell(e, "message");
+    // Repeats the server coalesced into one event (docs/api.md).
+    if (std::optional<int64_t> count = Int(e, "count"); count && *count > 1) {
+      std::optional<absl::Time> last = TimeField(e, "last_time");
+      absl::StrAppend(&message, " (", *count, " times",
+                      last ? absl::StrCat(", the last ", FormatAgo(*last, now))
+                           : std::string(),
+                      ")");
+    }
+    event_rows.push_back({t ? FormatUtc(*t) : Cell(e, "time"),
+                          t ? FormatAgo(*t, now) : "-", message});
+  }
+  if (!event_rows.empty()) {
+    out += "Events:\n";
+    cli::AppendLines(&out, FormatTable({"TIME", "AGE", "MESSAGE"}, event_rows),
+                     "  ");
+  }
+  return out;
+}
+
+}  // namespace loom

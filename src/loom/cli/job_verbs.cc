@@ -1,0 +1,483 @@
+#include "loom/cli/job_verbs.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "loom/cli/job_format.h"
+#include "loom/cli/reply_fields.h"
+#include "loom/cli/run_spec.h"
+#include "loom/cli/verb_flags.h"
+#include "loom/client/api_client.h"
+#include "loom/common/job_id.h"
+#include "loom/core/job_spec.h"
+
+namespace loom::cli {
+namespace {
+
+const char* const kJobStates[] = {"held",     "pending",   "running",
+                                  "stopping", "succeeded", "failed",
+                                  "cancelled"};
+
+int64_t JobId(const Json& job) { return Int(job, "id").value_or(0); }
+
+void PrintSubmitted(const Verb& v, const Json& job) {
+  const int64_t id = JobId(job);
+  v.out() << "submitted job " << id;
+  if (Str(job, "state") == "held") {
+    v.out() << " (held; start it with `loom release " << id << "`)";
+  }
+  v.out() << "\n";
+}
+
+absl::StatusOr<std::string> ReadInput(const std::string& path) {
+  std::stringstream text;
+  if (path == "-") {
+    text << std::cin.rdbuf();
+    return text.str();
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+  }
+  text << in.rdbuf();
+  return text.str();
+}
+
+int Submit(const Verb& v) {
+  // Every file is read and checked before anything is sent: a bad spec
+  // submits nothing.
+  std::vector<Json> bodies;
+  for (const std::string& file : v.flags.files) {
+    const std::string source = file == "-" ? "<stdin>" : file;
+    absl::StatusOr<std::string> text = ReadInput(file);
+    if (!text.ok()) return v.Fail(kExitUsage, text.status());
+    absl::StatusOr<JobSpec> spec = ParseJobSpec(*text, source);
+    if (!spec.ok()) return v.Fail(kExitUsage, spec.status());
+    if (v.flags.hold) spec->hold = true;
+    bodies.push_back(Json::parse(JobSpecToJson(*spec), nullptr, false));
+  }
+  std::unique_ptr<ApiClient> client = MakeClient(v);
+  if (client == nullptr) return kExitUsage;
+  // In order, over one connection; a refused job does not stop the others.
+  int rc = kExitOk;
+  Json jobs = Json::array();
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    absl::StatusOr<Json> job = client->SubmitJob(bodies[i]);
+    if (!job.ok()) {
+      rc = v.Fail(kExitFailed,
+                  bodies.size() == 1
+                      ? std::string(job.status().message())
+                      : absl::StrCat(v.flags.files[i], ": ",
+                                     std::string(job.status().message())));
+      continue;
+    }
+    if (bodies.size() == 1) {
+      if (!v.PrintStructured(*job)) PrintSubmitted(v, *job);
+    } else if (v.flags.output.empty()) {
+      PrintSubmitted(v, *job);
+    } else {
+      jobs.push_back(*std::move(job));
+    }
+  }
+  if (bodies.size() > 1 && !v.flags.output.empty()) {
+    v.PrintStructured(Json{{"jobs", std::move(jobs)}});
+  }
+  return rc;
+}
+
+// Waits in slices so that Ctrl-C is noticed quickly; false when interrupted.
+bool SleepUnlessInterrupted(const CommandContext& ctx) {
+  const absl::Time until = absl::Now() + ctx.poll_interval;
+  while (true) {
+    if (ctx.interrupted != nullptr && ctx.interrupted->load()) return false;
+    const absl::Duration left = until - absl::Now();
+    if (left <= absl::ZeroDuration()) return true;
+    std::this_thread::sleep_for(
+        absl::ToChronoMilliseconds(std::min(left, absl::Milliseconds(50))));
+  }
+}
+
+std::string StateLine(const Json& job) {
+  const int64_t id = JobId(job);
+  const std::string state = Str(job, "state");
+  std::string line = absl::StrCat("job ", id, " is ", state);
+  if (state == "running" || state == "stopping") {
+    if (const Json* p = Field(job, "placement"); p != nullptr) {
+      std::vector<std::string> nodes;
+      for (const Json& t : Items(*p, "tasks")) {
+        const std::string n = Str(t, "node");
+        if (!n.empty() &&
+            std::find(nodes.begin(), nodes.end(), n) == nodes.end()) {
+          nodes.push_back(n);
+        }
+      }
+      if (!nodes.empty()) {
+        absl::StrAppend(&line, " on ", absl::StrJoin(nodes, ","));
+      }
+    }
+  } else if (const std::string reason = Str(job, "reason"); !reason.empty()) {
+    absl::StrAppend(&line, ": ", reason);
+  }
+  return line;
+}
+
+// `loom run --wait`: polls the job until it ends.
+int WaitForJob(const Verb& v, ApiClient& client, int64_t id) {
+  std::string last_line;
+  bool warned = false;
+  while (true) {
+    if (v.ctx.interrupted != nullptr && v.ctx.interrupted->load()) break;
+    absl::StatusOr<Json> job = client.GetJob(id);
+    if (!job.ok()) {
+      if (job.status().code() != absl::StatusCode::kUnavailable) {
+        return v.FailJob(id, job.status());
+      }
+      if (!warned) {
+        v.err() << "loom run: " << job.status().message()
+                << "; still waiting for job " << id << "\n";
+        warned = true;
+      }
+    } else {
+      warned = false;
+      const std::string state = Str(*job, "state");
+      if (IsFinalJobState(state)) {
+        const int code = WaitExitCode(*job);
+        std::string line = absl::StrCat("job ", id, " ", state);
+        if (state != "succeeded")
+          absl::StrAppend(&line, " (exit status ", code, ")");
+        if (const std::string reason = Str(*job, "reason");
+            !reason.empty() && state != "succeeded") {
+          absl::StrAppend(&line, ": ", reason);
+        }
+        v.err() << line << "\n";
+        v.PrintStructured(*job);
+        return code;
+      }
+      std::string line = StateLine(*job);
+      if (line != last_line) {
+        v.err() << line << "\n";
+        last_line = std::move(line);
+      }
+    }
+    if (!SleepUnlessInterrupted(v.ctx)) break;
+  }
+  v.err() << "loom run: interrupted; job " << id
+          << " keeps running (cancel it with `loom cancel " << id << "`)\n";
+  return kExitInterrupted;
+}
+
+int Run(const Verb& v) {
+  absl::StatusOr<Json> spec = BuildRunSpec(v.flags.run);
+  if (!spec.ok()) return v.Fail(kExitUsage, spec.status());
+  std::unique_ptr<ApiClient> client = MakeClient(v);
+  if (client == nullptr) return kExitUsage;
+  absl::StatusOr<Json> job = client->SubmitJob(*spec);
+  if (!job.ok()) return v.Fail(kExitFailed, job.status());
+  if (!v.flags.run.wait) {
+    if (!v.PrintStructured(*job)) PrintSubmitted(v, *job);
+    return kExitOk;
+  }
+  if (v.flags.output.empty()) PrintSubmitted(v, *job);
+  v.out().flush();
+  return WaitForJob(v, *client, JobId(*job));
+}
+
+int Release(const Verb& v) {
+  if (v.flags.all == !v.flags.jobs.empty()) {
+    return v.Fail(kExitUsage, "give job IDs or --all (your held jobs)");
+  }
+  std::unique_ptr<ApiClient> client = MakeClient(v);
+  if (client == nullptr) return kExitUsage;
+  std::vector<int64_t> ids = v.flags.jobs;
+  if (v.flags.all) {
+    const std::string user = CurrentUser(v.ctx.getenv);
+    JobFilter filter;
+    filter.states = {"held"};
+    filter.user = user;
+    absl::StatusOr<Json> held = client->ListJobs(filter);
+    if (!held.ok()) return v.Fail(kExitFailed, held.status());
+    for (const Json& job : Items(*held, "jobs")) ids.push_back(JobId(job));
+    if (ids.empty()) {
+      v.out() << "no held jobs" << (user.empty() ? "" : " of " + user) << "\n";
+      return kExitOk;
+    }
+  }
+  if (ids.size() == 1) {
+    absl::StatusOr<Json> job = client->ReleaseJob(ids[0]);
+    if (!job.ok()) return v.FailJob(ids[0], job.status());
+    v.out() << "released job " << ids[0] << "\n";
+    return kExitOk;
+  }
+  // Several: one request, one write on the server.
+  absl::StatusOr<Json> reply = client->ReleaseJobs(ids);
+  if (!reply.ok()) return v.Fail(kExitFailed, reply.status());
+  int rc = kExitOk;
+  for (const Json& id : Items(*reply, "released")) {
+    v.out() << "released job " << id.dump() << "\n";
+  }
+  for (const Json& e : Items(*reply, "errors")) {
+    const Json* msg =
+        e.contains("error") ? Field(e["error"], "message") : nullptr;
+    rc = v.FailJob(JobId(e),
+                   absl::UnknownError(msg != nullptr && msg->is_string()
+                                          ? msg->get<std::string>()
+                                          : e.dump()));
+  }
+  return rc;
+}
+
+int Queue(const Verb& v) {
+  JobFilter filter;
+  if (!v.flags.state.empty()) {
+    for (absl::string_view s :
+         absl::StrSplit(v.flags.state, ',', absl::SkipWhitespace())) {
+      const std::string state =
+          absl::AsciiStrToLower(absl::StripAsciiWhitespace(s));
+      if (std::find(std::begin(kJobStates), std::end(kJobStates), state) ==
+          std::end(kJobStates)) {
+        return v.Fail(
+            kExitUsage,
+            absl::StrCat("--state: unknown state '", state, "' (one of ",
+                         absl::StrJoin(kJobStates, ", "), ")"));
+      }
+      filter.states.push_back(state);
+    }
+  } else if (!v.flags.all) {
+    filter.states = {"held", "pending", "running", "stopping"};
+  }
+  filter.project = v.flags.project;
+  filter.user = v.flags.user;
+  return RequestAndPrint(
+      v, [&](ApiClient& client) { return client.ListJobs(filter); },
+      [&](const Json& jobs) {
+        return FormatJobTable(jobs, v.flags.output == "wide", v.ctx.now());
+      });
+}
+
+int Show(const Verb& v) {
+  const int64_t id = v.flags.jobs.at(0);
+  std::unique_ptr<ApiClient> client = MakeClient(v);
+  if (client == nullptr) return kExitUsage;
+  absl::StatusOr<Json> job = client->GetJob(id);
+  if (!job.ok()) return v.FailJob(id, job.status());
+  if (Field(*job, "events") == nullptr) {
+    if (absl::StatusOr<Json> events = client->JobEvents(id); events.ok()) {
+      (*job)["events"] = Items(*events, "events");
+    }
+  }
+  if (!v.PrintStructured(*job)) {
+    v.out() << FormatJobDetails(*job, v.ctx.now());
+  }
+  return kExitOk;
+}
+
+int Logs(const Verb& v) {
+  const int64_t id = v.flags.jobs.at(0);
+  std::unique_ptr<ApiClient> client = MakeClient(v);
+  if (client == nullptr) return kExitUsage;
+  LogRequest request;
+  request.task = v.flags.task;
+  request.process = v.flags.process;
+  request.stream = v.flags.stderr_stream ? "stderr" : "stdout";
+  request.follow = v.flags.follow;
+  absl::Status st = client->StreamLogs(id, request, [&](std::string_view c) {
+    v.out().write(c.data(), static_cast<std::streamsize>(c.size()));
+    v.out().flush();
+    return static_cast<bool>(v.out());
+  });
+  // Cancelled: standard output was closed (`loom logs -f JOB | head`).
+  if (!st.ok() && st.code() != absl::StatusCode::kCancelled) {
+    return v.FailJob(id, st);
+  }
+  return kExitOk;
+}
+
+int Cancel(const Verb& v) {
+  std::unique_ptr<ApiClient> client = MakeClient(v);
+  if (client == nullptr) return kExitUsage;
+  int rc = kExitOk;
+  for (int64_t id : v.flags.jobs) {
+    absl::StatusOr<Json> job = client->CancelJob(id);
+    if (!job.ok()) {
+      rc = v.FailJob(id, job.status());
+      continue;
+    }
+    const std::string state = Str(*job, "state");
+    if (state == "stopping") {
+      v.out() << "job " << id
+              << " is stopping (its tasks were signalled; it becomes "
+                 "cancelled when they have exited)\n";
+    } else if (state == "succeeded" || state == "failed") {
+      v.out() << "job " << id << " had already finished (" << state << ")\n";
+    } else {
+      v.out() << "cancelled job " << id << "\n";
+    }
+  }
+  return rc;
+}
+
+int Checkpoint(const Verb& v) {
+  int64_t id = v.flags.jobs.empty() ? 0 : v.flags.jobs[0];
+  if (id == 0) {
+    // Inside a task: the job is the task's own.
+    std::optional<std::string> env = v.ctx.getenv("LOOM_JOB_ID");
+    absl::StatusOr<int64_t> parsed =
+        env ? ParseJobId(*env)
+            : absl::StatusOr<int64_t>(absl::NotFoundError(""));
+    if (parsed.ok()) id = *parsed;
+    if (!parsed.ok()) {
+      return v.Fail(kExitUsage,
+                    "give the job ID (inside a task, LOOM_JOB_ID is used)");
+    }
+  }
+  std::unique_ptr<ApiClient> client = MakeClient(v);
+  if (client == nullptr) return kExitUsage;
+  absl::StatusOr<Json> job = client->ReportCheckpoint(id, v.flags.step);
+  if (!job.ok()) return v.FailJob(id, job.status());
+  v.out() << "job " << id << ": checkpoint recorded"
+          << (v.flags.step >= 0 ? absl::StrCat(" (step ", v.flags.step, ")")
+                                : std::string())
+          << "\n";
+  return kExitOk;
+}
+}  // namespace
+
+void AddJobVerbs(CLI::App& app, JobCommandFlags* f) {
+  CLI::App* submit = AddVerb(app, f, "submit", "Submit a job from a spec file");
+  submit
+      ->add_option("-f,--file", f->files,
+                   "Job spec(s), YAML or JSON (docs/job-spec.md); - reads "
+                   "standard input. Several files (-f a.yaml b.yaml, or -f "
+                   "repeated) are checked first, then submitted in order")
+      ->required();
+  submit->add_flag("--hold", f->hold,
+                   "Queue the job held: it starts only after `loom release`");
+  AddOutputFlag(submit, f, {"json", "yaml"});
+
+  CLI::App* run = AddVerb(app, f, "run",
+                          "Run a command on N GPUs: loom run -g 8 -- python "
+                          "train.py");
+  RunFlags* r = &f->run;
+  run->add_option("-g,--gpus", r->gpus,
+                  "GPUs in total (a job of up to one node's GPUs is one task; "
+                  "more take whole nodes unless --nodes says how many)")
+      ->required();
+  run->add_option("--nodes", r->nodes,
+                  "Spread the GPUs evenly over K nodes (K tasks of N/K GPUs)");
+  run->add_option("--procs-per-node", r->procs_per_node,
+                  "Processes to start on each node (default: the server's)");
+  run->add_option("--project", r->project,
+                  "Project to charge (default: default)");
+  run->add_option("--gpu-model", r->gpu_model, "GPU model: h200, a100, any");
+  run->add_option("--name", r->name,
+                  "Job name (default: the command's basename)");
+  run->add_option("--time-limit", r->time_limit,
+                  "Time limit, e.g. 30m, 12h, 1h30m (lets backfill plan)");
+  run->add_option("-e,--env", r->env,
+                  "NAME=VALUE set in every task's environment (repeatable)");
+  run->add_flag("--hold", r->hold, "Queue the job held until `loom release`");
+  run->add_flag("--wait", r->wait,
+                "Wait for the job to end and exit with its exit code");
+  run->add_option("command", r->command, "The command and its arguments")
+      ->required();
+  run->positionals_at_end(true);
+  AddOutputFlag(run, f, {"json", "yaml"});
+  run->footer(
+      "Everything after the first word of the command (or after --) is the "
+      "command's.\nExit status: 0 ok, 1 the request failed, 2 bad usage; "
+      "with --wait the job's exit code, 128+N when signal N killed it, 1 "
+      "when it failed without one, 130 on Ctrl-C (the job keeps running).");
+
+  const CLI::Validator job_id = JobIdValidator();
+  CLI::App* release = AddVerb(app, f, "release", "Let held jobs start");
+  CLI::Option* release_jobs =
+      release->add_option("job", f->jobs, "Job IDs")->check(job_id);
+  release->add_flag("--all", f->all, "Release all your held jobs")
+      ->excludes(release_jobs);
+
+  CLI::App* queue = AddVerb(app, f, "queue", "List jobs (like squeue)");
+  CLI::Option* state = queue->add_option(
+      "--state", f->state,
+      "Only jobs in these states, comma-separated: held, pending, running, "
+      "stopping, succeeded, failed, cancelled");
+  queue->add_option("--project", f->project, "Only this project's jobs");
+  queue->add_option("--user", f->user, "Only this user's jobs");
+  queue
+      ->add_flag("--all", f->all,
+                 "Include finished jobs (default: held, pending, running "
+                 "and stopping)")
+      ->excludes(state);
+  AddOutputFlag(queue, f, {"json", "yaml", "wide"});
+
+  CLI::App* show = AddVerb(app, f, "show",
+                           "Show a job: state, placement, why it is "
+                           "pending, events");
+  show->add_option("job", f->jobs, "Job ID")
+      ->required()
+      ->expected(1)
+      ->check(job_id);
+  AddOutputFlag(show, f, {"json", "yaml"});
+
+  CLI::App* logs = AddVerb(app, f, "logs", "Print a job's output");
+  logs->add_option("job", f->jobs, "Job ID")
+      ->required()
+      ->expected(1)
+      ->check(job_id);
+  logs->add_flag("-f,--follow", f->follow,
+                 "Keep printing new output until the task ends");
+  logs->add_option("--task", f->task, "Task index (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  logs->add_option("--process", f->process,
+                   "Process of the task, with processes_per_task > 1 "
+                   "(default 0, the task's LOCAL_RANK 0)")
+      ->check(CLI::NonNegativeNumber);
+
+  logs->add_flag("--stderr", f->stderr_stream,
+                 "Standard error instead of output");
+
+  CLI::App* cancel = AddVerb(app, f, "cancel", "Cancel jobs");
+  cancel->add_option("job", f->jobs, "Job IDs")->required()->check(job_id);
+
+  CLI::App* checkpoint =
+      AddVerb(app, f, "checkpoint",
+              "Record that a job saved a checkpoint (run it from the job, "
+              "after saving: it uses LOOM_JOB_ID and LOOM_SERVER)");
+  checkpoint->add_option("job", f->jobs, "Job ID (default: $LOOM_JOB_ID)")
+      ->expected(0, 1)
+      ->check(job_id);
+  checkpoint->add_option("--step", f->step, "The training step saved")
+      ->check(CLI::NonNegativeNumber);
+}
+
+std::optional<int> RunJobVerb(const Verb& v) {
+  if (v.name == "submit") return Submit(v);
+  if (v.name == "run") return Run(v);
+  if (v.name == "release") return Release(v);
+  if (v.name == "queue") return Queue(v);
+  if (v.name == "show") return Show(v);
+  if (v.name == "logs") return Logs(v);
+  if (v.name == "cancel") return Cancel(v);
+  if (v.name == "checkpoint") return Checkpoint(v);
+  return std::nullopt;
+}
+
+}  // namespace loom::cli

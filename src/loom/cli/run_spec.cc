@@ -1,0 +1,169 @@
+#include "loom/cli/run_spec.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "loom/cli/reply_fields.h"
+#include "loom/common/units.h"
+#include "loom/core/job_spec.h"
+
+namespace loom {
+
+using cli::Field;
+using cli::Int;
+using cli::Items;
+using cli::Json;
+using cli::Str;
+
+std::string DefaultJobName(const std::vector<std::string>& command) {
+  std::string base = command.empty() ? "" : command[0];
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  if (const size_t slash = base.rfind('/'); slash != std::string::npos) {
+    base = base.substr(slash + 1);
+  }
+  std::string name;
+  for (char c : absl::AsciiStrToLower(base)) {
+    if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) {
+      name += c;
+    } else if (!name.empty() && name.back() != '-') {
+      name += '-';
+    }
+  }
+  while (!name.empty() && name.back() == '-') name.pop_back();
+  if (name.empty()) return "job";
+  if (!(name[0] >= 'a' && name[0] <= 'z')) name = "job-" + name;
+  if (name.size() > 63) name.resize(63);
+  while (name.back() == '-') name.pop_back();
+  return name;
+}
+
+absl::StatusOr<nlohmann::json> BuildRunSpec(const RunFlags& f) {
+  if (f.command.empty()) {
+    return absl::InvalidArgumentError(
+        "no command given (loom run -g N [flags] -- CMD [ARGS...])");
+  }
+  if (f.gpus < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("-g: the number of GPUs in total must be at least 1, "
+                     "got ",
+                     f.gpus));
+  }
+  if (f.nodes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--nodes: must be at least 1, got ", f.nodes));
+  }
+  if (f.nodes > 0 && f.gpus % f.nodes != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("-g ", f.gpus,
+                     " GPUs cannot be spread evenly over "
+                     "--nodes ",
+                     f.nodes, " (give a multiple of the node count)"));
+  }
+  if (f.procs_per_node < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--procs-per-node: must be at least 1, got ", f.procs_per_node));
+  }
+  JobSpec spec;
+  spec.name = f.name.empty() ? DefaultJobName(f.command) : f.name;
+  if (!f.project.empty()) spec.project = f.project;
+  if (!f.gpu_model.empty()) spec.gpu_model = absl::AsciiStrToLower(f.gpu_model);
+  spec.gpus = f.gpus;
+  spec.nodes = f.nodes;
+  if (!f.time_limit.empty()) {
+    absl::StatusOr<absl::Duration> limit = ParseDuration(f.time_limit);
+    if (!limit.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--time-limit: ", std::string(limit.status().message())));
+    }
+    if (*limit <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--time-limit: must be longer than 0, got '", f.time_limit, "'"));
+    }
+    spec.time_limit = *limit;
+  }
+  if (f.procs_per_node > 0) spec.processes_per_task = f.procs_per_node;
+  for (const std::string& kv : f.env) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--env: '", kv, "' is not NAME=VALUE"));
+    }
+    spec.env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  spec.hold = f.hold;
+  spec.command = f.command;
+
+  // The spec parser is the one judge of a valid spec: read the JSON back
+  // and report its errors under the flags' names.
+  const std::string text = JobSpecToJson(spec);
+  constexpr absl::string_view kSource = "loom run";
+  if (absl::StatusOr<JobSpec> check = ParseJobSpec(text, "loom run");
+      !check.ok()) {
+    std::string m(check.status().message());
+    if (absl::StartsWith(m, kSource)) {  // drop "loom run:1:23: "
+      const size_t space = m.find(": ");
+      if (space != std::string::npos) m = m.substr(space + 2);
+    }
+    static const std::pair<const char*, const char*> kFlagOf[] = {
+        {"name: ", "--name: "},
+        {"project: ", "--project: "},
+        {"resources.gpu_model: ", "--gpu-model: "},
+        {"resources.gpus: ", "-g: "},
+        {"resources.nodes: ", "--nodes: "},
+        {"resources.processes_per_task: ", "--procs-per-node: "},
+        {"env.", "--env "},
+        {"time_limit: ", "--time-limit: "},
+        {"command", "command"},
+    };
+    for (const auto& [field, flag] : kFlagOf) {
+      if (absl::StartsWith(m, field)) {
+        m = absl::StrCat(flag, m.substr(std::strlen(field)));
+        break;
+      }
+    }
+    return absl::InvalidArgumentError(m);
+  }
+  return Json::parse(text, nullptr, false);
+}
+
+bool IsFinalJobState(std::string_view state) {
+  return state == "succeeded" || state == "failed" || state == "cancelled";
+}
+
+int WaitExitCode(const nlohmann::json& job) {
+  if (Str(job, "state") == "succeeded") return 0;
+  // The code that one object (the job or a task) reports, or 0.
+  auto code_of = [](const Json& o) -> int {
+    if (std::optional<int64_t> sig = Int(o, "signal"); sig && *sig > 0) {
+      return static_cast<int>(128 + std::min<int64_t>(*sig, 127));
+    }
+    if (std::optional<int64_t> code = Int(o, "exit_code"); code) {
+      if (*code < 0)
+        return static_cast<int>(128 + std::min<int64_t>(-*code, 127));
+      if (*code > 0) return static_cast<int>(std::min<int64_t>(*code, 255));
+    }
+    return 0;
+  };
+  if (int code = code_of(job); code != 0) return code;
+  if (const Json* p = Field(job, "placement"); p != nullptr) {
+    std::vector<const Json*> tasks;
+    for (const Json& t : Items(*p, "tasks")) tasks.push_back(&t);
+    std::stable_sort(
+        tasks.begin(), tasks.end(), [](const Json* a, const Json* b) {
+          return Int(*a, "index").value_or(0) < Int(*b, "index").value_or(0);
+        });
+    for (const Json* t : tasks) {
+      if (int code = code_of(*t); code != 0) return code;
+    }
+  }
+  return 1;
+}
+
+}  // namespace loom

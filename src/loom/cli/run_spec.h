@@ -1,0 +1,53 @@
+#pragma once
+
+// The pure parts of `loom run`: the job spec it submits, built from its
+// flags, and the exit code that `--wait` ends with.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace loom {
+
+// Flags of `loom run`.
+struct RunFlags {
+  int gpus = 0;            // -g: GPUs in total
+  int nodes = 0;           // --nodes: 0 = let the server choose the shape
+  int procs_per_node = 0;  // --procs-per-node: 0 = not given
+  std::string project;
+  std::string gpu_model;
+  std::string name;              // empty: from the command's basename
+  std::string time_limit;        // a duration ("2h"), empty: none
+  std::vector<std::string> env;  // -e NAME=VALUE
+  bool hold = false;
+  bool wait = false;
+  std::vector<std::string> command;
+};
+
+// The job spec JSON that `loom run` submits: `resources.gpus` = N (the
+// server splits them into tasks with the node size of the cluster, as
+// `ShapeFromTotalGpus` does), `resources.nodes` = K with `--nodes`, and
+// `resources.processes_per_task` with `--procs-per-node`. Returns
+// InvalidArgument naming the flag for values that are wrong on any cluster
+// (-g < 1, N not divisible by K, a bad name, model or time limit); whether
+// the shape fits the cluster's nodes is the server's question.
+absl::StatusOr<nlohmann::json> BuildRunSpec(const RunFlags& flags);
+
+// A job name from a command: the basename of its first word, lower-cased,
+// every run of other characters than [a-z0-9] turned into one '-', led by
+// "job-" when it does not start with a letter, at most 63 characters.
+std::string DefaultJobName(const std::vector<std::string>& command);
+
+// True for the states a job never leaves: succeeded, failed, cancelled.
+bool IsFinalJobState(std::string_view state);
+
+// The exit code of `loom run --wait` for a finished job: 0 when it
+// succeeded; else 128 + the signal that killed it (a `signal` field, or a
+// negative `exit_code`), else its exit code (capped at 255), looking at the
+// job first and then at its tasks in order; 1 when none says.
+int WaitExitCode(const nlohmann::json& job);
+
+}  // namespace loom

@@ -1,0 +1,167 @@
+#include "loom/cli/run_spec.h"
+
+#include "absl/status/statusor.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace loom {
+namespace {
+
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+// --- `loom run` flags -> job spec ---
+
+RunFlags Flags(int gpus, std::vector<std::string> command) {
+  RunFlags f;
+  f.gpus = gpus;
+  f.command = std::move(command);
+  return f;
+}
+
+TEST(BuildRunSpec, OneNodeOrLessSendsTheTotal) {
+  absl::StatusOr<Json> spec = BuildRunSpec(Flags(8, {"python", "train.py"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ((*spec)["name"], "python");
+  EXPECT_EQ((*spec)["resources"]["gpus"], 8);
+  EXPECT_FALSE((*spec)["resources"].contains("nodes"));
+  EXPECT_EQ((*spec)["resources"]["processes_per_task"], 1);
+  EXPECT_FALSE(spec->contains("tasks"));
+  EXPECT_EQ((*spec)["command"], Json::array({"python", "train.py"}));
+  EXPECT_EQ((*spec)["project"], "default");
+  EXPECT_EQ((*spec)["resources"]["gpu_model"], "any");
+  EXPECT_EQ((*spec)["hold"], false);
+  EXPECT_FALSE(spec->contains("time_limit"));
+}
+
+TEST(BuildRunSpec, NodesSpreadTheGpus) {
+  RunFlags f = Flags(16, {"torchrun", "train.py"});
+  f.nodes = 2;
+  f.procs_per_node = 8;
+  absl::StatusOr<Json> spec = BuildRunSpec(f);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ((*spec)["resources"]["gpus"], 16);
+  EXPECT_EQ((*spec)["resources"]["nodes"], 2);
+  EXPECT_EQ((*spec)["resources"]["processes_per_task"], 8);
+}
+
+TEST(BuildRunSpec, EnvFlags) {
+  RunFlags f = Flags(1, {"a"});
+  f.env = {"GLOO_SOCKET_IFNAME=lo", "EMPTY=", "EQ=a=b"};
+  absl::StatusOr<Json> spec = BuildRunSpec(f);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ((*spec)["env"]["GLOO_SOCKET_IFNAME"], "lo");
+  EXPECT_EQ((*spec)["env"]["EMPTY"], "");
+  EXPECT_EQ((*spec)["env"]["EQ"], "a=b");
+}
+
+TEST(BuildRunSpec, ShapeAgainstTheNodeSizeIsLeftToTheServer) {
+  // 12 GPUs do not fill whole 8-GPU nodes, but only the server knows the
+  // cluster's node size: the client sends the total as it is.
+  absl::StatusOr<Json> spec = BuildRunSpec(Flags(12, {"a"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ((*spec)["resources"]["gpus"], 12);
+  EXPECT_FALSE((*spec)["resources"].contains("nodes"));
+}
+
+TEST(BuildRunSpec, OptionalFields) {
+  RunFlags f = Flags(2, {"/usr/bin/python3", "-c", "print(1)"});
+  f.project = "search";
+  f.gpu_model = "H200";
+  f.name = "my-eval";
+  f.time_limit = "1h30m";
+  f.hold = true;
+  absl::StatusOr<Json> spec = BuildRunSpec(f);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ((*spec)["name"], "my-eval");
+  EXPECT_EQ((*spec)["project"], "search");
+  EXPECT_EQ((*spec)["resources"]["gpu_model"], "h200");
+  EXPECT_EQ((*spec)["hold"], true);
+  ASSERT_TRUE(spec->contains("time_limit"));
+  EXPECT_EQ((*spec)["time_limit"], "90m");
+}
+
+TEST(BuildRunSpec, ErrorsNameTheFlag) {
+  auto error = [](const RunFlags& f) {
+    absl::StatusOr<Json> spec = BuildRunSpec(f);
+    EXPECT_FALSE(spec.ok());
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(spec.status().message());
+  };
+  EXPECT_THAT(error(Flags(0, {"a"})), HasSubstr("-g"));
+  EXPECT_THAT(error(Flags(2, {})), HasSubstr("no command"));
+  RunFlags f = Flags(12, {"a"});
+  f.nodes = 5;
+  EXPECT_THAT(error(f), HasSubstr("--nodes 5"));
+  f = Flags(2, {"a"});
+  f.nodes = -1;
+  EXPECT_THAT(error(f), HasSubstr("--nodes"));
+  f = Flags(2, {"a"});
+  f.procs_per_node = -2;
+  EXPECT_THAT(error(f), HasSubstr("--procs-per-node"));
+  f = Flags(2, {"a"});
+  f.procs_per_node = 1000;
+  EXPECT_THAT(error(f), ::testing::StartsWith("--procs-per-node: "));
+  f = Flags(2, {"a"});
+  f.env = {"NOEQUALS"};
+  EXPECT_THAT(error(f), HasSubstr("'NOEQUALS' is not NAME=VALUE"));
+  f.env = {"RANK=3"};
+  EXPECT_THAT(error(f), ::testing::StartsWith("--env RANK: "));
+  f.env = {"1X=3"};
+  EXPECT_THAT(error(f), ::testing::StartsWith("--env 1X: "));
+  f = Flags(2, {"a"});
+  f.name = "Bad_Name";
+  EXPECT_THAT(error(f), ::testing::StartsWith("--name: "));
+  f = Flags(2, {"a"});
+  f.time_limit = "soon";
+  EXPECT_THAT(error(f), ::testing::StartsWith("--time-limit: "));
+  f = Flags(2, {"a"});
+  f.gpu_model = "v@100";
+  EXPECT_THAT(error(f), ::testing::StartsWith("--gpu-model: "));
+  f = Flags(2, {"a"});
+  f.project = "Not A Project";
+  EXPECT_THAT(error(f), ::testing::StartsWith("--project: "));
+}
+
+TEST(DefaultJobName, SanitisesTheBasename) {
+  EXPECT_EQ(DefaultJobName({"python", "x.py"}), "python");
+  EXPECT_EQ(DefaultJobName({"/usr/bin/python3"}), "python3");
+  EXPECT_EQ(DefaultJobName({"./Run_All.sh"}), "run-all-sh");
+  EXPECT_EQ(DefaultJobName({"123"}), "job-123");
+  EXPECT_EQ(DefaultJobName({"__"}), "job");
+  EXPECT_EQ(DefaultJobName({""}), "job");
+  EXPECT_EQ(DefaultJobName({"dir/"}), "dir");
+  EXPECT_EQ(DefaultJobName({std::string(100, 'a')}), std::string(63, 'a'));
+}
+
+// --- `loom run --wait` exit codes ---
+
+TEST(WaitExitCode, MapsTheOutcome) {
+  EXPECT_EQ(WaitExitCode({{"state", "succeeded"}, {"exit_code", 0}}), 0);
+  EXPECT_EQ(WaitExitCode({{"state", "failed"}, {"exit_code", 3}}), 3);
+  EXPECT_EQ(WaitExitCode({{"state", "failed"}, {"exit_code", 300}}), 255);
+  EXPECT_EQ(WaitExitCode({{"state", "failed"}, {"signal", 9}}), 137);
+  EXPECT_EQ(WaitExitCode({{"state", "cancelled"}, {"exit_code", -15}}), 143);
+  EXPECT_EQ(WaitExitCode({{"state", "failed"}, {"exit_code", nullptr}}), 1);
+  EXPECT_EQ(WaitExitCode({{"state", "failed"}, {"exit_code", 0}}), 1);
+  EXPECT_EQ(WaitExitCode({{"state", "cancelled"}}), 1);
+  // No code on the job: the first task (by index) that has one.
+  const Json tasks = {{"state", "failed"},
+                      {"exit_code", nullptr},
+                      {"placement",
+                       {{"tasks",
+                         {{{"index", 1}, {"exit_code", 2}},
+                          {{"index", 0}, {"exit_code", 0}, {"signal", 6}}}}}}};
+  EXPECT_EQ(WaitExitCode(tasks), 134);
+}
+
+TEST(IsFinalJobState, Finals) {
+  EXPECT_TRUE(IsFinalJobState("succeeded"));
+  EXPECT_TRUE(IsFinalJobState("failed"));
+  EXPECT_TRUE(IsFinalJobState("cancelled"));
+  EXPECT_FALSE(IsFinalJobState("stopping"));
+  EXPECT_FALSE(IsFinalJobState("held"));
+}
+
+}  // namespace
+}  // namespace loom
