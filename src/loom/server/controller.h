@@ -77,6 +77,13 @@ struct AgentAction {
 // persisted to the `StateStore` before it is acknowledged. It does no I/O
 // besides the store; time is passed in. Thread-safe: one mutex guards all
 // state; the server's HTTP threads and its scheduling thread call in.
+//
+// Its parts: controller.cc (making it, loading and writing the store),
+// controller_jobs.cc (the job API), controller_runs.cc (a job's runs:
+// start, stop, end, restart), controller_agents.cc (the agent protocol),
+// controller_tick.cc (liveness and scheduling rounds), controller_nodes.cc
+// (nodes), controller_usage.cc (utilisation, projects, metrics) and
+// controller_history.cc (job histories on load).
 class Controller {
  public:
   // Loads jobs and node settings from `store` (which must outlive the
@@ -219,7 +226,7 @@ class Controller {
   // Writes what changed of `jobs` (records, histories) in one commit.
   absl::Status Persist(const std::vector<const JobRecord*>& jobs)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // On load (job_events_store.cc): reads the stored history of `stored`'s
+  // On load (controller_history.cc): reads the stored history of `stored`'s
   // job into it (taking it out of `history_of`) and notes what is stored.
   void LoadHistory(const KeyValue& record, StoredJob& stored,
                    absl::flat_hash_map<JobId, const KeyValue*>& history_of)
@@ -278,6 +285,9 @@ class Controller {
   // up, suspect, cordoned, draining, drained, down or unknown.
   std::string NodeStateName(int node) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int NodeIndex(const std::string& name) const;
+  // The host of node `node`'s agent ("" when unknown).
+  std::string NodeHost(const std::string& node) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Cluster cluster_;
   StateStore* const store_;

@@ -19,6 +19,7 @@
 #include "loom/http/http_message.h"
 #include "loom/server/auth.h"
 #include "loom/server/controller.h"
+#include "loom/server/route_table.h"
 #include "loom/server/standby_reader.h"
 
 namespace loom {
@@ -81,10 +82,16 @@ class HttpServer {
   bool leading() const { return leading_; }
 
  private:
-  void Routes();
   using Request = http::HttpRequest;
   using Response = http::HttpResponse;
   using Handler = std::function<void(const Request&, Response&)>;
+  // Registers every route's handler (by `Start`): the handlers of each
+  // resource are in a file of their own.
+  void Routes();
+  void JobRoutes();      // job_routes.cc: /v1/jobs...
+  void NodeRoutes();     // node_routes.cc: /v1/nodes..., /v1/agents/...
+  void TokenRoutes();    // token_routes.cc: /v1/tokens..., /v1/whoami
+  void ClusterRoutes();  // cluster_routes.cc: the rest
   // Registers a route of `RouteTable()` (aborts for one that is not there:
   // a programming error that every test run would show).
   void Handle(const std::string& method, const std::string& route,
@@ -98,6 +105,12 @@ class HttpServer {
   // OK when `p` may act on job `id` (its owner or an admin; a job's own
   // token for `allow_job_token`); PermissionDenied or NotFound otherwise.
   absl::Status MayTouchJob(const Principal& p, JobId id, bool allow_job_token);
+  // The job of a `{id}` route that the caller of `req` may act on: the
+  // errors of `JobIdOf`, then those of `MayTouchJob`.
+  absl::StatusOr<JobId> JobToTouch(const Request& req, bool allow_job_token);
+  // OK when the server authenticates requests; FailedPrecondition
+  // "authentication is off" otherwise (routes about tokens and credentials).
+  absl::Status NeedAuthentication() const;
   // Hides other users' command, environment and working directory from
   // callers that are not admins.
   static void Redact(const Principal& p, nlohmann::json& job);
@@ -125,9 +138,6 @@ class HttpServer {
   void Serve(Request& req, Response& res);
   // The lane and caller of a request, on the event loop (no I/O).
   http::Dispatch Classify(const Request& req) const;
-  // GET /v1/jobs/{id}/logs?follow=1: a stream that polls the agent.
-  void FollowLogs(const Request& req, Response& res, JobId id, int task,
-                  const std::string& path_base, int64_t offset);
 
   std::unique_ptr<http::EventLoopServer> http_;
   // Handlers by route (an index into `RouteTable()`).
@@ -157,39 +167,5 @@ class HttpServer {
   std::map<std::tuple<std::string, std::string, int>, int64_t> requests_
       ABSL_GUARDED_BY(metrics_mu_);
 };
-
-// Who may call a route (docs/security.md).
-enum class Access {
-  kPublic,      // anyone, no token (health, who leads, the dashboard page)
-  kAnyone,      // any valid token
-  kHuman,       // admin, operator or user (further checks per job)
-  kJobOrHuman,  // also a job's own token (its checkpoints)
-  kOperator,    // admin or operator
-  kAdmin,
-  kAgent,  // a join token or a node credential (registration)
-  kNode,   // a node credential (heartbeats)
-};
-
-// One route of the API: method, template ("/v1/jobs/{id}/logs") and who may
-// call it. Every route the server serves is in this table (the server
-// refuses to register one that is not), and requests are checked against
-// it before any handler runs.
-struct RouteRule {
-  std::string method;
-  std::string route;
-  Access access;
-};
-const std::vector<RouteRule>& RouteTable();
-// The rule for a request; null when no route matches. With `captures`,
-// what the route's placeholders matched, percent-decoded. `{id}` matches
-// only canonical job ids: 1 to 2^63-1 in decimal, no sign, no leading zero.
-const RouteRule* FindRoute(std::string_view method, std::string_view path,
-                           std::vector<std::string>* captures = nullptr);
-// Whether any route has this path (for 405 against 404).
-bool PathHasRoute(std::string_view path);
-
-// The route template of a request path, for metrics: "/v1/jobs/{id}/logs".
-// Paths of no route give "other".
-std::string RouteOf(std::string_view path);
 
 }  // namespace loom

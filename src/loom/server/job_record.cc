@@ -14,6 +14,18 @@ constexpr const char* kTaskStates[] = {"launching", "running", "exited",
 
 }  // namespace
 
+bool TaskLive(const TaskRecord& t) {
+  return t.state == TaskRecord::State::kLaunching ||
+         t.state == TaskRecord::State::kRunning;
+}
+
+double CurrentRunGpuSeconds(const JobRecord& job, absl::Time now) {
+  if (!job.start_time) return 0;
+  int gpus = 0;
+  for (const TaskRecord& t : job.tasks) gpus += static_cast<int>(t.gpus.size());
+  return gpus * std::max(0.0, absl::ToDoubleSeconds(now - *job.start_time));
+}
+
 std::string_view JobStateName(JobState state) {
   switch (state) {
     case JobState::kHeld:

@@ -100,6 +100,12 @@ struct JobRecord {
   }
 };
 
+// Whether the task may still run and write output: launching or running.
+bool TaskLive(const TaskRecord& t);
+
+// GPU-seconds of the job's current run up to `now` (0 when not started).
+double CurrentRunGpuSeconds(const JobRecord& job, absl::Time now);
+
 // Whether `run` (a restart count) is `job`'s current run and that run is
 // live (running or stopping): what a job token of that run needs. OK, or
 // FailedPrecondition saying why not.

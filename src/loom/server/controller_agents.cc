@@ -1,0 +1,327 @@
+// The controller's side of the agent protocol (docs/api.md): registrations
+// and heartbeats (with the tasks and health they report), and the outcome
+// of the actions the server carried to agents.
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "loom/common/utf8.h"
+#include "loom/server/controller.h"
+
+namespace loom {
+namespace {
+
+std::optional<JobId> JobOfTask(const std::string& task_id) {
+  JobId id = 0;
+  const size_t dot = task_id.find('.');
+  if (dot == std::string::npos ||
+      !absl::SimpleAtoi(task_id.substr(0, dot), &id)) {
+    return std::nullopt;
+  }
+  return id;
+}
+
+// Checks the types of an agent's registration or heartbeat body before any
+// of it is used, so that a malformed body changes nothing (found by
+// fuzz/server_api_fuzzer: a wrong type used to throw half-way through).
+absl::Status CheckAgentBody(const nlohmann::json& body, bool registering) {
+  if (!body.is_object()) {
+    return absl::InvalidArgumentError("body: must be a JSON object");
+  }
+  auto string_field = [&](const nlohmann::json& o, const char* key,
+                          const std::string& where) -> absl::Status {
+    auto it = o.find(key);
+    if (it != o.end() && !it->is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, key, ": must be a string"));
+    }
+    return absl::OkStatus();
+  };
+  for (const char* key : {"name", "address", "hostname"}) {
+    if (absl::Status st = string_field(body, key, ""); !st.ok()) return st;
+  }
+  if (auto it = body.find("emulated"); it != body.end() && !it->is_boolean()) {
+    return absl::InvalidArgumentError("emulated: must be true or false");
+  }
+  if (registering) {
+    if (auto it = body.find("gpus"); it != body.end()) {
+      if (!it->is_array()) {
+        return absl::InvalidArgumentError("gpus: must be a list");
+      }
+      for (const nlohmann::json& g : *it) {
+        if (!g.is_object()) {
+          return absl::InvalidArgumentError("gpus: each must be an object");
+        }
+        if (absl::Status st = string_field(g, "model", "gpus[]."); !st.ok()) {
+          return st;
+        }
+      }
+    }
+  }
+  if (auto it = body.find("tasks"); it != body.end()) {
+    if (!it->is_array()) {
+      return absl::InvalidArgumentError("tasks: must be a list");
+    }
+    for (const nlohmann::json& t : *it) {
+      if (!t.is_object()) {
+        return absl::InvalidArgumentError("tasks: each must be an object");
+      }
+      for (const char* key : {"task_id", "state"}) {
+        if (absl::Status st = string_field(t, key, "tasks[]."); !st.ok()) {
+          return st;
+        }
+      }
+    }
+  }
+  if (auto it = body.find("health");
+      it != body.end() && !it->is_object() && !it->is_null()) {
+    return absl::InvalidArgumentError("health: must be an object");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+nlohmann::json Controller::TaskReports(const std::string& node_name,
+                                       const nlohmann::json& tasks,
+                                       bool registering, absl::Time now,
+                                       std::vector<const JobRecord*>* dirty) {
+  nlohmann::json stop = nlohmann::json::array();
+  nlohmann::json ack = nlohmann::json::array();
+  absl::flat_hash_set<std::string> reported;
+  for (const nlohmann::json& t : tasks) {
+    const std::string task_id = t.value("task_id", "");
+    const std::string state = t.value("state", "");
+    reported.insert(task_id);
+    std::optional<JobId> jid = JobOfTask(task_id);
+    JobRecord* job = nullptr;
+    TaskRecord* task = nullptr;
+    if (jid) {
+      auto it = jobs_.find(*jid);
+      if (it != jobs_.end()) {
+        job = &it->second;
+        for (TaskRecord& r : job->tasks) {
+          if (r.task_id == task_id && r.node == node_name) task = &r;
+        }
+      }
+    }
+    if (state != "running") ack.push_back(task_id);
+    if (task == nullptr || !TaskLive(*task)) {
+      // Not a task this node should run (any more): stop it.
+      if (state == "running") stop.push_back(task_id);
+      continue;
+    }
+    if (state == "running") {
+      if (task->state == TaskRecord::State::kLaunching) {
+        task->state = TaskRecord::State::kRunning;
+        NoteRunning(*job, now);
+        dirty->push_back(job);
+      }
+      continue;
+    }
+    task->state = state == "exited" ? TaskRecord::State::kExited
+                                    : TaskRecord::State::kLost;
+    if (t.contains("exit_code") && t["exit_code"].is_number_integer()) {
+      task->exit_code = t["exit_code"].get<int>();
+    }
+    if (t.contains("signal") && t["signal"].is_number_integer() &&
+        t["signal"].get<int>() != 0) {
+      task->signal = t["signal"].get<int>();
+    }
+    TaskEnded(*job, *task, now);
+    dirty->push_back(job);
+  }
+  if (registering) {
+    // Tasks this node should run that its agent does not know: lost. A task
+    // still `launching` may never have reached the agent (a server killed
+    // between writing the start and sending the launch): send the launch
+    // again; the agent answers 409 for a task id it already has.
+    for (auto& [id, job] : jobs_) {
+      for (TaskRecord& task : job.tasks) {
+        if (task.node != node_name || !TaskLive(task) ||
+            reported.contains(task.task_id)) {
+          continue;
+        }
+        if (task.state == TaskRecord::State::kLaunching) {
+          actions_.push_back(LaunchAction(job, task));
+          continue;
+        }
+        task.state = TaskRecord::State::kLost;
+        TaskEnded(job, task, now);
+        dirty->push_back(&job);
+      }
+    }
+  }
+  return {{"stop", std::move(stop)}, {"ack", std::move(ack)}};
+}
+
+absl::StatusOr<nlohmann::json> Controller::Register(const nlohmann::json& body,
+                                                    absl::Time now) {
+  if (absl::Status st = CheckAgentBody(body, true); !st.ok()) return st;
+  absl::MutexLock lock(&mu_);
+  const std::string name = body.value("name", "");
+  const int n = NodeIndex(name);
+  if (n < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "name: node '", name, "' is not in the cluster spec of this server"));
+  }
+  const NodeSpec& spec = cluster_.nodes[n];
+  const nlohmann::json gpus = body.value("gpus", nlohmann::json::array());
+  if (!gpus.is_array() || static_cast<int>(gpus.size()) != spec.gpus) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gpus: node ", name, " reports ", gpus.is_array() ? gpus.size() : 0,
+        " GPUs; the cluster spec says ", spec.gpus));
+  }
+  for (const nlohmann::json& g : gpus) {
+    if (g.value("model", "") != cluster_.gpu_models[spec.gpu_model].name) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gpus: node ", name, " has a ", g.value("model", "?"),
+                       " GPU; the cluster spec says ",
+                       cluster_.gpu_models[spec.gpu_model].name));
+    }
+  }
+  const std::string address = body.value("address", "");
+  if (address.empty()) {
+    return absl::InvalidArgumentError("address: required (host:port)");
+  }
+  Node& node = nodes_[n];
+  node.address = address;
+  node.hostname = body.value("hostname", "");
+  node.emulated = body.value("emulated", false);
+  node.last_heartbeat = now;
+  node.state = Node::State::kUp;
+  node.suspect = false;
+  if (node.reason.rfind("no heartbeat", 0) == 0 ||
+      node.reason.rfind("no agent registered", 0) == 0) {
+    node.reason.clear();
+  }
+  std::vector<const JobRecord*> dirty;
+  nlohmann::json reply = TaskReports(
+      name, body.value("tasks", nlohmann::json::array()), true, now, &dirty);
+  UpdateSchedulable(n);
+  ApplyHealth(n, body, now, &dirty);
+  (void)Persist(dirty);
+  reply["heartbeat_interval_ms"] =
+      absl::ToInt64Milliseconds(options_.heartbeat_interval);
+  reply["fence_after_ms"] = absl::ToInt64Milliseconds(options_.fence_after);
+  return reply;
+}
+
+absl::StatusOr<nlohmann::json> Controller::Heartbeat(const nlohmann::json& body,
+                                                     absl::Time now) {
+  if (absl::Status st = CheckAgentBody(body, false); !st.ok()) return st;
+  absl::MutexLock lock(&mu_);
+  const std::string name = body.value("name", "");
+  const int n = NodeIndex(name);
+  if (n < 0) {
+    return absl::NotFoundError(absl::StrCat("unknown node '", name, "'"));
+  }
+  Node& node = nodes_[n];
+  if (node.state != Node::State::kUp) {
+    // Down (or never registered): the agent must register again, so that
+    // its tasks are reconciled before it gets new work.
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", name, " is not registered; register again"));
+  }
+  node.last_heartbeat = now;
+  if (node.suspect) {
+    node.suspect = false;
+    UpdateSchedulable(n);
+  }
+  std::vector<const JobRecord*> dirty;
+  nlohmann::json reply = TaskReports(
+      name, body.value("tasks", nlohmann::json::array()), false, now, &dirty);
+  ApplyHealth(n, body, now, &dirty);
+  if (absl::Status st = Persist(dirty); !st.ok()) {
+    // Do not acknowledge exits that are not on disk: the agent reports
+    // them again.
+    reply["ack"] = nlohmann::json::array();
+  }
+  return reply;
+}
+
+void Controller::ActionDone(const AgentAction& action,
+                            const absl::Status& status, absl::Time now) {
+  if (action.kind != AgentAction::Kind::kLaunch) return;
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(action.job);
+  if (it == jobs_.end()) return;
+  JobRecord& job = it->second;
+  for (TaskRecord& t : job.tasks) {
+    if (t.task_id != action.task_id || !TaskLive(t)) continue;
+    if (status.ok()) {
+      // The agent answered once every process was exec'd. Not persisted
+      // here (one write per task would cost a sync each): the next tick
+      // writes it, and a restarted server learns it from heartbeats anyway.
+      if (t.state == TaskRecord::State::kLaunching) {
+        t.state = TaskRecord::State::kRunning;
+        NoteRunning(job, now);
+        unsaved_.insert(job.id);
+      }
+      return;
+    }
+    t.state = TaskRecord::State::kLost;
+    // InvalidArgument: the agent refused the task as specified (HTTP 400),
+    // so another run would be refused too; anything else (no answer, an
+    // agent error) may pass.
+    const bool refused = absl::IsInvalidArgument(status);
+    if (refused) job.launch_refused = true;
+    const std::string why =
+        absl::StrCat("launch of task ", t.index, " on ", t.node,
+                     refused ? " refused: " : " failed: ", status.message());
+    // The agent's reason (an unknown user, a bad working directory) says
+    // more than "lost". TaskEnded records it when it stops the gang.
+    if (job.state != JobState::kRunning) job.AddEvent(now, why);
+    TaskEnded(job, t, now, why);
+    (void)Persist({&job});
+    return;
+  }
+}
+
+void Controller::ApplyHealth(int n, const nlohmann::json& body, absl::Time now,
+                             std::vector<const JobRecord*>* dirty) {
+  constexpr size_t kMaxProblems = 16;
+  constexpr size_t kMaxProblemLength = 300;
+  auto health = body.find("health");
+  if (health == body.end() || !health->is_object()) return;
+  auto list = health->find("problems");
+  if (list == health->end() || !list->is_array()) return;
+  std::vector<std::string> problems;
+  for (const nlohmann::json& p : *list) {
+    if (!p.is_string() || problems.size() >= kMaxProblems) continue;
+    const std::string problem = p.get<std::string>();
+    problems.emplace_back(TruncateUtf8(problem, kMaxProblemLength));
+  }
+  Node& node = nodes_[n];
+  node.health = problems;
+  if (problems.empty() || node.unhealthy) return;
+  // Drained until an operator uncordons it (as Slurm's DRAIN by a health
+  // check program): a GPU that failed once is not trusted to be back.
+  ++failures_["unhealthy"];
+  node.unhealthy = true;
+  node.draining = true;
+  node.reason = absl::StrCat("unhealthy: ", absl::StrJoin(problems, "; "));
+  (void)PersistNode(n);
+  UpdateSchedulable(n);
+  const std::string& name = cluster_.nodes[n].name;
+  for (auto& [id, job] : jobs_) {
+    if (job.state != JobState::kRunning) continue;
+    if (std::none_of(job.tasks.begin(), job.tasks.end(),
+                     [&](const TaskRecord& t) {
+                       return t.node == name && TaskLive(t);
+                     })) {
+      continue;
+    }
+    job.preempted_by = 0;
+    Evict(job, absl::StrCat("moved off ", name, ": ", node.reason), now);
+    dirty->push_back(&job);
+  }
+}
+
+}  // namespace loom

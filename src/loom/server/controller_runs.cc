@@ -1,0 +1,274 @@
+// The runs of a job: starting its tasks (their launch requests), stopping
+// them, and what follows once they end (the job's outcome, or a restart or
+// requeue under its restart policy).
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "fmt/format.h"
+#include "loom/common/units.h"
+#include "loom/core/retry.h"
+#include "loom/server/controller.h"
+
+namespace loom {
+namespace {
+
+// Ends the reason of a job whose launch an agent refused (HTTP 400).
+constexpr const char* kNotAgainAfterRefusal =
+    "; not queued again: the agent refused the task as specified, and would "
+    "refuse it again";
+
+std::string TaskId(JobId job, int index, int restart) {
+  return fmt::format("{}.{}.{}", job, index, restart);
+}
+
+}  // namespace
+
+void Controller::StartJob(JobRecord& job, absl::Time now) {
+  const SchedJob* sj = scheduler_->Find(job.id);
+  const Placement& p = sj->placement;
+  job.state = JobState::kRunning;
+  job.start_time = now;
+  job.running_time.reset();
+  job.tasks.clear();
+  ++decisions_;
+  if (job.restart_count == 0) {
+    queue_wait_.Observe(absl::ToDoubleSeconds(now - job.submit_time));
+  }
+  job.switch_level = p.switch_level;
+  job.switch_name =
+      p.switch_index >= 0 ? cluster_.topology.sw(p.switch_index).name : "";
+  // MASTER_PORT: a port of the rank-0 node not used by another live job.
+  Node& master = nodes_[p.tasks[0].node];
+  int port = options_.master_port_base +
+             static_cast<int>(job.id % options_.master_port_count);
+  for (int i = 0;
+       i < options_.master_port_count && master.master_ports.contains(port);
+       ++i) {
+    port = options_.master_port_base +
+           (port - options_.master_port_base + 1) % options_.master_port_count;
+  }
+  master.master_ports.insert(port);
+  job.master_port = port;
+
+  for (size_t i = 0; i < p.tasks.size(); ++i) {
+    TaskRecord t;
+    t.index = static_cast<int>(i);
+    t.node = cluster_.nodes[p.tasks[i].node].name;
+    for (int g = 0; g < kMaxGpusPerNode; ++g) {
+      if (p.tasks[i].gpu_mask & (1u << g)) t.gpus.push_back(g);
+    }
+    t.task_id = TaskId(job.id, t.index, job.restart_count);
+    t.state = TaskRecord::State::kLaunching;
+    job.tasks.push_back(std::move(t));
+  }
+  for (const TaskRecord& t : job.tasks)
+    actions_.push_back(LaunchAction(job, t));
+  job.AddEvent(now, absl::StrCat("started on ", p.nodes, " node(s)",
+                                 job.switch_name.empty()
+                                     ? ""
+                                     : absl::StrCat(" under ", job.switch_name),
+                                 " (", job.tasks.size(), " task(s))"));
+}
+
+AgentAction Controller::LaunchAction(const JobRecord& job,
+                                     const TaskRecord& t) const {
+  const int procs = job.spec.processes_per_task;
+  // No dir and no root: the agent gives the job one on each node.
+  const std::string ckpt =
+      !job.spec.checkpoint.dir.empty() ? job.spec.checkpoint.dir
+      : options_.checkpoint_root.empty()
+          ? ""
+          : absl::StrCat(options_.checkpoint_root, "/", job.id);
+  nlohmann::json env = job.spec.env;
+  env["CUDA_VISIBLE_DEVICES"] = absl::StrJoin(t.gpus, ",");
+  env["MASTER_ADDR"] = NodeHost(job.tasks[0].node);
+  env["MASTER_PORT"] = std::to_string(job.master_port);
+  env["WORLD_SIZE"] = std::to_string(job.tasks.size() * procs);
+  env["NODE_RANK"] = std::to_string(t.index);
+  env["LOCAL_WORLD_SIZE"] = std::to_string(procs);
+  env["LOOM_JOB_ID"] = std::to_string(job.id);
+  env["LOOM_TASK_INDEX"] = std::to_string(t.index);
+  env["LOOM_RESTART_COUNT"] = std::to_string(job.restart_count);
+  if (!ckpt.empty()) env["LOOM_CHECKPOINT_DIR"] = ckpt;
+  AgentAction a;
+  a.kind = AgentAction::Kind::kLaunch;
+  a.node = t.node;
+  const int n = NodeIndex(t.node);
+  a.address = n >= 0 ? nodes_[n].address : "";
+  a.task_id = t.task_id;
+  a.job = job.id;
+  a.run = job.restart_count;
+  a.body = {{"task_id", t.task_id},
+            {"node", t.node},
+            {"job_id", job.id},
+            {"user", job.spec.user},
+            {"task_index", t.index},
+            {"argv", job.spec.command},
+            {"env", env},
+            {"working_dir", job.spec.working_dir},
+            {"gpus", t.gpus},
+            {"processes", procs},
+            {"rank_base", t.index * procs}};
+  return a;
+}
+
+void Controller::StopTasks(JobRecord& job, int signal, absl::Duration grace) {
+  for (const TaskRecord& t : job.tasks) {
+    if (!TaskLive(t)) continue;
+    const int n = NodeIndex(t.node);
+    if (n < 0 || nodes_[n].state == Node::State::kDown) continue;
+    AgentAction a;
+    a.kind = AgentAction::Kind::kStop;
+    a.node = t.node;
+    a.address = nodes_[n].address;
+    a.task_id = t.task_id;
+    a.job = job.id;
+    a.body = {{"signal", signal},
+              {"grace_ms", absl::ToInt64Milliseconds(grace)}};
+    actions_.push_back(std::move(a));
+  }
+}
+
+void Controller::TaskEnded(JobRecord& job, TaskRecord& task, absl::Time now,
+                           const std::string& why) {
+  const bool failed = task.state == TaskRecord::State::kLost ||
+                      task.exit_code.value_or(0) != 0 || task.signal;
+  if (failed && job.state == JobState::kRunning) {
+    if (task.state != TaskRecord::State::kLost) ++failures_["task_failed"];
+    job.state = JobState::kStopping;
+    job.reason =
+        !why.empty() ? why
+        : task.state == TaskRecord::State::kLost
+            ? absl::StrCat("task ", task.index, " on ", task.node, " was lost")
+        : task.signal ? absl::StrCat("task ", task.index, " killed by ",
+                                     SignalName(*task.signal))
+                      : absl::StrCat("task ", task.index, " exited with code ",
+                                     task.exit_code.value_or(-1));
+    job.AddEvent(now, job.reason + "; stopping the other tasks");
+    StopTasks(job, job.spec.cancel_signal, job.spec.cancel_grace);
+  }
+  if (std::any_of(job.tasks.begin(), job.tasks.end(), TaskLive)) return;
+  FinishJob(job, now);
+}
+
+void Controller::FinishJob(JobRecord& job, absl::Time now) {
+  bool ok = true;
+  std::optional<int> code;
+  for (const TaskRecord& t : job.tasks) {
+    if (t.state == TaskRecord::State::kLost) {
+      ok = false;
+      continue;
+    }
+    const int c = t.signal ? 128 + *t.signal : t.exit_code.value_or(0);
+    if (c != 0) {
+      ok = false;
+      if (!code) code = c;
+    }
+  }
+  job.exit_code = code.value_or(ok ? 0 : 1);
+  job.gpu_seconds += CurrentRunGpuSeconds(job, now);
+  if (!job.tasks.empty()) {
+    const int master = NodeIndex(job.tasks[0].node);
+    if (master >= 0) nodes_[master].master_ports.erase(job.master_port);
+  }
+  (void)scheduler_->Finish(job.id, now);
+  const bool preempted = job.preempted && !job.cancel_requested;
+  RetryDecision retry;
+  if (job.launch_refused && !job.cancel_requested) {
+    ok = false;
+    if (job.exit_code == 0) job.exit_code = 1;
+    absl::StrAppend(&job.reason, kNotAgainAfterRefusal);
+  } else if (preempted || (!ok && !job.cancel_requested)) {
+    retry = DecideRetry(job.spec.restart, job.spec.requeue,
+                        preempted ? RunEnd::kRequeued : RunEnd::kFailed,
+                        job.restarts_used, job.requeues);
+    if (!retry.again && preempted) {
+      // Asked to stop, so its exit code says nothing: it did not finish.
+      ok = false;
+      if (job.exit_code == 0) job.exit_code = 1;
+    }
+    if (!retry.why_not.empty()) {
+      absl::StrAppend(&job.reason, "; not queued again: ", retry.why_not);
+    }
+  }
+  if (retry.again) {
+    // The restart policy: the whole gang goes back to the queue after the
+    // backoff, with LOOM_RESTART_COUNT one higher and new task ids. A
+    // preempted (or moved) job follows `requeue` and does not use up its
+    // restarts.
+    const std::string why = job.reason.empty()
+                                ? absl::StrCat("exit code ", *job.exit_code)
+                                : job.reason;
+    const absl::Duration wait = retry.wait;
+    if (preempted) {
+      ++job.requeues;
+    } else {
+      ++job.restarts_used;
+      failed_at_[job.id] = now;  // recovery time: until it runs again
+    }
+    ++job.restart_count;
+    job.preempted = false;
+    job.state = JobState::kPending;
+    job.not_before = now + wait;
+    job.reason = preempted
+                     ? absl::StrCat("requeued: ", why)
+                     : absl::StrCat("restart ", job.restarts_used, " of ",
+                                    job.spec.restart.max, " after: ", why);
+    job.AddEvent(now, absl::StrCat(job.reason, "; queued again in ",
+                                   FormatDurationShort(wait)));
+    job.tasks.clear();
+    job.exit_code.reset();
+    job.start_time.reset();
+    job.running_time.reset();
+    backoff_.insert(job.id);
+    return;
+  }
+  if (job.cancel_requested) {
+    job.state = JobState::kCancelled;
+  } else if (ok) {
+    job.state = JobState::kSucceeded;
+    job.reason = "";
+  } else {
+    job.state = JobState::kFailed;
+  }
+  job.end_time = now;
+  job.AddEvent(now, absl::StrCat(std::string(JobStateName(job.state)),
+                                 " (exit code ", *job.exit_code, ")"));
+}
+
+void Controller::NoteRunning(JobRecord& job, absl::Time now) {
+  if (job.running_time.has_value()) return;
+  for (const TaskRecord& t : job.tasks) {
+    if (t.state != TaskRecord::State::kRunning) return;
+  }
+  job.running_time = now;
+  if (auto it = failed_at_.find(job.id); it != failed_at_.end()) {
+    recovery_.Observe(absl::ToDoubleSeconds(now - it->second));
+    failed_at_.erase(it);
+  }
+  job.AddEvent(
+      now, absl::StrCat("running: all ", job.tasks.size(), " task(s) started"));
+}
+
+void Controller::Evict(JobRecord& job, const std::string& why, absl::Time now) {
+  if (job.state != JobState::kRunning) return;
+  job.state = JobState::kStopping;
+  job.preempted = true;
+  job.reason = why;
+  const SchedJob* sj = scheduler_->Find(job.id);
+  const double lost = sj != nullptr ? sj->WorkAtRisk(now) / 3600.0 : 0;
+  job.AddEvent(now, absl::StrCat(why, "; sending ",
+                                 SignalName(job.spec.checkpoint.signal),
+                                 " (checkpoint now), SIGKILL after ",
+                                 FormatDurationShort(job.spec.checkpoint.grace),
+                                 "; ", fmt::format("{:.2f}", lost),
+                                 " GPU-hours since the last checkpoint"));
+  StopTasks(job, job.spec.checkpoint.signal, job.spec.checkpoint.grace);
+}
+
+}  // namespace loom

@@ -1,0 +1,148 @@
+// One round of the controller (`Tick`): writes held back, restarts due,
+// node liveness (suspect, then down and their tasks lost), and the
+// scheduler's pass with its starts and preemptions.
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "loom/common/units.h"
+#include "loom/server/controller.h"
+
+namespace loom {
+
+void Controller::Tick(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  std::vector<const JobRecord*> dirty;
+  // Launches the agents confirmed since the last tick.
+  for (JobId id : unsaved_) {
+    if (auto it = jobs_.find(id); it != jobs_.end())
+      dirty.push_back(&it->second);
+  }
+  unsaved_.clear();
+  PurgeRequests(now);
+  // Checkpoint reports held back by the throttle.
+  for (JobId id : checkpoint_throttle_.TakeDue(now)) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || IsFinal(it->second.state)) continue;
+    AddCheckpointEvent(it->second);
+    dirty.push_back(&it->second);
+  }
+  // Restarts whose backoff is over go back to the queue.
+  for (auto it = backoff_.begin(); it != backoff_.end();) {
+    JobRecord& job = jobs_.at(*it);
+    if (job.state != JobState::kPending || !job.not_before ||
+        *job.not_before > now) {
+      ++it;
+      continue;
+    }
+    absl::StatusOr<JobRequest> req =
+        ToJobRequest(job.spec, cluster_, job.id, job.submit_time);
+    absl::StatusOr<SubmitOutcome> out =
+        req.ok() ? scheduler_->Submit(*req, now)
+                 : absl::StatusOr<SubmitOutcome>(req.status());
+    if (out.ok() && out->kind == SubmitOutcome::Kind::kInfeasible) {
+      out = absl::FailedPreconditionError(out->reason);
+    }
+    if (!out.ok()) {
+      job.state = JobState::kFailed;
+      job.reason =
+          absl::StrCat("cannot be queued again: ", out.status().message());
+      job.end_time = now;
+      job.AddEvent(now, job.reason);
+    }
+    job.not_before.reset();
+    dirty.push_back(&job);
+    backoff_.erase(it++);
+  }
+  // Liveness: silent nodes are suspect (no new work), then down (their
+  // tasks are lost). A node not heard from since this server started is
+  // down once a whole timeout has passed: its tasks were fenced by then.
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    Node& node = nodes_[n];
+    if (node.state == Node::State::kUnknown) {
+      if (now - created_ > options_.heartbeat_timeout &&
+          !scheduler_->JobsOnNode(static_cast<int>(n)).empty()) {
+        node.state = Node::State::kDown;
+        node.reason =
+            absl::StrCat("no agent registered within ",
+                         absl::FormatDuration(options_.heartbeat_timeout),
+                         " of this server's start");
+        NodeLost(static_cast<int>(n), now, &dirty);
+      }
+      continue;
+    }
+    if (node.state != Node::State::kUp) continue;
+    const absl::Duration silent = now - node.last_heartbeat;
+    if (silent > options_.heartbeat_timeout) {
+      node.state = Node::State::kDown;
+      node.suspect = false;
+      node.reason =
+          absl::StrCat("no heartbeat for ", FormatDurationShort(silent));
+      UpdateSchedulable(static_cast<int>(n));
+      NodeLost(static_cast<int>(n), now, &dirty);
+    } else if (!node.suspect && silent > options_.suspect_after) {
+      node.suspect = true;
+      UpdateSchedulable(static_cast<int>(n));
+    }
+  }
+  // Scheduling.
+  PassResult pass = scheduler_->Schedule(now);
+  for (JobId id : pass.started) {
+    JobRecord& job = jobs_.at(id);
+    StartJob(job, now);
+    dirty.push_back(&job);
+  }
+  for (const Preemption& p : pass.preempted) {
+    JobRecord& job = jobs_.at(p.victim);
+    const JobRecord& winner = jobs_.at(p.for_job);
+    const SchedJob* w = scheduler_->Find(p.for_job);
+    const SchedJob* v = scheduler_->Find(p.victim);
+    const bool by_priority = w == nullptr || v == nullptr ||
+                             w->request.priority > v->request.priority;
+    job.preempted_by = p.for_job;
+    ++decisions_;
+    ++preemptions_;
+    Evict(job,
+          by_priority
+              ? absl::StrCat("preempted by job ", p.for_job, " (priority ",
+                             winner.spec.priority, " over this preemptible ",
+                             job.spec.priority, " job)")
+              : absl::StrCat("preempted by job ", p.for_job, " of project ",
+                             winner.spec.project,
+                             ", which reclaims GPUs of its quota (project ",
+                             job.spec.project, " is above its quota)"),
+          now);
+    dirty.push_back(&job);
+  }
+  if (absl::Status st = Persist(dirty); !st.ok()) {
+    // Nothing may launch that is not on disk: undo this pass's starts.
+    for (JobId id : pass.started) {
+      JobRecord& job = jobs_.at(id);
+      (void)scheduler_->Requeue(id, now);
+      job.state = JobState::kPending;
+      job.tasks.clear();
+      job.AddEvent(now, absl::StrCat("start postponed: ", st.message()));
+    }
+    actions_.erase(std::remove_if(actions_.begin(), actions_.end(),
+                                  [](const AgentAction& a) {
+                                    return a.kind == AgentAction::Kind::kLaunch;
+                                  }),
+                   actions_.end());
+  }
+}
+
+void Controller::NodeLost(int n, absl::Time now,
+                          std::vector<const JobRecord*>* dirty) {
+  ++failures_["node_down"];
+  for (auto& [id, job] : jobs_) {
+    for (TaskRecord& t : job.tasks) {
+      if (t.node != cluster_.nodes[n].name || !TaskLive(t)) continue;
+      t.state = TaskRecord::State::kLost;
+      TaskEnded(job, t, now);
+      dirty->push_back(&job);
+    }
+  }
+}
+
+}  // namespace loom

@@ -1,0 +1,181 @@
+// What the cluster is used for: the dashboard's utilisation, projects'
+// usage and quotas, and the controller's Prometheus metrics
+// (docs/metrics.md).
+
+#include <map>
+#include <string>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "loom/server/controller.h"
+
+namespace loom {
+
+Controller::Utilization Controller::CurrentUtilization() const {
+  absl::MutexLock lock(&mu_);
+  Utilization u;
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    u.total_gpus += cluster_.nodes[n].gpus;
+    u.allocated_gpus += cluster_.nodes[n].gpus -
+                        scheduler_->state().FreeGpus(static_cast<int>(n));
+  }
+  u.pending_jobs =
+      scheduler_->pending_count() + static_cast<int>(backoff_.size());
+  u.running_jobs = scheduler_->running_count();
+  return u;
+}
+
+void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  // Jobs by state and project; pending jobs by reason; GPU-seconds.
+  std::map<std::pair<std::string, std::string>, int> by_state;
+  std::map<std::string, int> pending;
+  std::map<std::pair<std::string, std::string>, double> gpu_seconds;
+  for (const auto& [id, job] : jobs_) {
+    ++by_state[{std::string(JobStateName(job.state)), job.spec.project}];
+    double s = job.gpu_seconds;
+    if (job.state == JobState::kRunning || job.state == JobState::kStopping) {
+      s += CurrentRunGpuSeconds(job, now);
+    }
+    gpu_seconds[{job.spec.project, job.spec.user}] += s;
+    if (job.state == JobState::kHeld) {
+      ++pending["held"];
+    } else if (job.state == JobState::kPending && job.not_before) {
+      ++pending["restart_backoff"];
+    } else if (job.state == JobState::kPending) {
+      const SchedJob* sj = scheduler_->Find(job.id);
+      ++pending[sj != nullptr
+                    ? PendingReasonCodeName(scheduler_->ReasonFor(*sj).code)
+                    : "unknown"];
+    }
+  }
+  out.Family("loom_jobs", "Jobs by state and project.", MetricType::kGauge);
+  for (const auto& [key, n] : by_state) {
+    out.Sample("loom_jobs", {{"state", key.first}, {"project", key.second}}, n);
+  }
+  out.Family("loom_pending_jobs",
+             "Jobs that wait (pending or held), by the reason's code.",
+             MetricType::kGauge);
+  for (const auto& [reason, n] : pending) {
+    out.Sample("loom_pending_jobs", {{"reason", reason}}, n);
+  }
+  out.Family("loom_gpu_seconds_total",
+             "GPU-seconds allocated to jobs, by project and user.",
+             MetricType::kCounter);
+  for (const auto& [key, s] : gpu_seconds) {
+    out.Sample("loom_gpu_seconds_total",
+               {{"project", key.first}, {"user", key.second}}, s);
+  }
+  // GPUs by pool, model and state; nodes by state.
+  struct Gpus {
+    int total = 0, allocated = 0, free = 0, unavailable = 0;
+  };
+  std::map<std::pair<std::string, std::string>, Gpus> gpus;
+  std::map<std::string, int> nodes;
+  for (const std::string& s : {"up", "suspect", "cordoned", "draining",
+                               "drained", "down", "unknown"}) {
+    nodes[s] = 0;
+  }
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const int n = static_cast<int>(i);
+    const NodeSpec& spec = cluster_.nodes[n];
+    const std::string state = NodeStateName(n);
+    ++nodes[state];
+    Gpus& g = gpus[{cluster_.pools[spec.pool].name,
+                    cluster_.gpu_models[spec.gpu_model].name}];
+    const int free = scheduler_->state().FreeGpus(n);
+    g.total += spec.gpus;
+    g.allocated += spec.gpus - free;
+    (state == "up" ? g.free : g.unavailable) += free;
+  }
+  out.Family("loom_gpus",
+             "GPUs by pool, model and state: allocated to jobs, free (on "
+             "nodes that take work) or unavailable (free, on nodes that are "
+             "down, suspect, cordoned or drained).",
+             MetricType::kGauge);
+  for (const auto& [key, g] : gpus) {
+    for (const auto& [state, v] :
+         {std::pair<const char*, int>{"total", g.total},
+          {"allocated", g.allocated},
+          {"free", g.free},
+          {"unavailable", g.unavailable}}) {
+      out.Sample(
+          "loom_gpus",
+          {{"pool", key.first}, {"gpu_model", key.second}, {"state", state}},
+          v);
+    }
+  }
+  out.Family("loom_nodes", "Nodes by state.", MetricType::kGauge);
+  for (const auto& [state, n] : nodes) {
+    out.Sample("loom_nodes", {{"state", state}}, n);
+  }
+  // Decisions, failures, recovery.
+  out.Family("loom_scheduling_decisions_total",
+             "Scheduling decisions since the server started: job starts and "
+             "preemptions.",
+             MetricType::kCounter);
+  out.Sample("loom_scheduling_decisions_total", {}, decisions_);
+  out.Family("loom_preemptions_total",
+             "Jobs preempted since the server started.", MetricType::kCounter);
+  out.Sample("loom_preemptions_total", {}, preemptions_);
+  out.Family("loom_failures_detected_total",
+             "Failures detected since the server started: node_down (no "
+             "heartbeat), task_failed (a task exited non-zero or was killed), "
+             "unhealthy (a node failed its health checks).",
+             MetricType::kCounter);
+  for (const char* kind : {"node_down", "task_failed", "unhealthy"}) {
+    auto it = failures_.find(kind);
+    out.Sample("loom_failures_detected_total", {{"kind", kind}},
+               it == failures_.end() ? 0 : it->second);
+  }
+  out.Family("loom_recovery_seconds",
+             "From a job's failure to every task of its next run running.",
+             MetricType::kHistogram);
+  out.HistogramSample("loom_recovery_seconds", {}, recovery_);
+  out.Family("loom_queue_wait_seconds",
+             "From submission to the first start of a job.",
+             MetricType::kHistogram);
+  out.HistogramSample("loom_queue_wait_seconds", {}, queue_wait_);
+}
+
+nlohmann::json Controller::ListProjects(absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  absl::flat_hash_map<std::string, std::pair<int, int>> counts;
+  for (const auto& [id, job] : jobs_) {
+    auto& c = counts[job.spec.project];
+    if (job.state == JobState::kPending || job.state == JobState::kHeld) {
+      ++c.first;
+    }
+    if (job.state == JobState::kRunning || job.state == JobState::kStopping) {
+      ++c.second;
+    }
+  }
+  std::map<std::string, nlohmann::json> out;
+  for (const ProjectSpec& p : cluster_.projects) {
+    out[p.name] = {{"name", p.name},
+                   {"quota_gpus", p.quota_gpus},
+                   {"weight", p.weight},
+                   {"running_gpus", 0},
+                   {"gpu_seconds", 0.0}};
+  }
+  for (const ProjectUsage& u : scheduler_->Usage(now)) {
+    nlohmann::json& j = out[u.name];
+    j["name"] = u.name;
+    if (!j.contains("quota_gpus")) {
+      j["quota_gpus"] = 0;
+      j["weight"] = u.weight;
+    }
+    j["running_gpus"] = u.running_gpus;
+    j["gpu_seconds"] = u.gpu_seconds;
+  }
+  nlohmann::json list = nlohmann::json::array();
+  for (auto& [name, j] : out) {
+    auto it = counts.find(name);
+    j["pending_jobs"] = it == counts.end() ? 0 : it->second.first;
+    j["running_jobs"] = it == counts.end() ? 0 : it->second.second;
+    list.push_back(std::move(j));
+  }
+  return {{"projects", std::move(list)}};
+}
+
+}  // namespace loom
