@@ -5,10 +5,13 @@
 // heartbeats and records them, the options and start of an agent against it
 // (`BaseOptions`, `StartAgent`), a client of the agent API (`AgentClient`),
 // a launch body (`Launch`), and small helpers: `WaitFor`, `TempDir`,
-// `StateIs`, `HasProblem`, `kGi`.
+// `StateIs`, `HasProblem`, `kGi`. For the tests of single parts, without an
+// agent: emulated nodes with fake tasks (`FakeNodes`) and a log that keeps
+// its lines (`CapturedLog`).
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -32,7 +35,9 @@
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "loom/agent/agent.h"
+#include "loom/agent/agent_log.h"
 #include "loom/agent/gpu_probe.h"
+#include "loom/agent/node_table.h"
 #include "nlohmann/json.hpp"
 
 namespace loom {
@@ -345,6 +350,50 @@ inline bool HasProblem(const json& health, const std::string& text) {
     }
   }
   return false;
+}
+
+// An `AgentLog` whose lines a test can count.
+class CapturedLog {
+ public:
+  CapturedLog()
+      : log_([this](const std::string& line) {
+          absl::MutexLock lock(&mu_);
+          lines_.push_back(line);
+        }) {}
+
+  const AgentLog& log() const { return log_; }
+  // How many lines contain `text`.
+  int LinesWith(const std::string& text) const {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int>(std::count_if(
+        lines_.begin(), lines_.end(),
+        [&](const std::string& l) { return absl::StrContains(l, text); }));
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
+  const AgentLog log_;
+};
+
+// The nodes `names` (a fleet when more than one) under `data_dir`: emulated
+// 8xH200, with fake tasks (nothing runs) on the clock `now`. Null, and the
+// test fails, when they cannot be made.
+inline std::unique_ptr<NodeTable> FakeNodes(
+    const std::string& data_dir, const std::vector<std::string>& names,
+    const AgentLog& log,
+    std::function<absl::Time()> now = [] { return absl::Now(); }) {
+  NodeTableOptions options;
+  options.data_dir = data_dir;
+  options.fleet = names.size() > 1;
+  options.emulation = ParseGpuEmulation("8xH200").value();
+  options.fake_tasks = true;
+  options.use_cgroups = false;
+  options.now = std::move(now);
+  absl::StatusOr<std::unique_ptr<NodeTable>> table = NodeTable::Create(
+      options, names, HostInfo{"test-host", 16, 64 * kGi}, {}, log);
+  EXPECT_TRUE(table.ok()) << table.status();
+  return table.ok() ? *std::move(table) : nullptr;
 }
 
 }  // namespace agent_testing
