@@ -1,7 +1,9 @@
-// The task runner (task_runner.h) through a whole agent: launch with ranks
-// and logs, following logs, duplicates, exec failures and the rollback of a
-// launch that failed half-way, stopping with a grace, a failed process
-// stopping its siblings, fake tasks.
+// The task runner (task_runner.h). Through a whole agent (AgentTest): launch
+// with ranks and logs, following logs, duplicates, exec failures and the
+// rollback of a launch that failed half-way, stopping with a grace, a failed
+// process stopping its siblings, fake tasks. Directly (TaskRunnerTest), on a
+// node of fake tasks with a clock the test turns: launches and statuses,
+// stops, the server's orders, fencing.
 
 #include "loom/agent/task_runner.h"
 
@@ -10,17 +12,28 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "loom/agent/agent.h"
 #include "loom/agent/agent_test_util.h"
+#include "loom/agent/launch_request.h"
+#include "loom/agent/launch_steps.h"
+#include "loom/agent/node_table.h"
 #include "loom/agent/shim_task_launcher.h"
 #include "loom/agent/task_launcher.h"
 #include "nlohmann/json.hpp"
@@ -32,6 +45,8 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using agent_testing::AgentClient;
 using agent_testing::BaseOptions;
+using agent_testing::CapturedLog;
+using agent_testing::FakeNodes;
 using agent_testing::FakeServer;
 using agent_testing::Launch;
 using agent_testing::StartAgent;
@@ -352,6 +367,239 @@ TEST(AgentTest, FakeTasksExitAfterLoomFakeSeconds) {
                     Launch("3.0.1", {"x"}, {{"LOOM_FAKE_SECONDS", "soon"}}));
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 400);
+}
+
+// ---------------------------------------------------------------------------
+// `TaskRunner` itself, on one node of fake tasks whose clock the test turns.
+
+class TaskRunnerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    nodes_ =
+        FakeNodes(dir_.path(), {"h200-0"}, log_.log(), [this] { return now_; });
+    ASSERT_NE(nodes_, nullptr);
+    LaunchStepsOptions steps;
+    steps.server_urls = {"http://127.0.0.1:7000"};
+    steps.checkpoint_dirs = false;
+    TaskRunnerOptions options;
+    options.stop_signal = SIGTERM;
+    options.stop_grace = absl::Seconds(5);
+    options.steps = DefaultLaunchSteps(steps);
+    options.on_task_ended = [this](AgentNode&) { ++ended_reports_; };
+    runner_ = std::make_unique<TaskRunner>(std::move(options), log_.log());
+  }
+
+  AgentNode& node() { return *nodes_->nodes().front(); }
+
+  // A task of `processes` fake processes that "run" for `seconds`.
+  static LaunchRequest Request(const std::string& id, int seconds,
+                               int processes = 1) {
+    LaunchRequest r;
+    r.task_id = id;
+    r.job_id = 1;
+    r.argv = {"train"};
+    r.env = {{"LOOM_FAKE_SECONDS", absl::StrCat(seconds)}};
+    r.gpus = {0};
+    r.processes = processes;
+    return r;
+  }
+  absl::StatusOr<json> Launch(const LaunchRequest& r) {
+    field_.clear();
+    return runner_->Launch(node(), r, &field_);
+  }
+  // The heartbeat's statuses by task id, and the ended ones.
+  std::map<std::string, json> Statuses(std::set<std::string>* ended = nullptr) {
+    std::vector<std::string> ended_ids;
+    const json tasks = runner_->Statuses(node(), &ended_ids);
+    std::map<std::string, json> out;
+    for (const json& t : tasks) out[t["task_id"].get<std::string>()] = t;
+    if (ended != nullptr) ended->insert(ended_ids.begin(), ended_ids.end());
+    return out;
+  }
+  std::set<std::string> LauncherIds() {
+    std::set<std::string> ids;
+    for (const TaskInfo& info : node().launcher->List()) {
+      ids.insert(info.task_id);
+    }
+    return ids;
+  }
+
+  TempDir dir_;
+  CapturedLog log_;
+  absl::Time now_ = absl::FromUnixSeconds(1000);
+  std::unique_ptr<NodeTable> nodes_;
+  std::unique_ptr<TaskRunner> runner_;
+  int ended_reports_ = 0;
+  std::string field_;
+};
+
+TEST_F(TaskRunnerTest, LaunchThenStatuses) {
+  absl::StatusOr<json> launched = Launch(Request("1.0.0", 5, 2));
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  EXPECT_EQ((*launched)["task_id"], "1.0.0");
+  EXPECT_EQ((*launched)["state"], "running");
+  EXPECT_EQ((*launched)["node"], "h200-0");
+  ASSERT_EQ((*launched)["processes"].size(), 2u);
+  for (const json& p : (*launched)["processes"]) {
+    EXPECT_EQ(p["state"], "running");
+    EXPECT_GT(p["pid"].get<int>(), 0);
+  }
+  EXPECT_EQ(LauncherIds(), (std::set<std::string>{"1.0.0.p0", "1.0.0.p1"}));
+  std::set<std::string> ended;
+  std::map<std::string, json> s = Statuses(&ended);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s["1.0.0"], (json{{"task_id", "1.0.0"},
+                              {"state", "running"},
+                              {"exit_code", 0},
+                              {"signal", 0},
+                              {"reason", ""}}));
+  EXPECT_TRUE(ended.empty());
+  EXPECT_EQ(ended_reports_, 0);
+  EXPECT_EQ(log_.LinesWith("launched task 1.0.0 (job 1, task index 0, 2 "
+                           "processes"),
+            1);
+
+  // What each process would have run is in its log.
+  absl::StatusOr<std::string> out = runner_->LogPath(node(), "1.0.0", 1, false);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, TaskLogPath(node(), "1.0.0", 1, false));
+  std::ifstream in(*out);
+  const std::string text((std::istreambuf_iterator<char>(in)),
+                         std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, HasSubstr("loom fake task 1.0.0.p1: would run [train]"));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      runner_->LogPath(node(), "1.0.0", 2, false).status()));
+  EXPECT_EQ(runner_->LogPath(node(), "nope", 0, false).value(), "");
+
+  // Their time is up.
+  now_ += absl::Seconds(5);
+  EXPECT_FALSE(runner_->ProcessEnded(node(), "1.0.0", 0));
+  runner_->Poll(node());
+  EXPECT_TRUE(runner_->ProcessEnded(node(), "1.0.0", 0));
+  s = Statuses(&ended);
+  EXPECT_EQ(s["1.0.0"]["state"], "exited");
+  EXPECT_EQ(s["1.0.0"]["exit_code"], 0);
+  EXPECT_EQ(ended, (std::set<std::string>{"1.0.0"}));
+  EXPECT_EQ(ended_reports_, 1);
+  runner_->Poll(node());
+  EXPECT_EQ(ended_reports_, 1);  // said once
+  absl::StatusOr<json> got = runner_->Get(node(), "1.0.0");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ((*got)["processes"][1]["state"], "exited");
+  EXPECT_TRUE(absl::IsNotFound(runner_->Get(node(), "nope").status()));
+}
+
+TEST_F(TaskRunnerTest, ADuplicateIdIsAlreadyKnown) {
+  ASSERT_TRUE(Launch(Request("2.0.0", 5)).ok());
+  absl::StatusOr<json> again = Launch(Request("2.0.0", 5));
+  EXPECT_TRUE(absl::IsAlreadyExists(again.status())) << again.status();
+  EXPECT_THAT(std::string(again.status().message()),
+              HasSubstr("already known on node h200-0 (running)"));
+  // Ended but not yet acknowledged: still known.
+  now_ += absl::Seconds(5);
+  runner_->Poll(node());
+  again = Launch(Request("2.0.0", 5));
+  EXPECT_TRUE(absl::IsAlreadyExists(again.status())) << again.status();
+  EXPECT_THAT(std::string(again.status().message()), HasSubstr("(exited)"));
+  EXPECT_EQ(Statuses().size(), 1u);
+  EXPECT_EQ(LauncherIds(), (std::set<std::string>{"2.0.0"}));
+}
+
+TEST_F(TaskRunnerTest, ARequestThatFailsLeavesNothing) {
+  LaunchRequest r = Request("3.0.0", 5, 2);
+  r.gpus = {8};
+  absl::StatusOr<json> launched = Launch(r);
+  EXPECT_TRUE(absl::IsInvalidArgument(launched.status()));
+  EXPECT_EQ(field_, "gpus");
+  // The launcher refuses: the launch is rolled back.
+  r = Request("3.0.0", 5, 2);
+  r.env["LOOM_FAKE_SECONDS"] = "soon";
+  launched = Launch(r);
+  EXPECT_TRUE(absl::IsInvalidArgument(launched.status()));
+  EXPECT_THAT(std::string(launched.status().message()),
+              ::testing::StartsWith("process 0 of 2: "));
+  EXPECT_TRUE(Statuses().empty());
+  EXPECT_TRUE(LauncherIds().empty());
+  EXPECT_FALSE(fs::exists(TaskLogPath(node(), "3.0.0", 0, false)));
+  // The id is free again.
+  EXPECT_TRUE(Launch(Request("3.0.0", 5, 2)).ok());
+}
+
+TEST_F(TaskRunnerTest, StopsWithTheSignalAsked) {
+  absl::StatusOr<json> stopped =
+      runner_->Stop(node(), "nope", SIGTERM, absl::Seconds(1));
+  EXPECT_TRUE(absl::IsNotFound(stopped.status())) << stopped.status();
+  EXPECT_EQ(std::string(stopped.status().message()),
+            "task nope is not known on node h200-0");
+
+  ASSERT_TRUE(Launch(Request("4.0.0", 60)).ok());
+  stopped = runner_->Stop(node(), "4.0.0", SIGINT, absl::Seconds(1));
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_EQ((*stopped)["state"], "running");  // until the launcher says
+  EXPECT_EQ((*stopped)["stopping"], true);
+  runner_->Poll(node());
+  std::map<std::string, json> s = Statuses();
+  EXPECT_EQ(s["4.0.0"]["state"], "exited");
+  EXPECT_EQ(s["4.0.0"]["signal"], SIGINT);
+  EXPECT_EQ(s["4.0.0"]["exit_code"], 128 + SIGINT);
+  EXPECT_EQ(s["4.0.0"]["reason"], "killed by SIGINT");
+  EXPECT_EQ(ended_reports_, 1);
+  // Stopping an ended task changes nothing.
+  stopped = runner_->Stop(node(), "4.0.0", SIGKILL, absl::ZeroDuration());
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_EQ((*stopped)["signal"], SIGINT);
+  EXPECT_EQ((*stopped)["stopping"], false);
+}
+
+TEST_F(TaskRunnerTest, AcksForgetEndedTasksButNotRunningOnes) {
+  ASSERT_TRUE(Launch(Request("5.0.0", 0)).ok());
+  ASSERT_TRUE(Launch(Request("5.0.1", 60, 2)).ok());
+  runner_->Poll(node());
+  ASSERT_EQ(Statuses()["5.0.0"]["state"], "exited");
+  runner_->ApplyServerOrders(node(), {"5.0.0", "5.0.1", "unknown"}, {}, {});
+  EXPECT_TRUE(absl::IsNotFound(runner_->Get(node(), "5.0.0").status()));
+  EXPECT_TRUE(runner_->Get(node(), "5.0.1").ok());
+  EXPECT_EQ(Statuses().size(), 1u);
+  EXPECT_EQ(LauncherIds(), (std::set<std::string>{"5.0.1.p0", "5.0.1.p1"}));
+  EXPECT_EQ(log_.LinesWith("the server acknowledged task 5.0.1, which still "
+                           "runs; ignored"),
+            1);
+  // A forgotten id may be launched again.
+  EXPECT_TRUE(Launch(Request("5.0.0", 0)).ok());
+}
+
+TEST_F(TaskRunnerTest, StopOrdersStopRunningTasksAndDropUnexpectedEnds) {
+  ASSERT_TRUE(Launch(Request("6.0.0", 60)).ok());
+  ASSERT_TRUE(Launch(Request("6.0.1", 0)).ok());
+  ASSERT_TRUE(Launch(Request("6.0.2", 0)).ok());
+  runner_->Poll(node());
+  // 6.0.1 ended and the server saw it (it was reported); 6.0.2 ended, but
+  // the server has not seen that yet.
+  runner_->ApplyServerOrders(node(), {}, {"6.0.0", "6.0.1", "6.0.2"},
+                             {"6.0.0", "6.0.1"});
+  runner_->Poll(node());
+  std::map<std::string, json> s = Statuses();
+  EXPECT_EQ(s["6.0.0"]["state"], "exited");
+  EXPECT_EQ(s["6.0.0"]["signal"], SIGTERM);  // the runner's stop signal
+  EXPECT_FALSE(s.contains("6.0.1"));
+  EXPECT_EQ(s["6.0.2"]["state"], "exited");
+  EXPECT_EQ(log_.LinesWith("forgetting ended task 6.0.1"), 1);
+}
+
+TEST_F(TaskRunnerTest, KillAllCountsRunningTasks) {
+  ASSERT_TRUE(Launch(Request("7.0.0", 60)).ok());
+  ASSERT_TRUE(Launch(Request("7.0.1", 60, 3)).ok());
+  ASSERT_TRUE(Launch(Request("7.0.2", 0)).ok());
+  runner_->Poll(node());
+  EXPECT_EQ(runner_->KillAll(node()), 2);
+  runner_->Poll(node());
+  std::map<std::string, json> s = Statuses();
+  EXPECT_EQ(s["7.0.0"]["signal"], SIGKILL);
+  EXPECT_EQ(s["7.0.1"]["signal"], SIGKILL);
+  EXPECT_EQ(s["7.0.1"]["state"], "exited");
+  EXPECT_EQ(s["7.0.2"]["signal"], 0);
+  EXPECT_EQ(s["7.0.2"]["exit_code"], 0);
+  EXPECT_EQ(runner_->KillAll(node()), 0);
 }
 
 }  // namespace
