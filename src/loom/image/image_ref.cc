@@ -17,9 +17,7 @@ constexpr size_t kMaxTagLength = 128;
 bool IsLowerAlnum(char c) {
   return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
 }
-bool IsAlnum(char c) {
-  return IsLowerAlnum(c) || (c >= 'A' && c <= 'Z');
-}
+bool IsAlnum(char c) { return IsLowerAlnum(c) || (c >= 'A' && c <= 'Z'); }
 bool IsWordChar(char c) { return IsAlnum(c) || c == '_'; }
 
 absl::Status Bad(std::string_view text, std::string_view why) {
@@ -168,10 +166,9 @@ absl::StatusOr<ImageRef> ParseImageRef(std::string_view text) {
   if (path.empty()) return Bad(text, "no repository after the registry host");
   for (absl::string_view part : absl::StrSplit(Av(path), '/')) {
     if (!IsPathComponent(Sv(part))) {
-      return Bad(text,
-                 absl::StrCat("repository path component \"", part,
-                              "\" must be lowercase letters and digits, "
-                              "separated by '.', '_', '__' or dashes"));
+      return Bad(text, absl::StrCat("repository path component \"", part,
+                                    "\" must be lowercase letters and digits, "
+                                    "separated by '.', '_', '__' or dashes"));
     }
   }
   if (rest.size() > kMaxNameLength) {

@@ -14,8 +14,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "loom/common/atomic_file.h"
-#include "loom/image/absl_view.h"
 #include "loom/common/digest.h"
+#include "loom/image/absl_view.h"
 #include "loom/image/layer_unpack.h"
 
 namespace loom::image {
@@ -25,7 +25,9 @@ namespace fs = std::filesystem;
 
 constexpr char kImageFile[] = "image.json";
 
-bool IsHex64(std::string_view s) { return IsSha256Digest(absl::StrCat("sha256:", Av(s))); }
+bool IsHex64(std::string_view s) {
+  return IsSha256Digest(absl::StrCat("sha256:", Av(s)));
+}
 
 void SetMtime(const std::string& path, absl::Time t) {
   const timespec ts = absl::ToTimespec(t);
@@ -118,9 +120,9 @@ absl::Status ImageStore::Load() {
       if (absl::Status s = RemoveTree(e.path().string()); !s.ok()) return s;
       continue;
     }
-    blobs_.emplace(absl::StrCat("sha256:", hex),
-                   Blob{static_cast<int64_t>(e.file_size()),
-                        Mtime(e.path().string()), 0});
+    blobs_.emplace(
+        absl::StrCat("sha256:", hex),
+        Blob{static_cast<int64_t>(e.file_size()), Mtime(e.path().string()), 0});
   }
   // A blob was last used when an image made of it was.
   for (const auto& [digest, image] : images_) {
@@ -226,9 +228,8 @@ absl::Status ImageStore::Pull(const ImageRef& ref, Flight* flight) {
   const std::string hex(DigestHex(ref.digest));
   const std::string tmp = TmpPath(hex);
   if (status.ok()) {
-    Report(flight, [](PullProgress& p) {
-      p.phase = PullProgress::Phase::kUnpacking;
-    });
+    Report(flight,
+           [](PullProgress& p) { p.phase = PullProgress::Phase::kUnpacking; });
     status = MakeDirs(tmp + "/rootfs");
   }
   for (size_t i = 0; status.ok() && i < manifest->layers.size(); ++i) {
@@ -260,9 +261,9 @@ absl::Status ImageStore::Pull(const ImageRef& ref, Flight* flight) {
   if (status.ok()) {
     absl::MutexLock lock(&mu_);
     if (std::rename(tmp.c_str(), ImageDir(ref.digest).c_str()) != 0) {
-      status = absl::InternalError(absl::StrCat(
-          "cannot rename ", tmp, " to ", ImageDir(ref.digest), ": ",
-          std::strerror(errno)));
+      status = absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ",
+                                                ImageDir(ref.digest), ": ",
+                                                std::strerror(errno)));
     } else {
       Image image;
       image.manifest_digest = manifest->digest;
@@ -311,15 +312,15 @@ absl::Status ImageStore::EnsureBlob(const ImageRef& ref,
   }
   const std::string tmp = TmpPath(DigestHex(layer.digest));
   int64_t reported = 0;
-  absl::Status status =
-      source_->FetchBlob(ref, layer, tmp, [&](int64_t bytes) {
-        add_bytes(bytes - reported);
-        reported = bytes;
-      });
-  if (status.ok() && std::rename(tmp.c_str(), BlobPath(layer.digest).c_str()) != 0) {
-    status = absl::InternalError(absl::StrCat(
-        "cannot rename ", tmp, " to ", BlobPath(layer.digest), ": ",
-        std::strerror(errno)));
+  absl::Status status = source_->FetchBlob(ref, layer, tmp, [&](int64_t bytes) {
+    add_bytes(bytes - reported);
+    reported = bytes;
+  });
+  if (status.ok() &&
+      std::rename(tmp.c_str(), BlobPath(layer.digest).c_str()) != 0) {
+    status = absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ",
+                                              BlobPath(layer.digest), ": ",
+                                              std::strerror(errno)));
   }
   if (!status.ok()) std::remove(tmp.c_str());
   absl::MutexLock lock(&mu_);
@@ -443,9 +444,12 @@ std::vector<ImageInfo> ImageStore::List() const {
   absl::MutexLock lock(&mu_);
   std::vector<ImageInfo> out;
   for (const auto& [digest, image] : images_) {
-    out.push_back(ImageInfo{digest, image.manifest_digest,
+    out.push_back(ImageInfo{digest,
+                            image.manifest_digest,
                             {image.refs.begin(), image.refs.end()},
-                            image.layers, image.bytes, image.last_used,
+                            image.layers,
+                            image.bytes,
+                            image.last_used,
                             image.users});
   }
   return out;

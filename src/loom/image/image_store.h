@@ -55,8 +55,8 @@ using PullProgressFn = std::function<void(const PullProgress&)>;
 
 // An image held for a user: Release(digest) once done with it.
 struct ImageHandle {
-  std::string digest;  // the reference's digest; the store's key
-  std::string rootfs;  // absolute path, read-only
+  std::string digest;           // the reference's digest; the store's key
+  std::string rootfs;           // absolute path, read-only
   std::string manifest_digest;  // the platform manifest's
 };
 
@@ -159,8 +159,7 @@ class ImageStore {
   std::map<std::string, Image, std::less<>> images_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Blob, std::less<>> blobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<Flight>> pulls_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::shared_ptr<Flight>> fetches_
-      ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<Flight>> fetches_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace loom::image

@@ -29,14 +29,17 @@ using namespace ::loom::image::testing;  // NOLINT
 class FakeSource : public ImageSource {
  public:
   // An image of `layers` (tar.gz bytes, bottom first): its pinned ref.
-  ImageRef Add(const std::string& name, const std::vector<std::string>& layers) {
+  ImageRef Add(const std::string& name,
+               const std::vector<std::string>& layers) {
     Manifest m;
     m.media_type = std::string(kOciManifest);
     nlohmann::json j = {{"schemaVersion", 2}, {"mediaType", kOciManifest}};
     j["layers"] = nlohmann::json::array();
     for (const std::string& layer : layers) {
-      Descriptor d{"application/vnd.oci.image.layer.v1.tar+gzip",
-                   Sha256::Of(layer), static_cast<int64_t>(layer.size())};
+      Descriptor d;
+      d.media_type = "application/vnd.oci.image.layer.v1.tar+gzip";
+      d.digest = Sha256::Of(layer);
+      d.size = static_cast<int64_t>(layer.size());
       j["layers"].push_back({{"digest", d.digest}, {"size", d.size}});
       m.layers.push_back(d);
       absl::MutexLock lock(&mu_);
@@ -126,11 +129,10 @@ class ImageStoreTest : public ::testing::Test {
   }
   // An image of two layers whose files are named for `name`.
   ImageRef Image(const std::string& name) {
-    return source_.Add(
-        name, {MakeTarGz({File("etc/" + name, name + " base"),
-                          File("etc/replaced", "lower")}),
-               MakeTarGz({File("etc/replaced", name + " upper"),
-                          File("etc/.wh." + name, "")})});
+    return source_.Add(name, {MakeTarGz({File("etc/" + name, name + " base"),
+                                         File("etc/replaced", "lower")}),
+                              MakeTarGz({File("etc/replaced", name + " upper"),
+                                         File("etc/.wh." + name, "")})});
   }
   std::vector<std::string> Digests(const ImageStore& store) {
     std::vector<std::string> out;
@@ -146,10 +148,9 @@ class ImageStoreTest : public ::testing::Test {
 TEST_F(ImageStoreTest, PullsUnpacksAndSharesOneRootfs) {
   auto store = Open();
   const ImageRef a = source_.Add(
-      "team/a", {MakeTarGz({File("bin/tool", "v1", 0755),
-                            File("etc/gone", "x")}),
-                 MakeTarGz({File("bin/tool", "v2", 04755),
-                            File("etc/.wh.gone", "")})});
+      "team/a",
+      {MakeTarGz({File("bin/tool", "v1", 0755), File("etc/gone", "x")}),
+       MakeTarGz({File("bin/tool", "v2", 04755), File("etc/.wh.gone", "")})});
   std::vector<PullProgress> seen;
   absl::StatusOr<ImageHandle> h =
       store->Ensure(a, [&](const PullProgress& p) { seen.push_back(p); });
@@ -260,8 +261,8 @@ TEST_F(ImageStoreTest, EvictsTheLeastRecentlyUsedUnusedImage) {
   std::vector<std::string> held = Digests(*store);
   EXPECT_EQ(held.size(), 2u);
   EXPECT_THAT(held, ::testing::UnorderedElementsAre(a.digest, c.digest));
-  EXPECT_FALSE(fs::exists(dir_ + "/store/images/" +
-                          std::string(DigestHex(b.digest))));
+  EXPECT_FALSE(
+      fs::exists(dir_ + "/store/images/" + std::string(DigestHex(b.digest))));
   EXPECT_LE(store->BytesUsed(), one_image * 5 / 2);
   EXPECT_TRUE(fs::is_empty(dir_ + "/store/tmp"));
   // Pulling b again fetches it again.
@@ -279,7 +280,8 @@ TEST_F(ImageStoreTest, AnImageInUseIsNeverEvicted) {
   store->Release(b.digest);
   EXPECT_THAT(Digests(*store), ElementsAre(a.digest));
   EXPECT_TRUE(fs::exists(dir_ + "/store/images/" +
-                         std::string(DigestHex(a.digest)) + "/rootfs/etc/replaced"));
+                         std::string(DigestHex(a.digest)) +
+                         "/rootfs/etc/replaced"));
   store->Release(a.digest);
   EXPECT_TRUE(store->List().empty());
   EXPECT_EQ(store->BytesUsed(), 0);

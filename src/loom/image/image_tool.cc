@@ -38,8 +38,12 @@ loom::image::RegistryOptions Options() {
 }
 
 int Pull(const ImageRef& ref, const std::string& store_dir, int concurrency) {
-  loom::image::RegistryClient client(ref.registry, Options());
-  absl::StatusOr<std::string> digest = client.Resolve(ref);
+  // A reference with a digest is pulled without asking the registry first
+  // (from the store alone, when it holds the image).
+  absl::StatusOr<std::string> digest = ref.digest;
+  if (ref.digest.empty()) {
+    digest = loom::image::RegistryClient(ref.registry, Options()).Resolve(ref);
+  }
   if (!digest.ok()) return Fail(digest.status());
   std::printf("digest %s\n", digest->c_str());
   loom::image::RegistryImageSource source(

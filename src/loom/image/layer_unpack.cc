@@ -90,7 +90,8 @@ std::string LexicalInRoot(std::string_view base, std::string_view target) {
   if (!target.starts_with("/")) {
     parts = absl::StrSplit(Av(base), '/', absl::SkipEmpty());
   }
-  for (absl::string_view p : absl::StrSplit(Av(target), '/', absl::SkipEmpty())) {
+  for (absl::string_view p :
+       absl::StrSplit(Av(target), '/', absl::SkipEmpty())) {
     if (p == ".") continue;
     if (p == "..") {
       if (!parts.empty()) parts.pop_back();
@@ -118,7 +119,8 @@ absl::StatusOr<Fd> OpenDirInRoot(int root, const std::string& rel,
   std::string parent;
   for (absl::string_view part : absl::StrSplit(rel, '/')) {
     parent = prefix;
-    prefix = prefix.empty() ? std::string(part) : absl::StrCat(prefix, "/", part);
+    prefix =
+        prefix.empty() ? std::string(part) : absl::StrCat(prefix, "/", part);
     Fd next = OpenInRoot(root, prefix, O_PATH | O_DIRECTORY);
     if (!next.ok()) {
       if (errno != ENOENT) return Errno("cannot open directory", prefix);
@@ -149,8 +151,8 @@ absl::Status RemoveAt(int dir, const std::string& name) {
     return errno == ENOENT ? absl::OkStatus() : Errno("cannot stat", name);
   }
   if (S_ISDIR(st.st_mode)) {
-    Fd sub(openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-                                         O_CLOEXEC));
+    Fd sub(openat(dir, name.c_str(),
+                  O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!sub.ok()) return Errno("cannot open", name);
     fchmod(sub.get(), (st.st_mode & 07777) | 0700);
     DIR* d = fdopendir(dup(sub.get()));
@@ -231,7 +233,8 @@ class LayerWriter {
       return HardLink(fd, name, target);
     }
     struct stat st;
-    const bool exists = fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+    const bool exists =
+        fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
     if (type == AE_IFDIR) {
       if (exists && !S_ISDIR(st.st_mode)) {
         if (absl::Status s = RemoveAt(fd, name); !s.ok()) return s;
@@ -240,8 +243,8 @@ class LayerWriter {
           mkdirat(fd, name.c_str(), 0700) != 0) {
         return Errno("cannot make directory", *path);
       }
-      Fd d(openat(fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-                                        O_CLOEXEC));
+      Fd d(openat(fd, name.c_str(),
+                  O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (!d.ok()) return Errno("cannot open", *path);
       Own(d.get(), e);
       fchmod(d.get(), SafeMode(archive_entry_perm(e)) | 0700);
@@ -280,7 +283,8 @@ class LayerWriter {
 
  private:
   absl::Status Bad(absl::string_view why) const {
-    return absl::InvalidArgumentError(absl::StrCat("layer ", layer_, ": ", why));
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer ", layer_, ": ", why));
   }
 
   void Own(int fd, archive_entry* e) const {
@@ -296,8 +300,8 @@ class LayerWriter {
     Fd tdir = OpenInRoot(root_, parent, O_PATH | O_DIRECTORY);
     if (!tdir.ok()) return Errno("cannot find hard link target", *target);
     if (absl::Status s = RemoveAt(dir, name); !s.ok()) return s;
-    if (linkat(tdir.get(), target->substr(slash + 1).c_str(), dir,
-               name.c_str(), 0) != 0) {
+    if (linkat(tdir.get(), target->substr(slash + 1).c_str(), dir, name.c_str(),
+               0) != 0) {
       return Errno("cannot make hard link to", *target);
     }
     return absl::OkStatus();
@@ -315,8 +319,8 @@ class LayerWriter {
       const int r = archive_read_data_block(a_, &buf, &size, &offset);
       if (r == ARCHIVE_EOF) break;
       if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
-        return Bad(absl::StrCat("cannot read ", path, ": ",
-                                archive_error_string(a_)));
+        return Bad(
+            absl::StrCat("cannot read ", path, ": ", archive_error_string(a_)));
       }
       const char* p = static_cast<const char*>(buf);
       while (size > 0) {

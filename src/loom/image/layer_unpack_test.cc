@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using namespace ::loom::image::testing;  // NOLINT
 
-class LayerUnpackTest : public ::testing::Test {
+class ImageLayerUnpackTest : public ::testing::Test {
  protected:
   void SetUp() override {
     char tmpl[] = "/tmp/layer_unpack_test.XXXXXX";
@@ -50,11 +50,12 @@ class LayerUnpackTest : public ::testing::Test {
   int n_ = 0;
 };
 
-TEST_F(LayerUnpackTest, LayersApplyInOrder) {
-  ASSERT_TRUE(Apply({Dir("etc"), File("etc/os", "one"), File("bin/tool", "x",
-                                                             0755)})
-                  .ok());
-  ASSERT_TRUE(Apply({File("etc/os", "two"), Symlink("bin/alias", "tool")}).ok());
+TEST_F(ImageLayerUnpackTest, LayersApplyInOrder) {
+  ASSERT_TRUE(
+      Apply({Dir("etc"), File("etc/os", "one"), File("bin/tool", "x", 0755)})
+          .ok());
+  ASSERT_TRUE(
+      Apply({File("etc/os", "two"), Symlink("bin/alias", "tool")}).ok());
   EXPECT_EQ(Read("etc/os"), "two");
   EXPECT_EQ(Read("bin/tool"), "x");  // a parent made though not in the tar
   EXPECT_EQ(fs::read_symlink(rootfs_ + "/bin/alias"), "tool");
@@ -64,15 +65,15 @@ TEST_F(LayerUnpackTest, LayersApplyInOrder) {
   EXPECT_EQ(st.st_mtime, 1700000000);
 }
 
-TEST_F(LayerUnpackTest, WhiteoutsRemoveWhatLowerLayersHold) {
-  ASSERT_TRUE(Apply({File("a/keep", "k"), File("a/gone", "g"),
-                     File("a/sub/deep", "d"), File("b/old1", "1"),
-                     File("b/old2", "2")})
-                  .ok());
-  ASSERT_TRUE(Apply({File("a/.wh.gone", ""), File("a/.wh.sub", ""),
-                     File("b/new", "n"), File("b/.wh..wh..opq", ""),
-                     File("b/newer", "m")})
-                  .ok());
+TEST_F(ImageLayerUnpackTest, WhiteoutsRemoveWhatLowerLayersHold) {
+  ASSERT_TRUE(
+      Apply({File("a/keep", "k"), File("a/gone", "g"), File("a/sub/deep", "d"),
+             File("b/old1", "1"), File("b/old2", "2")})
+          .ok());
+  ASSERT_TRUE(
+      Apply({File("a/.wh.gone", ""), File("a/.wh.sub", ""), File("b/new", "n"),
+             File("b/.wh..wh..opq", ""), File("b/newer", "m")})
+          .ok());
   EXPECT_TRUE(Exists("a/keep"));
   EXPECT_FALSE(Exists("a/gone"));
   EXPECT_FALSE(Exists("a/sub"));
@@ -86,14 +87,14 @@ TEST_F(LayerUnpackTest, WhiteoutsRemoveWhatLowerLayersHold) {
   EXPECT_FALSE(Exists("b/.wh..wh..opq"));
 }
 
-TEST_F(LayerUnpackTest, ReplacesAcrossTypes) {
+TEST_F(ImageLayerUnpackTest, ReplacesAcrossTypes) {
   ASSERT_TRUE(Apply({File("x/f", "1"), File("y", "file")}).ok());
   ASSERT_TRUE(Apply({File("x", "now a file"), Dir("y")}).ok());
   EXPECT_EQ(Read("x"), "now a file");
   EXPECT_TRUE(fs::is_directory(rootfs_ + "/y"));
 }
 
-TEST_F(LayerUnpackTest, RejectsEntriesThatEscape) {
+TEST_F(ImageLayerUnpackTest, RejectsEntriesThatEscape) {
   for (const std::vector<TarEntry>& layer : {
            std::vector<TarEntry>{File("../escaped", "x")},
            std::vector<TarEntry>{File("a/../../escaped", "x")},
@@ -108,7 +109,7 @@ TEST_F(LayerUnpackTest, RejectsEntriesThatEscape) {
   EXPECT_FALSE(fs::exists("/abs"));
 }
 
-TEST_F(LayerUnpackTest, LinksNeverLeadWritesOutside) {
+TEST_F(ImageLayerUnpackTest, LinksNeverLeadWritesOutside) {
   // `out` points at the host's directory outside the root; a later entry
   // under it must land inside the root (as the image sees the path).
   const std::string outside = dir_ + "/outside";
@@ -128,7 +129,7 @@ TEST_F(LayerUnpackTest, LinksNeverLeadWritesOutside) {
   EXPECT_EQ(a.st_ino, b.st_ino);
 }
 
-TEST_F(LayerUnpackTest, DropsSetuidAndDevices) {
+TEST_F(ImageLayerUnpackTest, DropsSetuidAndDevices) {
   ASSERT_TRUE(Apply({File("bin/su", "s", 04755), File("bin/sg", "g", 02755),
                      Dir("tmp", 01777), CharDevice("dev/null")})
                   .ok());
@@ -142,7 +143,7 @@ TEST_F(LayerUnpackTest, DropsSetuidAndDevices) {
   EXPECT_FALSE(Exists("dev/null"));
 }
 
-TEST_F(LayerUnpackTest, SealTakesWriteBitsAndCountsBytes) {
+TEST_F(ImageLayerUnpackTest, SealTakesWriteBitsAndCountsBytes) {
   ASSERT_TRUE(Apply({File("etc/f", std::string(10000, 'x'), 0664),
                      Symlink("l", "etc/f")})
                   .ok());
@@ -159,7 +160,7 @@ TEST_F(LayerUnpackTest, SealTakesWriteBitsAndCountsBytes) {
   EXPECT_TRUE(RemoveTree(rootfs_).ok());  // absent is fine
 }
 
-TEST_F(LayerUnpackTest, NotAnArchive) {
+TEST_F(ImageLayerUnpackTest, NotAnArchive) {
   WriteFile(dir_ + "/junk", "this is not a tar");
   absl::Status s = ApplyLayer(dir_ + "/junk", rootfs_);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);

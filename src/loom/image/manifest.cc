@@ -29,7 +29,8 @@ std::string StringField(const json& j, const char* key) {
 absl::StatusOr<Descriptor> ParseDescriptor(const json& j,
                                            std::string_view what) {
   if (!j.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(Av(what), " is not an object"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(Av(what), " is not an object"));
   }
   Descriptor d;
   d.media_type = StringField(j, "mediaType");

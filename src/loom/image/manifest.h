@@ -53,9 +53,8 @@ bool IsUnpackableLayer(std::string_view media_type);
 // (the body's own mediaType wins when it has one). InvalidArgument when it is
 // not an image manifest, when a digest is not sha256, or when a layer's type
 // cannot be unpacked.
-[[nodiscard]] absl::StatusOr<Manifest> ParseManifest(std::string_view body,
-                                                     std::string_view media_type,
-                                                     std::string digest);
+[[nodiscard]] absl::StatusOr<Manifest> ParseManifest(
+    std::string_view body, std::string_view media_type, std::string digest);
 
 // The entry of an index for `os`/`architecture` (the first that matches;
 // an empty variant matches any). NotFound naming the platforms there are.

@@ -11,8 +11,8 @@
 namespace loom::image {
 namespace {
 
-using ::testing::HasSubstr;
 using nlohmann::json;
+using ::testing::HasSubstr;
 
 std::string D(char c) { return "sha256:" + std::string(64, c); }
 
@@ -21,15 +21,14 @@ json Layer(char c, int64_t size,
   return {{"mediaType", type}, {"digest", D(c)}, {"size", size}};
 }
 
-TEST(ManifestTest, ParsesOciManifest) {
-  const json m = {
-      {"schemaVersion", 2},
-      {"mediaType", kOciManifest},
-      {"config",
-       {{"mediaType", "application/vnd.oci.image.config.v1+json"},
-        {"digest", D('c')},
-        {"size", 10}}},
-      {"layers", {Layer('a', 100), Layer('b', 23)}}};
+TEST(ImageManifestTest, ParsesOciManifest) {
+  const json m = {{"schemaVersion", 2},
+                  {"mediaType", kOciManifest},
+                  {"config",
+                   {{"mediaType", "application/vnd.oci.image.config.v1+json"},
+                    {"digest", D('c')},
+                    {"size", 10}}},
+                  {"layers", {Layer('a', 100), Layer('b', 23)}}};
   absl::StatusOr<Manifest> p = ParseManifest(m.dump(), "", D('f'));
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->digest, D('f'));
@@ -40,7 +39,7 @@ TEST(ManifestTest, ParsesOciManifest) {
   EXPECT_EQ(p->LayerBytes(), 123);
 }
 
-TEST(ManifestTest, MediaTypeFromContentTypeWhenTheBodyHasNone) {
+TEST(ImageManifestTest, MediaTypeFromContentTypeWhenTheBodyHasNone) {
   const json m = {
       {"schemaVersion", 2},
       {"config", {{"digest", D('c')}, {"size", 1}}},
@@ -52,7 +51,7 @@ TEST(ManifestTest, MediaTypeFromContentTypeWhenTheBodyHasNone) {
   EXPECT_EQ(p->media_type, kDockerManifest);
 }
 
-TEST(ManifestTest, RejectsWhatCannotBeRun) {
+TEST(ImageManifestTest, RejectsWhatCannotBeRun) {
   const json config = {{"digest", D('c')}, {"size", 1}};
   struct Case {
     json body;
@@ -74,8 +73,9 @@ TEST(ManifestTest, RejectsWhatCannotBeRun) {
            {{{"mediaType", kOciManifest},
              {"config", config},
              {"layers",
-              {Layer('a', 1, "application/vnd.docker.image.rootfs.foreign."
-                             "diff.tar.gzip")}}},
+              {Layer('a', 1,
+                     "application/vnd.docker.image.rootfs.foreign."
+                     "diff.tar.gzip")}}},
             "which loom does not unpack"},
            {{{"mediaType", kOciManifest},
              {"config", config},
@@ -90,15 +90,15 @@ TEST(ManifestTest, RejectsWhatCannotBeRun) {
   EXPECT_FALSE(ParseManifest("not json", "", D('f')).ok());
 }
 
-TEST(ManifestTest, PicksLinuxAmd64FromAnIndex) {
+TEST(ImageManifestTest, PicksLinuxAmd64FromAnIndex) {
   const json index = {
       {"mediaType", kOciIndex},
       {"manifests",
        {{{"mediaType", kOciManifest},
          {"digest", D('1')},
          {"size", 5},
-         {"platform", {{"os", "linux"}, {"architecture", "arm64"},
-                       {"variant", "v8"}}}},
+         {"platform",
+          {{"os", "linux"}, {"architecture", "arm64"}, {"variant", "v8"}}}},
         {{"mediaType", kOciManifest},
          {"digest", D('2')},
          {"size", 6},
@@ -114,13 +114,13 @@ TEST(ManifestTest, PicksLinuxAmd64FromAnIndex) {
                         "linux/amd64)"));
 }
 
-TEST(ManifestTest, IndexTypes) {
+TEST(ImageManifestTest, IndexTypes) {
   EXPECT_TRUE(IsIndexMediaType(kOciIndex));
   EXPECT_TRUE(IsIndexMediaType(kDockerManifestList));
   EXPECT_FALSE(IsIndexMediaType(kOciManifest));
 }
 
-TEST(Sha256Test, KnownDigests) {
+TEST(ImageSha256Test, KnownDigests) {
   EXPECT_EQ(Sha256::Of(""),
             "sha256:"
             "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");

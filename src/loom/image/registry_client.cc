@@ -78,8 +78,8 @@ absl::Status Failure(const std::string& registry, std::string_view what,
                      const httplib::Result& res) {
   if (!res) {
     return absl::UnavailableError(
-        absl::StrCat("cannot reach registry ", registry, " for ", Av(what), ": ",
-                     httplib::to_string(res.error())));
+        absl::StrCat("cannot reach registry ", registry, " for ", Av(what),
+                     ": ", httplib::to_string(res.error())));
   }
   const std::string errors = RegistryErrors(res->body);
   const std::string detail =
@@ -88,9 +88,10 @@ absl::Status Failure(const std::string& registry, std::string_view what,
   const bool unknown = errors.find("_UNKNOWN") != std::string::npos;
   if (res->status == 404 || unknown) return absl::NotFoundError(detail);
   if (res->status == 401) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        detail, " (the registry wants authentication, which loom does not "
-                "do yet)"));
+    return absl::PermissionDeniedError(
+        absl::StrCat(detail,
+                     " (the registry wants authentication, which loom does not "
+                     "do yet)"));
   }
   if (res->status == 403) return absl::PermissionDeniedError(detail);
   if (res->status == 429 || res->status >= 500) {
@@ -128,8 +129,8 @@ absl::StatusOr<std::string> RegistryClient::Resolve(const ImageRef& ref) const {
     std::string digest = res->get_header_value("Docker-Content-Digest");
     if (IsSha256Digest(digest)) {
       if (!ref.digest.empty() && digest != ref.digest) {
-        return absl::DataLossError(absl::StrCat("registry ", registry_,
-                                                " says ", what, " is ", digest));
+        return absl::DataLossError(absl::StrCat(
+            "registry ", registry_, " says ", what, " is ", digest));
       }
       return digest;
     }
@@ -163,12 +164,11 @@ absl::StatusOr<RegistryClient::RawManifest> RegistryClient::FetchManifest(
   RawManifest m;
   m.digest = Sha256::Of(res->body);
   if (IsSha256Digest(reference) && m.digest != reference) {
-    return absl::DataLossError(absl::StrCat("registry ", registry_, " sent ",
-                                            what, " whose sha256 is ",
-                                            m.digest));
+    return absl::DataLossError(absl::StrCat(
+        "registry ", registry_, " sent ", what, " whose sha256 is ", m.digest));
   }
-  m.media_type = ManifestMediaType(res->body,
-                                   res->get_header_value("Content-Type"));
+  m.media_type =
+      ManifestMediaType(res->body, res->get_header_value("Content-Type"));
   m.body = std::move(res->body);
   return m;
 }
@@ -182,9 +182,9 @@ absl::StatusOr<Manifest> RegistryClient::FetchImageManifest(
     absl::StatusOr<Descriptor> entry =
         PickPlatform(raw->body, options_.os, options_.architecture);
     if (!entry.ok()) {
-      return absl::Status(entry.status().code(),
-                          absl::StrCat(ref.ToString(), ": ",
-                                       entry.status().message()));
+      return absl::Status(
+          entry.status().code(),
+          absl::StrCat(ref.ToString(), ": ", entry.status().message()));
     }
     raw = FetchManifest(ref.repository, entry->digest);
     if (!raw.ok()) return raw.status();
@@ -202,7 +202,8 @@ absl::Status RegistryClient::FetchBlob(std::string_view repository,
                                        const Descriptor& blob,
                                        const std::string& path,
                                        const ByteProgress& progress) const {
-  const std::string what = absl::StrCat("blob ", Av(repository), "@", blob.digest);
+  const std::string what =
+      absl::StrCat("blob ", Av(repository), "@", blob.digest);
   std::unique_ptr<FILE, int (*)(FILE*)> out(std::fopen(path.c_str(), "wb"),
                                             &std::fclose);
   if (out == nullptr) {
@@ -247,8 +248,8 @@ absl::Status RegistryClient::FetchBlob(std::string_view repository,
   }
   if (received > blob.size) {
     return fail(absl::DataLossError(
-        absl::StrCat("registry ", registry_, " sent more than the ",
-                     blob.size, " bytes of ", what)));
+        absl::StrCat("registry ", registry_, " sent more than the ", blob.size,
+                     " bytes of ", what)));
   }
   if (!res) return fail(Failure(registry_, what, res));
   if (status < 200 || status >= 300) {
