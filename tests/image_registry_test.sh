@@ -82,6 +82,7 @@ ROOTFS=$(sed -n 's/^rootfs //p' "$W/pull.out")
 [ "$ROOTFS" = "$W/store/images/${WANT#sha256:}/rootfs" ] || fail "rootfs at $ROOTFS"
 [ -x "$ROOTFS/bin/busybox" ] || fail "no bin/busybox in $ROOTFS"
 grep -q "made by image_registry_test $$" "$ROOTFS/loom-test-file" || fail "no test file in $ROOTFS"
+jq -e .rootfs.diff_ids "$(dirname "$ROOTFS")/config.json" > /dev/null || fail "no image config beside $ROOTFS"
 [ -e "$ROOTFS/gone" ] && fail "the upper layer's whiteout was not applied"
 [ "$("$ROOTFS/bin/busybox" echo runs)" = runs ] || fail "bin/busybox from the store does not run"
 [ -w "$ROOTFS/loom-test-file" ] && [ "$(id -u)" != 0 ] && fail "the root filesystem is writable"
@@ -100,7 +101,10 @@ for layer in $LAYERS; do
 done
 n=$(grep -c '"HEAD /v2/test/busybox/manifests/1 ' "$W/pull.log")
 [ "$n" = 1 ] || fail "the tag was resolved with $n HEAD requests"
-echo "ok: each layer was fetched once, the tag resolved with one request"
+CONFIG=$(skopeo inspect --raw --tls-verify=false "docker://$REG/test/busybox:1" | jq -r .config.digest)
+n=$(grep -c "\"GET /v2/test/busybox/blobs/$CONFIG " "$W/pull.log")
+[ "$n" = 1 ] || fail "the config was fetched $n times"
+echo "ok: each layer and the config was fetched once, the tag resolved with one request"
 
 # Unknown tag and repository.
 "$TOOL" resolve "$REG/test/busybox:nope" > "$W/nope.out" 2>&1 && fail "an unknown tag resolved"

@@ -143,7 +143,7 @@ absl::Status ImageStore::Load() {
 ImageHandle ImageStore::HandleLocked(const std::string& digest,
                                      const Image& image) const {
   return ImageHandle{digest, ImageDir(digest) + "/rootfs",
-                     image.manifest_digest};
+                     ImageDir(digest) + "/config.json", image.manifest_digest};
 }
 
 void ImageStore::TouchLocked(const std::string& digest, Image& image) {
@@ -231,6 +231,12 @@ absl::Status ImageStore::Pull(const ImageRef& ref, Flight* flight) {
     Report(flight,
            [](PullProgress& p) { p.phase = PullProgress::Phase::kUnpacking; });
     status = MakeDirs(tmp + "/rootfs");
+  }
+  if (status.ok()) {
+    // The config (env, entrypoint, user, working directory) is small: kept
+    // with the image, not as a blob.
+    status =
+        source_->FetchBlob(ref, manifest->config, tmp + "/config.json", {});
   }
   for (size_t i = 0; status.ok() && i < manifest->layers.size(); ++i) {
     status = ApplyLayer(BlobPath(manifest->layers[i].digest), tmp + "/rootfs");

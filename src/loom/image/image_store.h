@@ -4,6 +4,7 @@
 // under one directory,
 //   blobs/sha256/<hex>            a layer, fetched once, kept until evicted
 //   images/<hex>/rootfs           an image's root filesystem, read-only
+//   images/<hex>/config.json      its OCI image config (env, entrypoint, ...)
 //   images/<hex>/image.json       written last: an image without it is not
 //   tmp/                          pulls and unpacks in progress; evictions
 // where an image's <hex> is the digest its reference pins (a manifest's, or
@@ -57,6 +58,7 @@ using PullProgressFn = std::function<void(const PullProgress&)>;
 struct ImageHandle {
   std::string digest;           // the reference's digest; the store's key
   std::string rootfs;           // absolute path, read-only
+  std::string config;           // the OCI image config's path (JSON)
   std::string manifest_digest;  // the platform manifest's
 };
 

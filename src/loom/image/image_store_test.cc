@@ -25,7 +25,10 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using namespace ::loom::image::testing;  // NOLINT
 
-// Serves images made in the test and counts what is fetched.
+const std::string kConfig = R"({"config":{"Env":["PATH=/bin"]}})";
+
+// Serves images made in the test and counts what is fetched (the config's
+// fetches aside).
 class FakeSource : public ImageSource {
  public:
   // An image of `layers` (tar.gz bytes, bottom first): its pinned ref.
@@ -45,6 +48,9 @@ class FakeSource : public ImageSource {
       absl::MutexLock lock(&mu_);
       blobs_[d.digest] = layer;
     }
+    m.config.media_type = "application/vnd.oci.image.config.v1+json";
+    m.config.digest = Sha256::Of(kConfig);
+    m.config.size = static_cast<int64_t>(kConfig.size());
     m.digest = Sha256::Of(j.dump());
     absl::MutexLock lock(&mu_);
     manifests_[m.digest] = m;
@@ -67,9 +73,10 @@ class FakeSource : public ImageSource {
     std::string data;
     {
       absl::MutexLock lock(&mu_);
-      ++blob_fetches_[blob.digest];
+      if (blob.digest != Sha256::Of(kConfig)) ++blob_fetches_[blob.digest];
       if (!blob_error.ok()) return blob_error;
-      data = blobs_.at(blob.digest);
+      data =
+          blob.digest == Sha256::Of(kConfig) ? kConfig : blobs_.at(blob.digest);
     }
     WriteFile(path, data);
     if (progress) progress(static_cast<int64_t>(data.size()));
@@ -159,6 +166,7 @@ TEST_F(ImageStoreTest, PullsUnpacksAndSharesOneRootfs) {
   EXPECT_EQ(h->rootfs, dir_ + "/store/images/" +
                            std::string(DigestHex(a.digest)) + "/rootfs");
   EXPECT_EQ(Slurp(h->rootfs + "/bin/tool"), "v2");
+  EXPECT_EQ(Slurp(h->config), kConfig);
   EXPECT_FALSE(fs::exists(h->rootfs + "/etc/gone"));
   struct stat st;
   ASSERT_EQ(stat((h->rootfs + "/bin/tool").c_str(), &st), 0);
