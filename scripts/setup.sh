@@ -5,7 +5,9 @@
 # (Debian's python3-torch for the torch.distributed end-to-end test,
 # prometheus for the metrics test, chromium for the dashboard test, etcd
 # for the etcd store and HA tests, clang and its libFuzzer runtime for
-# scripts/fuzz.sh).
+# scripts/fuzz.sh, a registry and the tools that build and push a test image
+# for the image tests: docker-registry, umoci, skopeo, jq, busybox-static,
+# and runc for running tasks in images).
 set -euo pipefail
 
 SUDO=""
@@ -16,12 +18,13 @@ APT="$SUDO apt-get install -y -q -o DPkg::Lock::Timeout=900 --no-install-recomme
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libabsl-dev libyaml-cpp-dev nlohmann-json3-dev libfmt-dev libcli11-dev
-  libsqlite3-dev libcpp-httplib-dev
+  libsqlite3-dev libcpp-httplib-dev libarchive-dev
   libgtest-dev libgmock-dev libbenchmark-dev time curl
 )
 if [ "${1:-}" = "--test" ]; then
   PACKAGES+=(python3-torch prometheus chromium etcd-server etcd-client
-             clang libclang-rt-dev)
+             clang libclang-rt-dev
+             docker-registry umoci skopeo jq busybox-static runc)
 fi
 
 missing=()
