@@ -16,6 +16,12 @@
 namespace loom {
 namespace {
 
+// `status` with "node NAME: " before its message.
+absl::Status InNode(const AgentNode& node, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat("node ", node.name, ": ",
+                                                  Str(status.message())));
+}
+
 // A node's directories, GPUs and launcher.
 absl::Status InitNode(const NodeTableOptions& options, const HostInfo& host,
                       const std::vector<GpuDevice>& real_gpus,
@@ -37,8 +43,7 @@ absl::Status InitNode(const NodeTableOptions& options, const HostInfo& host,
   for (const auto& [dir, mode] : dirs) {
     if (dir.empty()) continue;
     if (absl::Status s = EnsureDirectory(dir, mode); !s.ok()) {
-      return absl::Status(
-          s.code(), absl::StrCat("node ", node.name, ": ", Str(s.message())));
+      return InNode(node, s);
     }
   }
   node.host = host;
@@ -60,7 +65,7 @@ absl::Status InitNode(const NodeTableOptions& options, const HostInfo& host,
     node.launcher = std::move(*launcher);
   } else if (options.fake_tasks) {
     FakeTaskLauncherOptions fake;
-    fake.now = options.now;
+    if (options.now) fake.now = options.now;
     node.launcher = std::make_unique<FakeTaskLauncher>(std::move(fake));
   } else {
     if (options.use_cgroups) {
@@ -73,7 +78,7 @@ absl::Status InitNode(const NodeTableOptions& options, const HostInfo& host,
     shim.state_dir = node.tasks_dir;
     shim.cgroups = node.cgroups.get();
     shim.groups = node.groups.get();
-    shim.now = options.now;
+    if (options.now) shim.now = options.now;
     shim.lease_path = LeasePath(node);
     absl::StatusOr<std::unique_ptr<ShimTaskLauncher>> launcher =
         ShimTaskLauncher::Create(std::move(shim));

@@ -31,6 +31,7 @@ struct NodeTableOptions {
   bool use_cgroups = true;
   // Null: the launcher `fake_tasks` picks.
   TaskLauncherFactory launcher_factory;
+  // The clock of the launchers; null: theirs (`absl::Now`).
   std::function<absl::Time()> now;
 };
 
@@ -43,7 +44,7 @@ class NodeTable {
  public:
   // Makes the nodes `names` (valid, distinct, at least one): their
   // directories (modes: data_dir.h), GPUs and launchers. Errors from the
-  // file system or the launcher, naming the node.
+  // file system (naming the node) or the launcher's own.
   static absl::StatusOr<std::unique_ptr<NodeTable>> Create(
       const NodeTableOptions& options, const std::vector<std::string>& names,
       const HostInfo& host, const std::vector<GpuDevice>& real_gpus,

@@ -25,7 +25,7 @@ constexpr absl::Duration kRollbackWait = absl::Seconds(10);
 
 absl::StatusOr<json> TaskRunner::Launch(AgentNode& node, const LaunchRequest& r,
                                         std::string* field) {
-  LaunchContext ctx{node, r, log_};
+  LaunchContext ctx{node, r, log_, std::nullopt, ""};
   for (const auto& step : options_.steps) {
     if (absl::Status s = step->Prepare(ctx, field); !s.ok()) return s;
   }

@@ -72,8 +72,8 @@ void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
   };
   std::map<std::pair<std::string, std::string>, Gpus> gpus;
   std::map<std::string, int> nodes;
-  for (const std::string& s : {"up", "suspect", "cordoned", "draining",
-                               "drained", "down", "unknown"}) {
+  for (const char* s : {"up", "suspect", "cordoned", "draining", "drained",
+                        "down", "unknown"}) {
     nodes[s] = 0;
   }
   for (size_t i = 0; i < nodes_.size(); ++i) {

@@ -156,7 +156,10 @@ Principal HttpServer::PrincipalOf(const Request& req) const {
       req.get_header_value("Authorization"), absl::Now());
   // `Authorize` let the request through, so this holds (a token revoked in
   // between gets the rights of nobody).
-  return p.ok() ? *p : Principal{.role = Role::kJoin};
+  if (p.ok()) return *p;
+  Principal nobody;
+  nobody.role = Role::kJoin;
+  return nobody;
 }
 
 bool HttpServer::Authorize(const Request& req, Response& res) {
