@@ -1,5 +1,5 @@
 // Fuzzes the bodies the server's REST API accepts, through the functions its
-// routes call (src/loom/server/http_server.cc), on a `Controller` over a
+// routes call (src/loom/server/*_routes.cc), on a `Controller` over a
 // `MemoryStateStore` and a six-node cluster. One input is a script
 // of requests, so that a job can be submitted, started by a scheduling pass
 // and then reported on by a fuzzed heartbeat:

@@ -459,8 +459,8 @@ bool KillGroup(const SpawnPlan& plan) {
   // stays pending for sigtimedwait), and just after the lease would expire,
   // to read it again. The shim fences only once the agent that launched it
   // is gone (the shim was reparented): a live agent fences its own tasks
-  // (agent.cc, `FenceNodes`), and knows better, e.g. when it could not
-  // write the lease file.
+  // (node_session.cc, `FenceSilentNodes`), and knows better, e.g. when it could
+  // not write the lease file.
   const bool watch_lease = !plan.lease_path.empty();
   sigset_t child_exited;
   ::sigemptyset(&child_exited);

@@ -94,7 +94,7 @@ struct SpawnPlan {
   std::string exit_path;
   std::string exit_tmp_path;
   // The node's lease, which the agent renews after each answered heartbeat
-  // (agent.cc, `WriteLease`; docs/agent.md, "Fencing"). Empty: none. Once
+  // (node_session.cc, `KeepLease`; docs/agent.md, "Fencing"). Empty: none. Once
   // the agent that launched it is gone, the shim SIGKILLs the task's process
   // group when the lease is older than its fence limit (it reads the lease
   // every second, and when it would expire), so that a task whose agent
