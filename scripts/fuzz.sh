@@ -25,7 +25,7 @@ dir=build-fuzz
 jobs=$(nproc 2>/dev/null || echo 2)
 
 start=$(date +%s)
-CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DLOOM_FUZZ=ON \
+CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DLOOM_FUZZ=ON -DLOOM_UNITY_BUILD=ON \
   -DLOOM_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug \
   "-DCMAKE_CXX_FLAGS_DEBUG=${LOOM_FUZZ_OPT:--O1} -gline-tables-only" > /dev/null
 ninja -C "$dir" -j "$jobs" "${targets[@]}"
