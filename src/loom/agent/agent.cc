@@ -32,6 +32,7 @@
 #include "loom/agent/node_session.h"
 #include "loom/agent/node_table.h"
 #include "loom/agent/task_runner.h"
+#include "loom/image/registry_source.h"
 
 namespace loom {
 
@@ -79,6 +80,9 @@ class Agent::Impl {
   // Who may call the API (the server's keys; `--insecure`).
   ApiGuard guard_{options_.insecure};
   HeartbeatStats stats_;
+
+  // Where nodes pull images from (outlives their stores).
+  std::unique_ptr<image::RegistryImageSource> image_source_;
 
   // The parts, in the order they are made (and the reverse of their
   // destruction: later parts hold references to earlier ones).
@@ -214,6 +218,17 @@ absl::Status Agent::Impl::Init() {
   table.use_cgroups = options_.use_cgroups;
   table.launcher_factory = options_.launcher_factory;
   table.now = options_.now;
+  if (!options_.fake_tasks) {
+    image_source_ = std::make_unique<image::RegistryImageSource>(
+        [insecure = options_.insecure_registries](const std::string& r) {
+          image::RegistryOptions o;
+          o.plain_http =
+              std::find(insecure.begin(), insecure.end(), r) != insecure.end();
+          return o;
+        });
+    table.image_source = image_source_.get();
+    table.image_budget_bytes = options_.image_budget_bytes;
+  }
   absl::StatusOr<std::unique_ptr<NodeTable>> nodes =
       NodeTable::Create(table, options_.node_names, host, real_gpus, log_);
   if (!nodes.ok()) return nodes.status();
@@ -238,6 +253,7 @@ absl::Status Agent::Impl::Init() {
   steps.switch_users = switch_users_;
   steps.lookup_user = options_.lookup_user;
   steps.checkpoint_dirs = !options_.fake_tasks;
+  steps.runc = options_.runc;
   TaskRunnerOptions runner;
   runner.stop_signal = options_.stop_signal;
   runner.stop_grace = options_.stop_grace;

@@ -79,6 +79,12 @@ struct AgentOptions {
   std::optional<HostInfo> host;
   // Tasks are not run (`--fake-tasks`): see `FakeTaskLauncher`.
   bool fake_tasks = false;
+  // Container tasks (docs/images.md): registries spoken to over plain http
+  // ("host:port", `--insecure-registry`; others over https), each node's
+  // image store's budget in bytes (0: none), and the runtime.
+  std::vector<std::string> insecure_registries;
+  int64_t image_budget_bytes = 0;
+  std::string runc = "runc";
   // Run each task as the user its launch request names (`"user"`): that
   // user's uid, primary gid, groups, `HOME`; an unknown user fails the
   // launch (docs/agent.md, "Users"). Only an agent running as root can;

@@ -81,6 +81,20 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentFlags* f) {
                     "Fleet emulator: node name prefix (default: --name)");
   agent->add_option("--names-from", f->names_from,
                     "Fleet emulator: index of the first node (default 0)");
+  agent->add_option("--insecure-registry", f->insecure_registries,
+                    "A registry (HOST:PORT) to pull container images from "
+                    "over plain http (a loopback test registry); others use "
+                    "https. Repeatable");
+  agent
+      ->add_option("--image-budget", f->image_budget,
+                   "Disk for each node's container images (e.g. 200Gi); "
+                   "past it, unused images are evicted, least recently used "
+                   "first. 0: no limit")
+      ->capture_default_str();
+  agent
+      ->add_option("--runc", f->runc,
+                   "The OCI runtime that runs container tasks")
+      ->capture_default_str();
   agent->add_flag("--fake-tasks", f->fake_tasks,
                   "Run no processes: a task lasts LOOM_FAKE_SECONDS of its "
                   "env (default 60) and exits 0 (scale tests)");
@@ -229,6 +243,15 @@ absl::StatusOr<AgentOptions> AgentOptionsFromFlags(const AgentFlags& f) {
 
   options.fake_tasks = f.fake_tasks;
   options.run_as_user = f.run_as_user;
+  options.insecure_registries = f.insecure_registries;
+  options.runc = f.runc;
+  if (absl::StatusOr<int64_t> b = ParseBytes(f.image_budget);
+      b.ok() && *b >= 0) {
+    options.image_budget_bytes = *b;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--image-budget: '", f.image_budget, "' must be a size like 200Gi"));
+  }
   if (!f.heartbeat_interval.empty()) {
     absl::StatusOr<absl::Duration> d = ParseDuration(f.heartbeat_interval);
     if (!d.ok() || *d < absl::Milliseconds(10) || *d > absl::Minutes(10)) {

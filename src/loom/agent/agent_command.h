@@ -2,6 +2,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
@@ -34,6 +35,9 @@ struct AgentFlags {
   std::string health_interval = "10s";  // --health-interval (0: no checks)
   std::string health_timeout = "30s";   // --health-timeout
   std::string min_free_disk = "256Mi";  // --min-free-disk
+  std::vector<std::string> insecure_registries;  // --insecure-registry
+  std::string image_budget = "0";                // --image-budget (0: none)
+  std::string runc = "runc";                     // --runc
 };
 
 // Registers `agent` on `app`; `flags` must outlive the parse.

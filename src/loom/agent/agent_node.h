@@ -23,6 +23,7 @@
 #include "loom/agent/task_group.h"
 #include "loom/agent/task_launcher.h"
 #include "loom/agent/task_state.h"
+#include "loom/image/image_store.h"
 
 namespace loom {
 
@@ -48,6 +49,14 @@ struct AgentNode {
   std::unique_ptr<TaskGroups> groups;
   // Thread-safe.
   std::unique_ptr<TaskLauncher> launcher;
+  // The node's container images (`<root>/images`); null: the agent runs no
+  // container tasks. Declared before the task table, whose units hold
+  // images: it outlives them.
+  std::unique_ptr<image::ImageStore> images;
+  // Where the node's GPU device files are: /dev, or for emulated GPUs
+  // `<root>/dev`, with stand-in files (nvidia0, ..., nvidiactl) that a
+  // container task gets as it would real ones.
+  std::string device_dir = "/dev";
 
   // The task table (task_runner.h changes it).
   absl::Mutex mu;

@@ -186,6 +186,12 @@ absl::StatusOr<LaunchRequest> ParseLaunchRequest(const json& body,
       }
     }
   }
+  if (const json* c = find("container")) {
+    absl::StatusOr<ContainerRequest> container =
+        ParseContainerRequest(*c, field);
+    if (!container.ok()) return container.status();
+    r.container = *std::move(container);
+  }
   return r;
 }
 

@@ -24,6 +24,30 @@ inline constexpr int kMaxProcesses = 256;
 // (the launcher takes ids of up to 200 characters).
 inline constexpr size_t kMaxTaskIdLength = 190;
 
+// A bind mount of a container task: a host path at `destination` inside.
+struct ContainerBind {
+  std::string source;       // absolute, on the host
+  std::string destination;  // absolute, in the container
+  bool readonly = false;
+};
+
+// The `container` of a launch body (docs/images.md): the task runs in the
+// image `image` (pinned: `registry/repository@sha256:<hex>`), through runc.
+struct ContainerRequest {
+  std::string image;
+  std::string image_ref;  // as the job's spec wrote it, for messages
+  std::vector<ContainerBind> mounts;
+  std::string workdir;  // empty: the image's WorkingDir, else "/"
+  std::vector<std::string> entrypoint;  // empty: the image's Entrypoint
+  bool writable = false;
+  int64_t shm_size_bytes = 0;  // 0: the default (image_step.h)
+};
+
+// Parses the `container` object of a launch body; `InvalidArgument` naming
+// the field ("container.mounts[0].destination: ...").
+absl::StatusOr<ContainerRequest> ParseContainerRequest(
+    const nlohmann::json& body, std::string* field = nullptr);
+
 // A parsed `POST /v1/tasks` body (docs/agent.md).
 struct LaunchRequest {
   std::string node;  // empty: not given
@@ -40,6 +64,8 @@ struct LaunchRequest {
   int processes = 1;
   std::optional<int64_t> rank_base;
   TaskLimits limits;
+  // Set: the task runs in a container image.
+  std::optional<ContainerRequest> container;
 };
 
 // Parses and checks a launch body. On error, `InvalidArgument` with a

@@ -21,6 +21,8 @@
 
 namespace loom {
 
+struct ContainerLaunch;  // image_step.h
+
 // What the steps of one launch share: the request, the node, and what
 // earlier steps decided.
 struct LaunchContext {
@@ -32,6 +34,8 @@ struct LaunchContext {
   std::optional<UserAccount> user;
   // Set by the checkpoint step: the job's directory on this node ("": none).
   std::string checkpoint_dir;
+  // Set by the image step for a container task: the image, held.
+  std::shared_ptr<const ContainerLaunch> container;
 };
 
 // One step of a launch. Implementations are stateless (constant after
@@ -70,13 +74,16 @@ struct LaunchStepsOptions {
   // Default checkpoint directories under each node's directory; false
   // (fake tasks): none.
   bool checkpoint_dirs = true;
+  // The container runtime of tasks in images (image_step.h).
+  std::string runc = "runc";
 };
 
 // The steps of every launch, in order: task files (logs), the env contract
 // (ranks, `LOOM_NODE`, `LOOM_SERVER`), GPUs (index check,
 // `CUDA_VISIBLE_DEVICES`), limits (cgroups), user (checked before the
 // checkpoint step needs it; applied after the others, since it picks the
-// working directory last), checkpoint directory.
+// working directory last), checkpoint directory, and last the image (a
+// container task's bundle takes what the others decided).
 LaunchSteps DefaultLaunchSteps(const LaunchStepsOptions& options);
 
 }  // namespace loom

@@ -112,7 +112,7 @@ TEST_F(LaunchStepsTest, StepsInOrder) {
     names.emplace_back(step->name());
   }
   EXPECT_THAT(names, ElementsAre("files", "env", "gpus", "limits", "user",
-                                 "checkpoint"));
+                                 "checkpoint", "image"));
 }
 
 TEST_F(LaunchStepsTest, SeveralProcessesGetTheEnvContract) {

@@ -12,6 +12,7 @@
 #include "loom/agent/fake_task_launcher.h"
 #include "loom/agent/json_values.h"
 #include "loom/agent/shim_task_launcher.h"
+#include "loom/common/atomic_file.h"
 
 namespace loom {
 namespace {
@@ -20,6 +21,39 @@ namespace {
 absl::Status InNode(const AgentNode& node, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat("node ", node.name, ": ",
                                                   Str(status.message())));
+}
+
+// What container tasks need of a node: its image store and, for emulated
+// GPUs, stand-in device files (`AgentNode::device_dir`).
+absl::Status InitContainers(const NodeTableOptions& options, AgentNode& node) {
+  absl::StatusOr<std::unique_ptr<image::ImageStore>> store =
+      image::ImageStore::Open({.root = absl::StrCat(node.root, "/images"),
+                               .budget_bytes = options.image_budget_bytes},
+                              options.image_source);
+  if (!store.ok()) return store.status();
+  node.images = *std::move(store);
+  if (!node.emulated) return absl::OkStatus();
+  node.device_dir = absl::StrCat(node.root, "/dev");
+  if (absl::Status s = EnsureDirectory(node.device_dir, kAgentDirMode);
+      !s.ok()) {
+    return s;
+  }
+  std::vector<std::string> names = {"nvidiactl", "nvidia-uvm"};
+  for (const GpuDevice& g : node.gpus) {
+    names.push_back(absl::StrCat("nvidia", g.index));
+  }
+  for (const std::string& name : names) {
+    const std::string path = absl::StrCat(node.device_dir, "/", name);
+    if (absl::Status s = WriteFileAtomically(
+            path,
+            absl::StrCat("stand-in for /dev/", name, " of emulated node ",
+                         node.name, "\n"),
+            0666);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 // A node's directories, GPUs and launcher.
@@ -84,6 +118,11 @@ absl::Status InitNode(const NodeTableOptions& options, const HostInfo& host,
         ShimTaskLauncher::Create(std::move(shim));
     if (!launcher.ok()) return launcher.status();
     node.launcher = std::move(*launcher);
+  }
+  if (options.image_source != nullptr && !options.fake_tasks) {
+    if (absl::Status s = InitContainers(options, node); !s.ok()) {
+      return InNode(node, s);
+    }
   }
   return absl::OkStatus();
 }

@@ -33,6 +33,11 @@ struct NodeTableOptions {
   TaskLauncherFactory launcher_factory;
   // The clock of the launchers; null: theirs (`absl::Now`).
   std::function<absl::Time()> now;
+  // Where the nodes pull container images from (registries); null: no
+  // image store, no container tasks. Outlives the table.
+  image::ImageSource* image_source = nullptr;
+  // Each node's image store's budget (blobs and root filesystems); 0: none.
+  int64_t image_budget_bytes = 0;
 };
 
 // Letters, digits, '-', '_' and '.', starting with a letter or digit.

@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "loom/agent/data_dir.h"
 #include "loom/agent/spawn.h"
+#include "loom/agent/task_sandbox.h"
 #include "loom/agent/task_setup.h"
 #include "loom/common/atomic_file.h"
 
@@ -83,6 +84,13 @@ std::string DescribeStage(SpawnStage stage, const TaskSpec& spec,
       return absl::StrCat("setuid ", identity.uid);
     case SpawnStage::kSetgid:
       return absl::StrCat("setgid ", identity.gid);
+    case SpawnStage::kMount: {
+      std::vector<std::string> targets;
+      for (const TaskMount& m : spec.sandbox->mounts) {
+        targets.push_back(absl::StrCat(m.fstype, " on ", m.target));
+      }
+      return absl::StrCat("mount ", absl::StrJoin(targets, ", "));
+    }
     case SpawnStage::kCgroup:
       return absl::StrCat("join cgroup (",
                           absl::StrJoin(placement.procs_files, ", "), ")");
@@ -120,6 +128,10 @@ absl::StatusOr<TaskFileRecord> StartShim(const TaskSpec& spec,
           ec.value(), absl::StrCat(TaskPrefix(id), "create working directory ",
                                    working_dir));
     }
+  }
+
+  if (spec.sandbox) {
+    if (absl::Status s = PrepareSandbox(id, *spec.sandbox); !s.ok()) return s;
   }
 
   // Descriptors the task inherits.
@@ -186,6 +198,11 @@ absl::StatusOr<TaskFileRecord> StartShim(const TaskSpec& spec,
   plan.create_working_dir = identity->change;
   for (const std::string& dir : spec.create_dirs) {
     if (absl::StartsWith(dir, "/")) plan.create_dirs.push_back(dir);
+  }
+  if (spec.sandbox) {
+    for (const TaskMount& m : spec.sandbox->mounts) {
+      plan.mounts.push_back({m.source, m.target, m.fstype, m.flags, m.data});
+    }
   }
   plan.cgroup_procs_files = placement.procs_files;
   if (!group_dir.empty()) {

@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -56,6 +58,8 @@ const char* SpawnStageName(SpawnStage stage) {
       return "setuid";
     case SpawnStage::kExec:
       return "exec";
+    case SpawnStage::kMount:
+      return "mount";
     case SpawnStage::kMkdir:
       return "create working directory";
   }
@@ -320,6 +324,22 @@ bool KillGroup(const SpawnPlan& plan) {
         ChildFail(plan, SpawnStage::kCgroup, errno);
       }
       ::close(fd);
+    }
+  }
+
+  // A mount namespace of its own, its mounts private (none propagates back
+  // to the host), then the sandbox's mounts: they go when its last process
+  // does.
+  if (!plan.mounts.empty()) {
+    if (::unshare(CLONE_NEWNS) != 0) ChildFail(plan, SpawnStage::kMount, errno);
+    if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+      ChildFail(plan, SpawnStage::kMount, errno);
+    }
+    for (const SpawnPlan::Mount& m : plan.mounts) {
+      if (::mount(m.source.c_str(), m.target.c_str(), m.fstype.c_str(), m.flags,
+                  m.data.empty() ? nullptr : m.data.c_str()) != 0) {
+        ChildFail(plan, SpawnStage::kMount, errno);
+      }
     }
   }
 

@@ -29,6 +29,7 @@ enum class SpawnStage : int32_t {
   kSetuid,
   kExec,
   kMkdir,  // creating the working directory as the task's user
+  kMount,  // entering its own mount namespace, or a mount in it
 };
 
 const char* SpawnStageName(SpawnStage stage);
@@ -81,6 +82,17 @@ struct SpawnPlan {
   std::vector<int> keep_fds;
   // Highest descriptor to close one by one where close_range is missing.
   int max_fd = 1024;
+
+  // Mounted by the child, in a mount namespace of its own, before exec
+  // (`TaskSandbox`); empty: the agent's namespace.
+  struct Mount {
+    std::string source;
+    std::string target;
+    std::string fstype;
+    unsigned long flags = 0;
+    std::string data;
+  };
+  std::vector<Mount> mounts;
 
   bool change_ids = false;
   uid_t uid = 0;

@@ -1,5 +1,6 @@
 #include "loom/agent/task_group.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -117,6 +118,7 @@ absl::StatusOr<std::unique_ptr<TaskGroups>> TaskGroups::Create(
     return absl::Status(s.code(), absl::StrCat("cgroup v2: ", s.message()));
   }
   return std::unique_ptr<TaskGroups>(new TaskGroups(
+      hierarchy,
       absl::StrCat(base, "/", absl::StrFormat("%016x", Fnv1a(state_dir)))));
 }
 
@@ -162,6 +164,21 @@ void TaskGroups::RemoveParentIfUnused() const {
 bool TaskGroups::Empty(const std::string& dir) { return Procs(dir).empty(); }
 
 absl::Status TaskGroups::Remove(const std::string& dir) {
+  // Child groups first: a container runtime's, left by a runtime killed
+  // before it removed it.
+  if (DIR* d = ::opendir(dir.c_str()); d != nullptr) {
+    std::vector<std::string> children;
+    while (const dirent* e = ::readdir(d)) {
+      if (e->d_type == DT_DIR && std::string_view(e->d_name) != "." &&
+          std::string_view(e->d_name) != "..") {
+        children.push_back(absl::StrCat(dir, "/", e->d_name));
+      }
+    }
+    ::closedir(d);
+    for (const std::string& child : children) {
+      if (absl::Status s = Remove(child); !s.ok()) return s;
+    }
+  }
   if (::rmdir(dir.c_str()) == 0 || errno == ENOENT) return absl::OkStatus();
   if (errno == EBUSY) {
     return absl::FailedPreconditionError(

@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 
 namespace loom {
 
@@ -70,9 +71,18 @@ class TaskGroups {
   // `FailedPrecondition` while it still holds processes.
   static absl::Status Remove(const std::string& dir);
 
- private:
-  explicit TaskGroups(std::string parent) : parent_(std::move(parent)) {}
+  // The group of `task_id` as a path in the hierarchy ("/<own>/loom-tasks/
+  // <key>/<task id>"): what a container runtime takes as its cgroup path,
+  // so that a container's processes stay in (a child of) the task's group.
+  std::string PathInHierarchy(const std::string& task_id) const {
+    return absl::StrCat(parent_.substr(hierarchy_.size()), "/", task_id);
+  }
 
+ private:
+  TaskGroups(std::string hierarchy, std::string parent)
+      : hierarchy_(std::move(hierarchy)), parent_(std::move(parent)) {}
+
+  const std::string hierarchy_;
   const std::string parent_;
 };
 

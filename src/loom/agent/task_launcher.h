@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -14,6 +15,41 @@
 #include "loom/agent/cgroup.h"
 
 namespace loom {
+
+// A file system the task's process mounts before exec (mount(2)'s
+// arguments), in a mount namespace of its own: see `TaskSandbox`.
+struct TaskMount {
+  std::string source;
+  std::string target;  // absolute; made by the launcher when missing
+  std::string fstype;
+  unsigned long flags = 0;  // MS_* flags
+  std::string data;         // fstype-specific options, e.g. overlay's dirs
+};
+
+// A directory the launcher makes (with parents) before the task starts,
+// given to `uid`:`gid` when it made it.
+struct TaskDir {
+  std::string path;  // absolute
+  std::optional<uid_t> uid;
+  std::optional<gid_t> gid;
+  // Emptied first when it exists (a container's upper layer left by an
+  // earlier run of the task id: the launcher refuses a task id it knows, so
+  // nothing running uses it).
+  bool empty = false;
+};
+
+// What a task that runs a container runtime as its program (image_step.h)
+// needs around it. Before it forks, the launcher (as root) writes `files`
+// (mode 0600, their directories made) and makes `dirs`; the task's process
+// then enters a mount namespace of its own, makes its mounts private and
+// mounts `mounts` in order before exec. Nothing of it outlives the task's
+// processes: the mounts go with the namespace. Needs an agent running as
+// root (`PermissionDenied` otherwise).
+struct TaskSandbox {
+  std::vector<std::pair<std::string, std::string>> files;  // path, content
+  std::vector<TaskDir> dirs;
+  std::vector<TaskMount> mounts;
+};
 
 // What to run for one task on this node. The caller (the agent, from the
 // controller's launch request) fills in everything; the launcher adds nothing
@@ -57,6 +93,8 @@ struct TaskSpec {
   // Optional memory and CPU limits, applied through the launcher's
   // `CgroupManager` when the host allows it (see `TaskInfo::cgroup_note`).
   TaskLimits limits;
+  // Set for a container task: see `TaskSandbox`.
+  std::optional<TaskSandbox> sandbox;
 };
 
 // What `Launch` returns about a task that was started.

@@ -4,12 +4,15 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <system_error>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "loom/agent/data_dir.h"
+#include "loom/agent/image_step.h"
 #include "loom/agent/json_values.h"
 #include "loom/agent/unit_file.h"
 #include "loom/common/atomic_file.h"
@@ -20,6 +23,19 @@ namespace {
 using json = nlohmann::json;
 
 constexpr absl::Duration kRollbackWait = absl::Seconds(10);
+
+// A container task's bundles and what runc kept of them (a runc killed
+// before it cleaned up): the overlay is gone with the task's mount
+// namespace, its upper layer is not.
+void RemoveContainerFiles(const AgentNode& node, const TaskUnit& unit) {
+  if (unit.container == nullptr) return;
+  for (const TaskProcess& p : unit.procs) {
+    std::error_code ec;
+    std::filesystem::remove_all(BundleDir(node, p.launcher_id), ec);
+    std::filesystem::remove_all(
+        absl::StrCat(node.root, "/runc/", p.launcher_id), ec);
+  }
+}
 
 }  // namespace
 
@@ -37,6 +53,7 @@ absl::StatusOr<json> TaskRunner::Launch(AgentNode& node, const LaunchRequest& r,
   unit.gpus = r.gpus;
   unit.launching = true;
   unit.persisted = count > 1 && !node.units_dir.empty();
+  unit.container = ctx.container;
   for (int k = 0; k < count; ++k) {
     TaskProcess p;
     p.launcher_id = count == 1 ? r.task_id : absl::StrCat(r.task_id, ".p", k);
@@ -204,6 +221,7 @@ bool TaskRunner::RollBack(AgentNode& node, const std::string& task_id) {
     ::unlink(p.stdout_path.c_str());
     ::unlink(p.stderr_path.c_str());
   }
+  RemoveContainerFiles(node, unit);
   if (unit.persisted) ::unlink(UnitPath(node, task_id).c_str());
   for (const std::string& id : all) node.by_launcher_id.erase(id);
   node.units.erase(task_id);
@@ -323,6 +341,7 @@ void TaskRunner::ForgetLocked(AgentNode& node, const std::string& task_id) {
     }
     node.by_launcher_id.erase(p.launcher_id);
   }
+  RemoveContainerFiles(node, unit);
   if (unit.persisted) ::unlink(UnitPath(node, task_id).c_str());
   node.units.erase(it);
 }

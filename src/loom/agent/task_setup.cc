@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "loom/agent/data_dir.h"
 #include "loom/agent/task_files.h"
+#include "loom/agent/task_sandbox.h"
 
 namespace loom::agent_internal {
 
@@ -65,6 +66,7 @@ absl::Status ValidateSpec(const TaskSpec& spec) {
           absl::StrCat(prefix, "a path contains a NUL byte"));
     }
   }
+  if (spec.sandbox) return ValidateSandbox(spec.task_id, *spec.sandbox);
   return absl::OkStatus();
 }
 

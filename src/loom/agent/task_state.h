@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -41,6 +42,8 @@ struct TaskProcess {
 };
 
 // A task as the server sees it: one or more processes.
+struct ContainerLaunch;  // image_step.h
+
 struct TaskUnit {
   std::string task_id;
   int64_t job_id = 0;
@@ -57,6 +60,8 @@ struct TaskUnit {
   // A stop asked for while the task was being launched: (signal, grace),
   // applied once the launch is done.
   std::optional<std::pair<int, absl::Duration>> stop_after_launch;
+  // A container task's image, held while the unit is (image_step.h).
+  std::shared_ptr<const ContainerLaunch> container;
 };
 
 // What a task amounts to for the server.

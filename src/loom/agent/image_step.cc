@@ -1,0 +1,308 @@
+#include "loom/agent/image_step.h"
+
+#include <grp.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "loom/agent/json_values.h"
+#include "loom/agent/oci_bundle.h"
+#include "nlohmann/json.hpp"
+
+namespace loom {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// The control devices a CUDA program opens besides its GPUs'.
+constexpr const char* kControlDevices[] = {
+    "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"};
+
+constexpr char kDefaultPath[] =
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+// FNV-1a, 64 bits, as 16 hex digits: a short name unique per host path.
+std::string ShortHash(std::string_view text) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return absl::StrCat(absl::Hex(h, absl::kZeroPad16));
+}
+
+// Env, Entrypoint and WorkingDir of the image's config (OCI image spec,
+// `config` object).
+absl::Status ReadImageConfig(const std::string& path, ContainerLaunch& out) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) return absl::DataLossError(absl::StrCat("cannot read ", path));
+  json doc = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) {
+    return absl::DataLossError(absl::StrCat(path, " is not a JSON object"));
+  }
+  auto config = doc.find("config");
+  if (config == doc.end() || !config->is_object()) return absl::OkStatus();
+  auto strings = [&](const char* key, std::vector<std::string>& dst) {
+    auto it = config->find(key);
+    if (it == config->end() || !it->is_array()) return;
+    for (const json& v : *it) {
+      if (v.is_string()) dst.push_back(v.get<std::string>());
+    }
+  };
+  strings("Env", out.env);
+  strings("Entrypoint", out.entrypoint);
+  if (auto wd = config->find("WorkingDir");
+      wd != config->end() && wd->is_string()) {
+    out.working_dir = wd->get<std::string>();
+  }
+  return absl::OkStatus();
+}
+
+// What the container gets for the host's device file `host` at `inside`: a
+// device node for a real device, a bind mount for a stand-in (an emulated
+// GPU's regular file), nothing when it is missing.
+void AddDevice(const std::string& host, const std::string& inside,
+               OciConfig& config) {
+  struct stat st;
+  if (::stat(host.c_str(), &st) != 0) return;
+  if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) {
+    config.devices.push_back({inside, S_ISCHR(st.st_mode) ? 'c' : 'b',
+                              static_cast<int64_t>(major(st.st_rdev)),
+                              static_cast<int64_t>(minor(st.st_rdev)),
+                              static_cast<uint32_t>(st.st_mode & 0777)});
+  } else if (S_ISREG(st.st_mode)) {
+    config.binds.push_back({host, inside, false});
+  }
+}
+
+// The supplementary groups of `uid` (with primary group `gid`).
+std::vector<gid_t> GroupsOf(const LaunchContext& ctx, gid_t gid) {
+  if (!ctx.user) return {};
+  int n = 64;
+  std::vector<gid_t> groups(static_cast<size_t>(n));
+  if (::getgrouplist(ctx.user->name.c_str(), gid, groups.data(), &n) < 0) {
+    groups.resize(static_cast<size_t>(n));
+    if (::getgrouplist(ctx.user->name.c_str(), gid, groups.data(), &n) < 0) {
+      return {};
+    }
+  }
+  groups.resize(static_cast<size_t>(n));
+  std::erase(groups, gid);
+  return groups;
+}
+
+bool SafeInOverlayOptions(const std::string& path) {
+  return path.find_first_of(",:\\") == std::string::npos;
+}
+
+class ImageStep : public LaunchStep {
+ public:
+  explicit ImageStep(ImageStepOptions options) : options_(std::move(options)) {}
+  std::string_view name() const override { return "image"; }
+
+  absl::Status Prepare(LaunchContext& ctx, std::string* field) const override {
+    if (!ctx.request.container) return absl::OkStatus();
+    const ContainerRequest& c = *ctx.request.container;
+    const AgentNode& node = ctx.node;
+    if (node.images == nullptr) {
+      return FieldError(field, "container",
+                        absl::StrCat("node ", node.name,
+                                     " runs no container tasks (its agent "
+                                     "has no image store)"));
+    }
+    if (::geteuid() != 0) {
+      return FieldError(field, "container",
+                        absl::StrCat("node ", node.name,
+                                     ": container tasks need an agent "
+                                     "running as root (runc)"));
+    }
+    absl::StatusOr<image::ImageRef> ref = image::ParseImageRef(c.image);
+    if (!ref.ok()) {
+      return FieldError(field, "container.image", Str(ref.status().message()));
+    }
+    if (ref->digest.empty()) {
+      return FieldError(field, "container.image",
+                        absl::StrCat(c.image,
+                                     " has no digest: the server pins one "
+                                     "at submit"));
+    }
+    if (!SafeInOverlayOptions(node.root)) {
+      return FieldError(
+          field, "container",
+          absl::StrCat("node ", node.name, ": its directory ", node.root,
+                       " has a ',', ':' or '\\', which an "
+                       "overlay mount cannot name"));
+    }
+    absl::StatusOr<image::ImageHandle> handle = node.images->Ensure(*ref);
+    if (!handle.ok()) {
+      const std::string why =
+          absl::StrCat("pulling image ", c.image_ref, " on node ", node.name,
+                       ": ", Str(handle.status().message()));
+      ctx.log("warn", node.name,
+              absl::StrCat("launch of task ", ctx.request.task_id,
+                           " failed: ", why));
+      // Refused (400): the server fails the job with the reason, without
+      // a restart loop; the node stays in service.
+      return FieldError(field, "container.image", why);
+    }
+    auto launch = std::make_shared<ContainerLaunch>(node.images.get(),
+                                                    *std::move(handle));
+    if (absl::Status s = ReadImageConfig(launch->image.config, *launch);
+        !s.ok()) {
+      return FieldError(
+          field, "container.image",
+          absl::StrCat("image ", c.image_ref, " on node ", node.name,
+                       ": its config: ", Str(s.message())));
+    }
+    ctx.container = std::move(launch);
+    return absl::OkStatus();
+  }
+
+  void Apply(const LaunchContext& ctx, const TaskProcess& proc, int,
+             TaskSpec& spec) const override {
+    if (!ctx.container) return;
+    const ContainerRequest& c = *ctx.request.container;
+    const ContainerLaunch& img = *ctx.container;
+    const AgentNode& node = ctx.node;
+    const std::string bundle = BundleDir(node, proc.launcher_id);
+
+    OciConfig oc;
+    oc.args = c.entrypoint.empty() ? img.entrypoint : c.entrypoint;
+    oc.args.insert(oc.args.end(), spec.argv.begin(), spec.argv.end());
+    // The image's environment, under the task's (which has the env
+    // contract). GPUs: CUDA numbers the devices it can open from 0;
+    // NVIDIA_VISIBLE_DEVICES names them as the host does.
+    std::map<std::string, std::string> env;
+    for (const std::string& kv : img.env) {
+      const size_t eq = kv.find('=');
+      if (eq != std::string::npos && eq > 0) {
+        env[kv.substr(0, eq)] = kv.substr(eq + 1);
+      }
+    }
+    for (const auto& [k, v] : spec.env) env[k] = v;
+    // Docker's default for an image that sets none.
+    env.try_emplace("PATH", kDefaultPath);
+    const std::vector<int>& gpus = ctx.request.gpus;
+    std::vector<int> local;
+    for (size_t i = 0; i < gpus.size(); ++i) {
+      local.push_back(static_cast<int>(i));
+    }
+    env["CUDA_VISIBLE_DEVICES"] = absl::StrJoin(local, ",");
+    env["NVIDIA_VISIBLE_DEVICES"] =
+        gpus.empty() ? "void" : absl::StrJoin(gpus, ",");
+    for (const auto& [k, v] : env) oc.env.push_back(absl::StrCat(k, "=", v));
+    oc.cwd = !c.workdir.empty()         ? c.workdir
+             : !img.working_dir.empty() ? img.working_dir
+                                        : "/";
+    oc.uid = spec.uid.value_or(::geteuid());
+    oc.gid = spec.gid.value_or(::getegid());
+    oc.additional_gids = GroupsOf(ctx, oc.gid);
+    oc.rootfs = absl::StrCat(bundle, "/rootfs");
+    oc.readonly_root = !c.writable;
+    oc.shm_bytes = c.shm_size_bytes > 0 ? c.shm_size_bytes
+                   : ctx.request.limits.memory_bytes
+                       ? *ctx.request.limits.memory_bytes
+                       : 0;
+    // In the task's v2 group where it has one (killing the group kills the
+    // container); else a name of its own, unique on the host.
+    oc.cgroups_path =
+        node.groups != nullptr
+            ? absl::StrCat(node.groups->PathInHierarchy(proc.launcher_id),
+                           "/container")
+            : absl::StrCat("/loom-", ShortHash(bundle));
+    oc.memory_limit_bytes = ctx.request.limits.memory_bytes.value_or(0);
+    oc.cpu_millis = ctx.request.limits.cpu_millis.value_or(0);
+
+    // The task's checkpoint directory, at the same path inside.
+    TaskSandbox sandbox;
+    std::vector<std::string> own_dirs = spec.create_dirs;
+    if (auto it = spec.env.find("LOOM_CHECKPOINT_DIR");
+        it != spec.env.end() && !it->second.empty() && it->second[0] == '/') {
+      if (std::find(own_dirs.begin(), own_dirs.end(), it->second) ==
+          own_dirs.end()) {
+        own_dirs.push_back(it->second);
+      }
+    }
+    for (const std::string& dir : own_dirs) {
+      if (dir.empty() || dir[0] != '/') continue;
+      sandbox.dirs.push_back({dir, oc.uid, oc.gid, false});
+      oc.binds.push_back({dir, dir, false});
+    }
+    for (const ContainerBind& m : c.mounts) {
+      oc.binds.push_back({m.source, m.destination, m.readonly});
+    }
+    // The host's network, so its names too.
+    for (const char* file : {"/etc/hosts", "/etc/resolv.conf"}) {
+      if (::access(file, R_OK) == 0) oc.binds.push_back({file, file, true});
+    }
+    for (int g : gpus) {
+      AddDevice(absl::StrCat(node.device_dir, "/nvidia", g),
+                absl::StrCat("/dev/nvidia", g), oc);
+    }
+    if (!gpus.empty()) {
+      for (const char* name : kControlDevices) {
+        AddDevice(absl::StrCat(node.device_dir, "/", name),
+                  absl::StrCat("/dev/", name), oc);
+      }
+    }
+    // RDMA NICs of a real node.
+    std::error_code ec;
+    if (node.device_dir == "/dev") {
+      for (const auto& entry : fs::directory_iterator("/dev/infiniband", ec)) {
+        AddDevice(
+            entry.path().string(),
+            absl::StrCat("/dev/infiniband/", entry.path().filename().string()),
+            oc);
+      }
+    }
+
+    sandbox.files.emplace_back(absl::StrCat(bundle, "/config.json"),
+                               OciConfigJson(oc));
+    sandbox.dirs.push_back(
+        {absl::StrCat(bundle, "/upper"), std::nullopt, std::nullopt, true});
+    sandbox.dirs.push_back(
+        {absl::StrCat(bundle, "/work"), std::nullopt, std::nullopt, true});
+    sandbox.mounts.push_back(
+        {"overlay", oc.rootfs, "overlay", MS_NOSUID | MS_NODEV,
+         absl::StrCat("lowerdir=", img.image.rootfs, ",upperdir=", bundle,
+                      "/upper,workdir=", bundle, "/work")});
+
+    spec.argv = {options_.runc,   "--root",   absl::StrCat(node.root, "/runc"),
+                 "run",           "--bundle", bundle,
+                 proc.launcher_id};
+    spec.env.clear();  // runc's own: the launcher adds PATH, HOME, LANG
+    spec.uid.reset();  // runc switches to the user inside
+    spec.gid.reset();
+    spec.working_dir = bundle;
+    spec.create_dirs.clear();
+    spec.sandbox = std::move(sandbox);
+  }
+
+ private:
+  const ImageStepOptions options_;
+};
+
+}  // namespace
+
+std::string BundleDir(const AgentNode& node, const std::string& launcher_id) {
+  return absl::StrCat(node.root, "/containers/", launcher_id);
+}
+
+std::unique_ptr<const LaunchStep> MakeImageStep(ImageStepOptions options) {
+  return std::make_unique<ImageStep>(std::move(options));
+}
+
+}  // namespace loom

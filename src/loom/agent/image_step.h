@@ -1,0 +1,50 @@
+#pragma once
+
+// The launch step of a task that runs in a container image (docs/images.md,
+// "Running"): it pulls the image into the node's store once per node
+// (`Prepare`), then turns each process's spec into a runc bundle and a
+// `runc run` of it (`Apply`): the spec's program, environment, user and
+// directories go into the bundle's config.json; the task's program becomes
+// runc, run as root, in a mount namespace of its own where the image's root
+// is mounted as an overlay (`TaskSandbox`). Last of the steps: it takes what
+// the others decided.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/agent/launch_steps.h"
+#include "loom/image/image_store.h"
+
+namespace loom {
+
+// An image held for a task: the store's use of it is given back when the
+// last holder (the launch, then the task's unit) lets go.
+struct ContainerLaunch {
+  ContainerLaunch(image::ImageStore* store, image::ImageHandle handle)
+      : store(store), image(std::move(handle)) {}
+  ContainerLaunch(const ContainerLaunch&) = delete;
+  ContainerLaunch& operator=(const ContainerLaunch&) = delete;
+  ~ContainerLaunch() {
+    if (store != nullptr) store->Release(image.digest);
+  }
+
+  image::ImageStore* const store;
+  const image::ImageHandle image;
+  // From the image's config.
+  std::vector<std::string> env;  // "NAME=value"
+  std::vector<std::string> entrypoint;
+  std::string working_dir;
+};
+
+// `<node>/containers/<launcher id>`: a process's bundle (config.json, the
+// overlay's rootfs, upper and work directories).
+std::string BundleDir(const AgentNode& node, const std::string& launcher_id);
+
+struct ImageStepOptions {
+  std::string runc = "runc";  // found on the agent's PATH unless absolute
+};
+
+std::unique_ptr<const LaunchStep> MakeImageStep(ImageStepOptions options);
+
+}  // namespace loom
