@@ -41,7 +41,7 @@ struct ContainerSpec {
   std::string image_digest;
   std::vector<ContainerMount> mounts;
   // Absolute, or empty: the image's WorkingDir, else "/". The job spec's
-  // `working_dir` is a host path and does not apply to container tasks.
+  // `working_dir` (a host path) cannot be given with a container.
   std::string workdir;
   // Not set: the image's Entrypoint, with `command` as its arguments. Set
   // and empty (`entrypoint: []`): no entrypoint, `command` runs as it is.

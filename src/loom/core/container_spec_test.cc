@@ -2,6 +2,7 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -20,6 +21,13 @@ using ::testing::HasSubstr;
 
 constexpr char kDigest[] =
     "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+// A container of `image` with every other field at its default.
+ContainerSpec Image(std::string image) {
+  ContainerSpec c;
+  c.image = std::move(image);
+  return c;
+}
 
 // A minimal valid spec followed by `more`.
 std::string Minimal(std::string_view more) {
@@ -73,7 +81,7 @@ TEST(ContainerSpec, DefaultsAndAbsence) {
       Minimal("container: {image: localhost:5000/busybox}\n"), "spec.yaml");
   ASSERT_TRUE(spec.ok()) << spec.status();
   ASSERT_TRUE(spec->container.has_value());
-  EXPECT_EQ(*spec->container, ContainerSpec{.image = "localhost:5000/busybox"});
+  EXPECT_EQ(*spec->container, Image("localhost:5000/busybox"));
   EXPECT_FALSE(spec->container->entrypoint.has_value());
 
   // `entrypoint: []` is "no entrypoint", not "the image's".
@@ -97,8 +105,7 @@ TEST(ContainerSpec, RoundTripsThroughStoredJson) {
   c.entrypoint = std::vector<std::string>{};
   c.writable = true;
   c.shm_size_bytes = 16 * kGiB + 1;
-  for (ContainerSpec variant :
-       {c, ContainerSpec{.image = "h.io/a@" + std::string(kDigest)}}) {
+  for (ContainerSpec variant : {c, Image("h.io/a@" + std::string(kDigest))}) {
     spec.container = variant;
     const std::string json = JobSpecToJson(spec);
     SCOPED_TRACE(json);
@@ -185,6 +192,12 @@ TEST(ContainerSpec, FieldErrors) {
   }
 }
 
+TEST(ContainerSpec, WorkingDirIsForHostProcesses) {
+  EXPECT_EQ(ParseError(Minimal("working_dir: /w\ncontainer: {image: h/a}\n")),
+            "spec.yaml:3:1: working_dir: does not apply to a job in an image "
+            "(it is a host path); write container.workdir instead");
+}
+
 TEST(ContainerSpec, TooManyMounts) {
   std::string mounts;
   for (size_t i = 0; i <= kMaxContainerMounts; ++i) {
@@ -238,7 +251,7 @@ TEST(IsSha256DigestText, Form) {
 }
 
 TEST(CheckContainerMounts, AgainstTheClustersList) {
-  ContainerSpec spec{.image = "h/a"};
+  ContainerSpec spec = Image("h/a");
   // No mounts: fine whatever the cluster allows.
   EXPECT_TRUE(CheckContainerMounts(spec, {}).ok());
   spec.mounts = {{"/data/sets", "/data", true}, {"/etc", "/x", false}};

@@ -941,6 +941,11 @@ absl::StatusOr<JobSpec> JobSpecParser::Parse(const YAML::Node& root) {
         internal::ParseContainerField(*this, *f);
     if (!container.ok()) return container.status();
     spec.container = *std::move(container);
+    if (const Field* dir = map->Find("working_dir"); dir != nullptr) {
+      return Error(dir->key_node, "working_dir",
+                   "does not apply to a job in an image (it is a host "
+                   "path); write container.workdir instead");
+    }
   }
   if (const Field* f = map->Find("time_limit"); f != nullptr) {
     absl::StatusOr<absl::Duration> limit = ReadBoundedDuration(
