@@ -217,6 +217,18 @@ std::string FormatJobDetails(const nlohmann::json& job, absl::Time now) {
     if (const Json* c = Field(*spec, "command"); c != nullptr) {
       add("Command", JoinCommand(*c));
     }
+    if (const Json* c = Field(*spec, "container");
+        c != nullptr && c->is_object()) {
+      add("Image", Str(*c, "image"));
+      add("Digest", Str(*c, "image_digest").empty()
+                        ? std::string("- (not resolved)")
+                        : Str(*c, "image_digest"));
+      std::vector<std::string> mounts;
+      for (const Json& m : Items(*c, "mounts")) {
+        if (m.is_string()) mounts.push_back(m.get<std::string>());
+      }
+      if (!mounts.empty()) add("Mounts", absl::StrJoin(mounts, ", "));
+    }
     if (!Str(*spec, "time_limit").empty())
       add("Time limit", Str(*spec, "time_limit"));
   }

@@ -103,6 +103,22 @@ TEST(FormatJobDetails, DescribesARunningJob) {
   EXPECT_THAT(text, Not(HasSubstr("Exit code")));
 }
 
+TEST(FormatJobDetails, AJobInAnImageShowsItsReferenceAndDigest) {
+  Json job = SampleJobs()["jobs"][0];
+  job["spec"] = {{"command", {"python", "t.py"}},
+                 {"container",
+                  {{"image", "localhost:5000/team/train:1.4"},
+                   {"image_digest", "sha256:" + std::string(64, 'a')},
+                   {"mounts", {"/data:/data:ro", "/s:/s"}}}}};
+  const std::string text = FormatJobDetails(job, kNow);
+  EXPECT_THAT(text, HasSubstr("Image:      localhost:5000/team/train:1.4\n"
+                              "Digest:     sha256:aaaa"));
+  EXPECT_THAT(text, HasSubstr("Mounts:     /data:/data:ro, /s:/s\n"));
+  job["spec"]["container"].erase("image_digest");
+  EXPECT_THAT(FormatJobDetails(job, kNow),
+              HasSubstr("Digest:     - (not resolved)\n"));
+}
+
 TEST(FormatJobDetails, CoalescedEventsShowTheirCount) {
   Json job = SampleJobs()["jobs"][0];
   job["events"] = {{{"time", Rfc3339(kNow - absl::Minutes(10))},

@@ -394,6 +394,21 @@ void AddJobVerbs(CLI::App& app, JobCommandFlags* f) {
                   "Time limit, e.g. 30m, 12h, 1h30m (lets backfill plan)");
   run->add_option("-e,--env", r->env,
                   "NAME=VALUE set in every task's environment (repeatable)");
+  run->add_option("--image", r->image,
+                  "Run every task in this container image, e.g. "
+                  "registry.example.com:5000/team/train:1.4 (the server "
+                  "pins it to its digest at submit)");
+  run->add_option("--mount", r->mounts,
+                  "SRC:DST[:ro] host directory to bind into the image "
+                  "(repeatable; the cluster spec says which are allowed)");
+  run->add_option("--container-workdir", r->container_workdir,
+                  "Working directory inside the image (default: the "
+                  "image's)");
+  run->add_flag("--writable", r->writable,
+                "A writable layer over the image's read-only root");
+  run->add_option("--shm-size", r->shm_size,
+                  "Size of /dev/shm, e.g. 16Gi (default: the task's memory "
+                  "when set, else half the node's)");
   run->add_flag("--hold", r->hold, "Queue the job held until `loom release`");
   run->add_flag("--wait", r->wait,
                 "Wait for the job to end and exit with its exit code");

@@ -103,6 +103,21 @@ TEST_F(VerbTest, RunSubmitsTheBuiltSpec) {
   EXPECT_EQ(submitted_["resources"]["gpus"], 1);
 }
 
+TEST_F(VerbTest, RunWithAnImageSendsTheContainer) {
+  CliResult r = Run({"run", "-g", "1", "--image", "localhost:5000/team/t:1",
+                     "--mount", "/data:/data:ro", "--mount", "/s:/s",
+                     "--shm-size", "1Gi", "python", "t.py"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(submitted_["container"]["image"], "localhost:5000/team/t:1");
+  EXPECT_EQ(submitted_["container"]["mounts"],
+            Json::array({"/data:/data:ro", "/s:/s"}));
+  EXPECT_EQ(submitted_["container"]["shm_size"], "1Gi");
+  EXPECT_EQ(submitted_["command"], Json::array({"python", "t.py"}));
+  r = Run({"run", "-g", "1", "--mount", "/d:/d", "--", "x"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_THAT(r.err, HasSubstr("--mount: only applies with --image"));
+}
+
 TEST_F(VerbTest, RunBadFlagsAreExit2) {
   CliResult r = Run({"run", "-g", "12", "--nodes", "5", "--", "x"});
   EXPECT_EQ(r.rc, 2);

@@ -44,6 +44,57 @@ std::string DefaultJobName(const std::vector<std::string>& command) {
   return name;
 }
 
+namespace {
+
+// The container of `loom run --image`; InvalidArgument naming the flag.
+absl::Status AddContainer(const RunFlags& f, JobSpec* spec) {
+  if (f.image.empty()) {
+    for (const auto& [given, flag] :
+         {std::pair<bool, const char*>{!f.mounts.empty(), "--mount"},
+          {!f.container_workdir.empty(), "--container-workdir"},
+          {f.writable, "--writable"},
+          {!f.shm_size.empty(), "--shm-size"}}) {
+      if (given) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            flag, ": only applies with --image (the job runs in an image)"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  ContainerSpec c;
+  c.image = f.image;
+  for (const std::string& text : f.mounts) {
+    absl::StatusOr<ContainerMount> m = ParseContainerMount(text);
+    if (!m.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--mount ", text, ": ", m.status().message()));
+    }
+    c.mounts.push_back(*std::move(m));
+  }
+  if (!f.container_workdir.empty()) {
+    absl::StatusOr<std::string> dir =
+        NormalizeAbsolutePath(f.container_workdir);
+    if (!dir.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--container-workdir: ", dir.status().message()));
+    }
+    c.workdir = *std::move(dir);
+  }
+  c.writable = f.writable;
+  if (!f.shm_size.empty()) {
+    absl::StatusOr<int64_t> bytes = ParseBytes(f.shm_size);
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--shm-size: ", bytes.status().message()));
+    }
+    c.shm_size_bytes = *bytes;
+  }
+  spec->container = std::move(c);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<nlohmann::json> BuildRunSpec(const RunFlags& f) {
   if (f.command.empty()) {
     return absl::InvalidArgumentError(
@@ -99,6 +150,7 @@ absl::StatusOr<nlohmann::json> BuildRunSpec(const RunFlags& f) {
   }
   spec.hold = f.hold;
   spec.command = f.command;
+  if (absl::Status st = AddContainer(f, &spec); !st.ok()) return st;
 
   // The spec parser is the one judge of a valid spec: read the JSON back
   // and report its errors under the flags' names.
@@ -120,6 +172,10 @@ absl::StatusOr<nlohmann::json> BuildRunSpec(const RunFlags& f) {
         {"resources.processes_per_task: ", "--procs-per-node: "},
         {"env.", "--env "},
         {"time_limit: ", "--time-limit: "},
+        {"container.image: ", "--image: "},
+        {"container.mounts", "--mount"},
+        {"container.workdir: ", "--container-workdir: "},
+        {"container.shm_size: ", "--shm-size: "},
         {"command", "command"},
     };
     for (const auto& [field, flag] : kFlagOf) {

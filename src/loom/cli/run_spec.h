@@ -24,6 +24,15 @@ struct RunFlags {
   std::vector<std::string> env;  // -e NAME=VALUE
   bool hold = false;
   bool wait = false;
+  // The image to run in (--image), its mounts (--mount SRC:DST[:ro]), its
+  // working directory (--container-workdir), a writable layer (--writable)
+  // and the /dev/shm size (--shm-size, a quantity). All but `image` need
+  // `image`.
+  std::string image;
+  std::vector<std::string> mounts;
+  std::string container_workdir;
+  bool writable = false;
+  std::string shm_size;
   std::vector<std::string> command;
 };
 
@@ -32,8 +41,10 @@ struct RunFlags {
 // `ShapeFromTotalGpus` does), `resources.nodes` = K with `--nodes`, and
 // `resources.processes_per_task` with `--procs-per-node`. Returns
 // InvalidArgument naming the flag for values that are wrong on any cluster
-// (-g < 1, N not divisible by K, a bad name, model or time limit); whether
-// the shape fits the cluster's nodes is the server's question.
+// (-g < 1, N not divisible by K, a bad name, model or time limit, a bad
+// mount or size); whether the shape fits the cluster's nodes, whether the
+// image exists and whether the cluster allows the mounts are the server's
+// questions. With `--image` the spec has a `container`.
 absl::StatusOr<nlohmann::json> BuildRunSpec(const RunFlags& flags);
 
 // A job name from a command: the basename of its first word, lower-cased,

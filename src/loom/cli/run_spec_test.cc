@@ -3,6 +3,7 @@
 #include "absl/status/statusor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "loom/core/job_spec.h"
 
 namespace loom {
 namespace {
@@ -153,6 +154,67 @@ TEST(WaitExitCode, MapsTheOutcome) {
                          {{{"index", 1}, {"exit_code", 2}},
                           {{"index", 0}, {"exit_code", 0}, {"signal", 6}}}}}}};
   EXPECT_EQ(WaitExitCode(tasks), 134);
+}
+
+TEST(BuildRunSpec, ImageFlagsBuildTheContainer) {
+  RunFlags f = Flags(8, {"python", "train.py"});
+  f.image = "registry.example.com:5000/team/train:1.4";
+  f.mounts = {"/data:/data:ro", "/scratch/alice/:/scratch"};
+  f.container_workdir = "/w/";
+  f.writable = true;
+  f.shm_size = "16Gi";
+  absl::StatusOr<Json> spec = BuildRunSpec(f);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ((*spec)["container"],
+            Json::parse(R"({"image": "registry.example.com:5000/team/train:1.4",
+                            "mounts": ["/data:/data:ro",
+                                       "/scratch/alice:/scratch"],
+                            "workdir": "/w", "writable": true,
+                            "shm_size": "16Gi"})"));
+  EXPECT_EQ((*spec)["command"], Json::array({"python", "train.py"}));
+  // The server reads it as the same job.
+  absl::StatusOr<JobSpec> back = ParseJobSpec(spec->dump(), "body");
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_TRUE(back->container.has_value());
+  EXPECT_EQ(back->container->shm_size_bytes, int64_t{16} << 30);
+  // Without --image: no container.
+  EXPECT_FALSE(BuildRunSpec(Flags(1, {"x"}))->contains("container"));
+}
+
+TEST(BuildRunSpec, ImageFlagErrorsNameTheFlag) {
+  auto error = [](const RunFlags& f) {
+    absl::StatusOr<Json> spec = BuildRunSpec(f);
+    EXPECT_FALSE(spec.ok());
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(spec.status().message());
+  };
+  RunFlags f = Flags(1, {"x"});
+  f.mounts = {"/data:/data"};
+  EXPECT_EQ(error(f),
+            "--mount: only applies with --image (the job runs in an image)");
+  f = Flags(1, {"x"});
+  f.writable = true;
+  EXPECT_THAT(error(f), ::testing::StartsWith("--writable: only applies"));
+  f = Flags(1, {"x"});
+  f.image = "localhost:5000/a:1";
+  f.mounts = {"/data:data"};
+  EXPECT_EQ(error(f),
+            "--mount /data:data: destination must be an absolute path, got "
+            "'data'");
+  f.mounts = {"/a:/d", "/b:/d:ro"};
+  EXPECT_THAT(error(f), ::testing::StartsWith(
+                            "--mount[1]: destination '/d' is already mounted"));
+  f.mounts = {};
+  f.container_workdir = "w";
+  EXPECT_THAT(error(f), ::testing::StartsWith("--container-workdir: must be "
+                                              "an absolute path"));
+  f.container_workdir = "";
+  f.shm_size = "lots";
+  EXPECT_THAT(error(f), ::testing::StartsWith("--shm-size: "));
+  f.shm_size = "";
+  f.image = "a b";
+  EXPECT_THAT(error(f), ::testing::StartsWith("--image: 'a b' is not an image "
+                                              "reference"));
 }
 
 TEST(IsFinalJobState, Finals) {

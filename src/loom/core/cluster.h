@@ -70,6 +70,14 @@ struct PriorityClass {
   int value = 0;
 };
 
+// What jobs in container images may do on this cluster (the cluster spec's
+// `containers`).
+struct ContainerPolicy {
+  // Host directories (absolute, normalised) a job's `container.mounts` may
+  // bind, each with everything under it. Empty: no mounts at all.
+  std::vector<std::string> allowed_mounts;
+};
+
 // The whole cluster as declared: the input of `sched` and of the simulator.
 struct Cluster {
   std::string name;
@@ -79,6 +87,7 @@ struct Cluster {
   Topology topology;
   std::vector<ProjectSpec> projects;
   std::vector<PriorityClass> priority_classes;
+  ContainerPolicy containers;
 
   int TotalGpus() const;
   int TotalGpus(GpuModelId model) const;

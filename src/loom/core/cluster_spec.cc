@@ -23,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "loom/common/units.h"
+#include "loom/core/container_spec_yaml.h"
 #include "loom/core/yaml_util.h"
 #include "yaml-cpp/yaml.h"
 
@@ -779,7 +780,7 @@ absl::StatusOr<Cluster> SpecParser::Parse(const YAML::Node& root) {
   absl::StatusOr<MapNode> map =
       ReadMap(root, "",
               {"name", "gpu_models", "pools", "network", "projects",
-               "priority_classes"});
+               "priority_classes", "containers"});
   if (!map.ok()) return map.status();
 
   Cluster cluster;
@@ -816,6 +817,12 @@ absl::StatusOr<Cluster> SpecParser::Parse(const YAML::Node& root) {
   if (const Field* f = map->Find("projects"); f != nullptr) {
     absl::Status st = ParseProjects(*f, &cluster);
     if (!st.ok()) return st;
+  }
+  if (const Field* f = map->Find("containers"); f != nullptr) {
+    absl::StatusOr<ContainerPolicy> policy =
+        internal::ParseContainerPolicy(*this, *f);
+    if (!policy.ok()) return policy.status();
+    cluster.containers = *std::move(policy);
   }
   return cluster;
 }

@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "loom/common/utf8.h"
+#include "loom/core/container_spec_yaml.h"
 #include "loom/core/yaml_util.h"
 #include "nlohmann/json.hpp"
 #include "yaml-cpp/yaml.h"
@@ -31,6 +32,7 @@ namespace {
 using yaml::ChildPath;
 using yaml::ElementPath;
 using yaml::Field;
+using yaml::FormatBytesExact;
 using yaml::KindOf;
 using yaml::MapNode;
 using yaml::ScalarText;
@@ -218,20 +220,6 @@ std::string FormatDurationExact(absl::Duration d) {
     if (ms % u.ms == 0) return absl::StrCat(ms / u.ms, u.suffix);
   }
   return absl::StrCat(ms, "ms");
-}
-
-// Writes bytes exactly with the largest binary suffix that divides them:
-// "1Ti", "1536Mi", "1000".
-std::string FormatBytesExact(int64_t bytes) {
-  if (bytes <= 0) return "0";
-  constexpr std::pair<int, absl::string_view> kSuffixes[] = {
-      {50, "Pi"}, {40, "Ti"}, {30, "Gi"}, {20, "Mi"}, {10, "Ki"}};
-  for (const auto& [shift, suffix] : kSuffixes) {
-    if (bytes % (int64_t{1} << shift) == 0) {
-      return absl::StrCat(bytes >> shift, suffix);
-    }
-  }
-  return absl::StrCat(bytes);
 }
 
 // A 0-based position in `text`, as yaml-cpp marks count (bytes).
@@ -874,8 +862,8 @@ absl::StatusOr<JobSpec> JobSpecParser::Parse(const YAML::Node& root) {
   absl::StatusOr<MapNode> map = ReadFields(
       root, "",
       {"name", "project", "user", "kind", "priority", "preemptible", "tasks",
-       "resources", "command", "env", "working_dir", "time_limit", "checkpoint",
-       "restart", "requeue", "cancel", "hold", "labels"});
+       "resources", "command", "env", "working_dir", "container", "time_limit",
+       "checkpoint", "restart", "requeue", "cancel", "hold", "labels"});
   if (!map.ok()) return map.status();
 
   JobSpec spec;
@@ -947,6 +935,17 @@ absl::StatusOr<JobSpec> JobSpecParser::Parse(const YAML::Node& root) {
     absl::StatusOr<std::string> dir = ReadPath(f->value, f->key);
     if (!dir.ok()) return dir.status();
     spec.working_dir = *std::move(dir);
+  }
+  if (const Field* f = map->Find("container"); f != nullptr) {
+    absl::StatusOr<ContainerSpec> container =
+        internal::ParseContainerField(*this, *f);
+    if (!container.ok()) return container.status();
+    spec.container = *std::move(container);
+    if (const Field* dir = map->Find("working_dir"); dir != nullptr) {
+      return Error(dir->key_node, "working_dir",
+                   "does not apply to a job in an image (it is a host "
+                   "path); write container.workdir instead");
+    }
   }
   if (const Field* f = map->Find("time_limit"); f != nullptr) {
     absl::StatusOr<absl::Duration> limit = ReadBoundedDuration(
@@ -1191,6 +1190,9 @@ std::string JobSpecToJson(const JobSpec& spec) {
   j["env"] = Json::object();
   for (const auto& [k, v] : spec.env) j["env"][k] = v;
   if (!spec.working_dir.empty()) j["working_dir"] = spec.working_dir;
+  if (spec.container.has_value()) {
+    j["container"] = internal::ContainerSpecJson(*spec.container);
+  }
   if (spec.time_limit.has_value() &&
       *spec.time_limit != absl::InfiniteDuration()) {
     j["time_limit"] = FormatDurationExact(*spec.time_limit);

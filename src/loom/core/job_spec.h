@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "loom/core/cluster.h"
+#include "loom/core/container_spec.h"
 #include "loom/core/job.h"
 
 namespace loom {
@@ -84,6 +85,9 @@ struct JobSpec {
   std::vector<std::string> command;
   std::map<std::string, std::string> env;
   std::string working_dir;  // absolute path, or empty: the agent's default
+  // The image every task runs in (docs/images.md); nullopt: a host process.
+  // `command` is still required: it replaces the image's Cmd.
+  std::optional<ContainerSpec> container;
   std::optional<absl::Duration> time_limit;  // nullopt: none
   CheckpointSpec checkpoint;
   RestartSpec restart;

@@ -44,6 +44,18 @@ std::string ScalarText(const YAML::Node& node) {
   return RepairUtf8(node.Scalar());
 }
 
+std::string FormatBytesExact(int64_t bytes) {
+  if (bytes <= 0) return "0";
+  constexpr std::pair<int, absl::string_view> kSuffixes[] = {
+      {50, "Pi"}, {40, "Ti"}, {30, "Gi"}, {20, "Mi"}, {10, "Ki"}};
+  for (const auto& [shift, suffix] : kSuffixes) {
+    if (bytes % (int64_t{1} << shift) == 0) {
+      return absl::StrCat(bytes >> shift, suffix);
+    }
+  }
+  return absl::StrCat(bytes);
+}
+
 // Joins a field path and a key: ("pools[1]", "gpu") -> "pools[1].gpu".
 std::string ChildPath(absl::string_view path, absl::string_view key) {
   if (path.empty()) return std::string(key);

@@ -37,6 +37,10 @@ std::string ScalarText(const YAML::Node& node);
 // `ScalarText`.
 std::string RepairUtf8(std::string_view text);
 
+// Writes bytes exactly with the largest binary suffix that divides them:
+// "1Ti", "1536Mi", "1000" (what `ReadBytes` reads back to the same value).
+std::string FormatBytesExact(int64_t bytes);
+
 // Says what kind of YAML value `node` is, for error messages ("a list").
 absl::string_view KindOf(const YAML::Node& node);
 

@@ -106,10 +106,19 @@ class Controller {
   // `idempotency_key_lifetime`. The same id with a different spec is
   // AlreadyExists ("Idempotency-Key ... was already used for a different
   // request"; HTTP 422).
+  //
+  // A spec with a `container` must come with its `image_digest` resolved
+  // (`ResolveContainer`, done by the HTTP layer without this controller's
+  // lock); FailedPrecondition otherwise, unless `request_id` finds the
+  // job it already made.
   absl::StatusOr<nlohmann::json> Submit(JobSpec spec, const std::string& user,
                                         absl::Time now,
                                         const std::string& request_id = "",
                                         bool* created = nullptr);
+  // Whether `request_id` is a live idempotency key whose job exists: a
+  // retried submission that `Submit` answers with that job, so the HTTP
+  // layer need not ask the registry again.
+  bool KnowsRequest(const std::string& request_id, absl::Time now) const;
   absl::StatusOr<nlohmann::json> Cancel(JobId id, absl::Time now);
   absl::StatusOr<nlohmann::json> Release(JobId id, absl::Time now);
   // The job says it saved a checkpoint (`step` when it told one). Only a

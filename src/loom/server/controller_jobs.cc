@@ -75,6 +75,10 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
     }
     expired_version = requests_.ExpiredVersion(request_id, now);
   }
+  if (spec.container.has_value() && spec.container->image_digest.empty()) {
+    return absl::FailedPreconditionError(
+        "container.image: not resolved to a digest before submit");
+  }
   // Checks need no lock (the cluster is constant).
   absl::StatusOr<JobRequest> req = ToJobRequest(spec, cluster_, 0, now);
   if (!req.ok()) return req.status();
@@ -166,6 +170,14 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
   written_.Set(id, std::move(record_text), std::move(history_text));
   JobRecord& stored = jobs_[id] = std::move(job);
   return JobJson(stored, now);
+}
+
+bool Controller::KnowsRequest(const std::string& request_id,
+                              absl::Time now) const {
+  if (request_id.empty()) return false;
+  absl::MutexLock lock(&mu_);
+  const IdempotencyRecord* r = requests_.Find(request_id, now);
+  return r != nullptr && jobs_.count(r->job) > 0;
 }
 
 absl::StatusOr<nlohmann::json> Controller::Cancel(JobId id, absl::Time now) {

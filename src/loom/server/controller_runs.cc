@@ -12,6 +12,7 @@
 #include "fmt/format.h"
 #include "loom/common/units.h"
 #include "loom/core/retry.h"
+#include "loom/server/container_check.h"
 #include "loom/server/controller.h"
 
 namespace loom {
@@ -114,6 +115,9 @@ AgentAction Controller::LaunchAction(const JobRecord& job,
             {"gpus", t.gpus},
             {"processes", procs},
             {"rank_base", t.index * procs}};
+  if (job.spec.container.has_value()) {
+    a.body["container"] = ContainerLaunchJson(*job.spec.container);
+  }
   return a;
 }
 

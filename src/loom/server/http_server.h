@@ -19,6 +19,7 @@
 #include "loom/http/http_message.h"
 #include "loom/server/auth.h"
 #include "loom/server/controller.h"
+#include "loom/server/image_resolver.h"
 #include "loom/server/route_table.h"
 #include "loom/server/standby_reader.h"
 
@@ -45,6 +46,10 @@ struct HttpServerOptions {
   // Null: none at all (unit tests of other parts only; `loom server` always
   // sets it).
   TokenRegistry* auth = nullptr;
+  // Resolves the image of a job in a container to its digest at submit
+  // (docs/images.md); it must outlive the server. Null: such jobs are
+  // refused (unit tests of other parts only; `loom server` always sets it).
+  ImageResolver* image_resolver = nullptr;
   // TLS (docs/security.md): PEM files of the server's certificate (chain)
   // and private key; both empty: plain HTTP.
   std::string tls_cert;

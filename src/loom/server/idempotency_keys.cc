@@ -9,6 +9,14 @@
 namespace loom {
 
 std::string RequestDigest(const JobSpec& spec) {
+  if (spec.container.has_value() && !spec.container->image_digest.empty()) {
+    // The digest is the server's answer, not the request: a retry that
+    // resolves the tag again (to the same or a newer digest) is the same
+    // request.
+    JobSpec request = spec;
+    request.container->image_digest.clear();
+    return Sha256Hex(JobSpecToJson(request));
+  }
   return Sha256Hex(JobSpecToJson(spec));
 }
 

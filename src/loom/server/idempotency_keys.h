@@ -23,7 +23,8 @@ namespace loom {
 // What identifies a submission's request: SHA-256 of the canonical spec
 // (after the server filled in the user), so that a retry that formats the
 // same spec differently is the same request and one that changes a field
-// is not.
+// is not. A container's `image_digest` (the server's resolution of the
+// tag, not part of the request) is left out.
 std::string RequestDigest(const JobSpec& spec);
 
 struct IdempotencyRecord {

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "loom/core/job_spec.h"
+#include "loom/server/container_check.h"
 #include "loom/server/http_server.h"
 #include "loom/server/log_proxy.h"
 #include "loom/server/route_util.h"
@@ -43,6 +44,19 @@ void HttpServer::JobRoutes() {
     // someone else's job.
     if (!key.empty() && options_.auth != nullptr) {
       key = absl::StrCat(PrincipalOf(req).user, ":", key);
+    }
+    // A job in an image: its reference and mounts are checked and its tag
+    // resolved to a digest here, before the controller and outside its lock
+    // (one registry request). A retry of a submission the controller has
+    // already made (its Idempotency-Key) gets that job without asking the
+    // registry again.
+    if (spec->container.has_value() &&
+        !controller_->KnowsRequest(key, absl::Now())) {
+      if (absl::Status st = ResolveContainer(controller_->cluster(),
+                                             options_.image_resolver, &*spec);
+          !st.ok()) {
+        return ReplyError(res, st);
+      }
     }
     absl::StatusOr<nlohmann::json> job =
         controller_->Submit(*std::move(spec), user, absl::Now(), key, &created);

@@ -13,19 +13,36 @@
 namespace loom {
 namespace {
 
-// "request body:3:5: resources.gpu_model: reason" -> "resources.gpu_model".
+// True for the location a spec parser puts first: "<source>:<line>:<col>".
+bool IsLocation(absl::string_view part) {
+  std::vector<absl::string_view> pieces = absl::StrSplit(part, ':');
+  if (pieces.size() < 3) return false;
+  for (size_t i = pieces.size() - 2; i < pieces.size(); ++i) {
+    int n = 0;
+    if (!absl::SimpleAtoi(pieces[i], &n)) return false;
+  }
+  return true;
+}
+
+// True for a field path: not empty, no spaces.
+bool IsFieldPath(absl::string_view s) {
+  return !s.empty() && s.find(' ') == absl::string_view::npos;
+}
+
+// The field an InvalidArgument message names:
+// "request body:3:5: resources.gpu_model: reason" -> "resources.gpu_model"
+// (a location, then the field), "container.image: 'x' not found: ..." ->
+// "container.image" (the field first); "" when there is none.
 std::string FieldOf(absl::string_view message) {
   std::vector<absl::string_view> parts = absl::StrSplit(message, ": ");
-  if (parts.size() < 3) {
-    // "tasks: must be positive" (no location)
-    if (parts.size() == 2 && parts[0].find(' ') == absl::string_view::npos) {
-      return std::string(parts[0]);
-    }
-    return "";
+  if (parts.size() < 2) return "";
+  if (!IsLocation(parts[0]) && IsFieldPath(parts[0])) {
+    return std::string(parts[0]);
   }
-  absl::string_view field = parts[1];
-  if (field.find(' ') != absl::string_view::npos) return "";
-  return std::string(field);
+  // "<location>: <field>: reason", or "<source>: <field>: reason" when the
+  // parser had no position.
+  if (parts.size() < 3 || !IsFieldPath(parts[1])) return "";
+  return std::string(parts[1]);
 }
 
 }  // namespace

@@ -50,6 +50,13 @@ TEST(ErrorJson, StatusCodesAndHttpStatuses) {
             "tasks");
   EXPECT_FALSE(ErrorJson(absl::InvalidArgumentError("no field here"), &http)
                    .contains("field"));
+  // A message without a location that quotes more ": " after the field.
+  EXPECT_EQ(ErrorJson(absl::InvalidArgumentError(
+                          "container.image: 'a:1' not found: registry r: no"),
+                      &http)["field"],
+            "container.image");
+  EXPECT_FALSE(ErrorJson(absl::InvalidArgumentError("no field: here"), &http)
+                   .contains("field"));
 }
 
 TEST(Reply, ErrorsAreOneShape) {

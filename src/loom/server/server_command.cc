@@ -24,6 +24,7 @@
 #include "loom/server/auth.h"
 #include "loom/server/controller.h"
 #include "loom/server/http_server.h"
+#include "loom/server/image_resolver.h"
 #include "loom/server/server_secrets.h"
 #include "loom/server/standby_reader.h"
 #include "loom/store/etcd_leader_election.h"
@@ -284,6 +285,10 @@ CLI::App* AddServerCommand(CLI::App& app, ServerFlags* f) {
                   "LOOM_CHECKPOINT_DIR of jobs whose spec names none: "
                   "ROOT/<job id>, on a filesystem all nodes share (default: "
                   "none; each agent gives the job a directory of its own)");
+  cmd->add_option("--insecure-registry", f->insecure_registries,
+                  "HOST[:PORT] of a registry to resolve job images at over "
+                  "plain http, not https (a loopback test registry; "
+                  "repeatable). HOST alone: on any port");
   cmd->add_option("--max-jobs-per-user", f->max_jobs_per_user,
                   "Unfinished jobs (held, pending, running) a user may have; "
                   "more submissions get 429 (0: no limit)")
@@ -349,6 +354,16 @@ int RunServer(const ServerFlags& f) {
   }
   hopts.tls_cert = f.tls_cert;
   hopts.tls_key = f.tls_key;
+  for (const std::string& r : f.insecure_registries) {
+    if (absl::Status st = CheckInsecureRegistry(r); !st.ok()) {
+      return Fail(absl::StrCat("--insecure-registry: ", st.message()));
+    }
+  }
+  // Thread-safe; outlives the server, which runs inside this function.
+  RegistryImageResolverOptions ropts;
+  ropts.insecure_registries = f.insecure_registries;
+  RegistryImageResolver resolver(ropts);
+  hopts.image_resolver = &resolver;
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
   signal(SIGPIPE, SIG_IGN);

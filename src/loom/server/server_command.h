@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 
@@ -36,6 +37,9 @@ struct ServerFlags {
   // TLS for the API (PEM files); both or neither.
   std::string tls_cert;
   std::string tls_key;
+  // Registries ("host[:port]") spoken to over plain http when resolving a
+  // job's image at submit; every other registry over https.
+  std::vector<std::string> insecure_registries;
 };
 
 CLI::App* AddServerCommand(CLI::App& app, ServerFlags* flags);

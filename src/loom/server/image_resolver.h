@@ -1,0 +1,66 @@
+#pragma once
+
+// Resolving a job's image reference to the digest it names now, at submit
+// (docs/images.md): the one registry request the server makes for a job, so
+// that every task of a gang and every restart runs the same bits.
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "loom/image/image_ref.h"
+
+namespace loom {
+
+// Says what digest a reference names. Implementations are thread-safe:
+// route handlers call them concurrently, without any controller lock.
+class ImageResolver {
+ public:
+  virtual ~ImageResolver() = default;
+
+  // The digest ("sha256:<64 hex>") `ref` names now; a `ref` with a digest
+  // is checked to exist. Errors as `image::RegistryClient::Resolve`'s:
+  // NotFound (unknown repository, tag or digest), Unavailable (the registry
+  // cannot be reached or is failing), PermissionDenied (the registry wants
+  // credentials), DataLoss (it answered with another digest), others for
+  // answers loom cannot use. May block for a network round trip.
+  [[nodiscard]] virtual absl::StatusOr<std::string> Resolve(
+      const image::ImageRef& ref) = 0;
+};
+
+struct RegistryImageResolverOptions {
+  // Registries spoken to over plain http (`--insecure-registry`):
+  // "host:port" matches that registry only, "host" that host on any port.
+  // Every other registry is spoken to over https.
+  std::vector<std::string> insecure_registries;
+  absl::Duration connect_timeout = absl::Seconds(5);
+  // Per read or write; a submit waits at most about this long for an
+  // answer.
+  absl::Duration io_timeout = absl::Seconds(10);
+};
+
+// Resolves over each reference's registry's Distribution API
+// (`image::RegistryClient::Resolve`: one HEAD request). No credentials: a
+// registry that wants them gives PermissionDenied.
+class RegistryImageResolver : public ImageResolver {
+ public:
+  explicit RegistryImageResolver(RegistryImageResolverOptions options)
+      : options_(std::move(options)) {}
+
+  absl::StatusOr<std::string> Resolve(const image::ImageRef& ref) override;
+
+  // Whether `registry` ("host[:port]", as an ImageRef has it) is one of
+  // `options.insecure_registries`.
+  bool IsInsecure(const std::string& registry) const;
+
+ private:
+  const RegistryImageResolverOptions options_;  // constant after construction
+};
+
+// Checks an `--insecure-registry` value: "host" or "host:port" as the first
+// component of an image reference has it. InvalidArgument saying why not.
+absl::Status CheckInsecureRegistry(const std::string& value);
+
+}  // namespace loom
