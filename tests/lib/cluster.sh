@@ -74,13 +74,15 @@ start_server() {
 }
 
 # start_agents N: agents h200-0 .. h200-(N-1) on 127.0.0.2 ..., then waits
-# until all N nodes are up. AGENT_PIDS[i] is agent i's pid.
+# until all N nodes are up. AGENT_PIDS[i] is agent i's pid; AGENT_FLAGS
+# (an array) are added to each agent's command line.
 AGENT_PIDS=()
+AGENT_FLAGS=()
 start_agents() {
   for i in $(seq 0 $(($1 - 1))); do
     "$LOOM" agent --server "$LOOM_SERVER" --listen "127.0.0.$((i + 2)):$((PORT + 1 + i))" \
       --name "h200-$i" --data-dir "$W/agent$i" --emulate 8xH200 \
-      --join-token-file "$W/join.token" > "$W/agent$i.log" 2>&1 &
+      --join-token-file "$W/join.token" "${AGENT_FLAGS[@]}" > "$W/agent$i.log" 2>&1 &
     PIDS+=($!)
     AGENT_PIDS[$i]=$!
   done

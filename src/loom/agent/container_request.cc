@@ -75,6 +75,14 @@ absl::StatusOr<ContainerRequest> ParseContainerRequest(const json& body,
       c.entrypoint.push_back(a.get<std::string>());
     }
   }
+  if (auto it = body.find("no_entrypoint");
+      it != body.end() && !it->is_null()) {
+    if (!it->is_boolean()) {
+      return FieldError(field, "container.no_entrypoint",
+                        "must be true or false");
+    }
+    c.no_entrypoint = it->get<bool>();
+  }
   if (auto it = body.find("writable"); it != body.end() && !it->is_null()) {
     if (!it->is_boolean()) {
       return FieldError(field, "container.writable", "must be true or false");

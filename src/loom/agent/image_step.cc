@@ -146,6 +146,22 @@ class ImageStep : public LaunchStep {
                        " has a ',', ':' or '\\', which an "
                        "overlay mount cannot name"));
     }
+    // The server checked each source against the cluster's allowed
+    // directories, lexically: a symbolic link on the way could lead out of
+    // them, so none is followed.
+    for (size_t i = 0; i < c.mounts.size(); ++i) {
+      const std::string& source = c.mounts[i].source;
+      std::error_code ec;
+      const fs::path real = fs::canonical(source, ec);
+      if (ec || real != fs::path(source).lexically_normal()) {
+        return FieldError(
+            field, absl::StrCat("container.mounts[", i, "].source"),
+            absl::StrCat(source, " on node ", node.name,
+                         ec ? absl::StrCat(": ", ec.message())
+                            : absl::StrCat(" leads to ", real.string(),
+                                           " through a symbolic link")));
+      }
+    }
     absl::StatusOr<image::ImageHandle> handle = node.images->Ensure(*ref);
     if (!handle.ok()) {
       const std::string why =
@@ -180,7 +196,9 @@ class ImageStep : public LaunchStep {
     const std::string bundle = BundleDir(node, proc.launcher_id);
 
     OciConfig oc;
-    oc.args = c.entrypoint.empty() ? img.entrypoint : c.entrypoint;
+    if (!c.no_entrypoint) {
+      oc.args = c.entrypoint.empty() ? img.entrypoint : c.entrypoint;
+    }
     oc.args.insert(oc.args.end(), spec.argv.begin(), spec.argv.end());
     // The image's environment, under the task's (which has the env
     // contract). GPUs: CUDA numbers the devices it can open from 0;
@@ -271,6 +289,8 @@ class ImageStep : public LaunchStep {
 
     sandbox.files.emplace_back(absl::StrCat(bundle, "/config.json"),
                                OciConfigJson(oc));
+    sandbox.files.emplace_back(absl::StrCat(bundle, "/image"),
+                               img.image.digest);
     sandbox.dirs.push_back(
         {absl::StrCat(bundle, "/upper"), std::nullopt, std::nullopt, true});
     sandbox.dirs.push_back(
@@ -299,6 +319,27 @@ class ImageStep : public LaunchStep {
 
 std::string BundleDir(const AgentNode& node, const std::string& launcher_id) {
   return absl::StrCat(node.root, "/containers/", launcher_id);
+}
+
+std::shared_ptr<const ContainerLaunch> ReadoptContainer(const AgentNode& node,
+                                                        const TaskUnit& unit) {
+  for (const TaskProcess& p : unit.procs) {
+    std::ifstream in(absl::StrCat(BundleDir(node, p.launcher_id), "/image"));
+    std::string digest;
+    if (!std::getline(in, digest) || digest.empty()) continue;
+    if (node.images != nullptr) {
+      absl::StatusOr<image::ImageHandle> held = node.images->Acquire(digest);
+      if (held.ok()) {
+        return std::make_shared<ContainerLaunch>(node.images.get(),
+                                                 *std::move(held));
+      }
+    }
+    // Not held any more: nothing to give back, the bundle still goes.
+    image::ImageHandle gone;
+    gone.digest = digest;
+    return std::make_shared<ContainerLaunch>(nullptr, std::move(gone));
+  }
+  return nullptr;
 }
 
 std::unique_ptr<const LaunchStep> MakeImageStep(ImageStepOptions options) {

@@ -41,6 +41,13 @@ struct ContainerLaunch {
 // overlay's rootfs, upper and work directories).
 std::string BundleDir(const AgentNode& node, const std::string& launcher_id);
 
+// For a task a restarted agent re-adopts: the image its bundle names (the
+// `image` file beside config.json), held again so that it is not evicted
+// while the task runs, and so that the bundle goes with the task. Null for a
+// task that is not a container's.
+std::shared_ptr<const ContainerLaunch> ReadoptContainer(const AgentNode& node,
+                                                        const TaskUnit& unit);
+
 struct ImageStepOptions {
   std::string runc = "runc";  // found on the agent's PATH unless absolute
 };

@@ -38,7 +38,10 @@ struct ContainerRequest {
   std::string image_ref;  // as the job's spec wrote it, for messages
   std::vector<ContainerBind> mounts;
   std::string workdir;  // empty: the image's WorkingDir, else "/"
-  std::vector<std::string> entrypoint;  // empty: the image's Entrypoint
+  // Empty: the image's Entrypoint, unless `no_entrypoint` (the spec's
+  // `entrypoint: []`): none.
+  std::vector<std::string> entrypoint;
+  bool no_entrypoint = false;
   bool writable = false;
   int64_t shm_size_bytes = 0;  // 0: the default (image_step.h)
 };

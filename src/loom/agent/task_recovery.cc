@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "loom/agent/agent_metrics.h"
+#include "loom/agent/image_step.h"
 #include "loom/agent/json_values.h"
 #include "loom/agent/task_files.h"
 #include "loom/agent/task_runner.h"
@@ -125,6 +126,8 @@ absl::Status TaskRunner::Recover(AgentNode& node) {
     unit.procs.push_back(FromInfo(info));
     units.push_back(std::move(unit));
   }
+
+  for (TaskUnit& unit : units) unit.container = ReadoptContainer(node, unit);
 
   int running = 0;
   bool report = false;

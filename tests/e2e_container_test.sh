@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Jobs in container images end to end (docs/images.md): a loopback registry
+# (Debian's docker-registry) holds a busybox image built here offline; a
+# server and two agents emulating 8-GPU H200 nodes run a gang of four tasks
+# in it, two on each node. Each task sees only its GPUs' (stand-in) device
+# files, the env contract, the job's uid, a read-only root and its mount;
+# each node pulled each layer once although it ran two tasks. Stop and
+# signals reach the container; a bad image or mount is refused at submit
+# with nothing stored; an image that cannot be pulled on the nodes fails the
+# job with the reason and leaves the nodes up.
+# Usage: tests/e2e_container_test.sh PATH_TO_LOOM
+set -u
+LOOM="$(realpath "$1")"
+cd "$(dirname "$0")/.."
+source tests/lib/cluster.sh
+source tests/lib/registry.sh
+for tool in docker-registry umoci skopeo jq runc; do
+  command -v "$tool" > /dev/null || fail "$tool is not installed (scripts/setup.sh --test)"
+done
+[ "$(id -u)" = 0 ] || { echo "SKIP: container tasks need root (runc)"; exit 0; }
+
+# job_named NAME: the id of the job called NAME.
+job_named() {
+  "$LOOM" queue --all -o json | jq -r --arg n "$1" '.. | objects | select(.name? == $n) | .id' | head -1
+}
+
+start_registry
+mkdir -p "$W/image/etc" "$W/data"
+echo "from the image" > "$W/image/etc/loom-test"
+echo "from the host's data dir" > "$W/data/hello"
+DIGEST=$(push_busybox_image test/busybox:1 "$W/image") || fail "push the image"
+echo "ok: test/busybox:1 ($DIGEST) in the registry on $REG"
+
+write_cluster 2
+cat >> "$W/cluster.yaml" <<YAML
+containers: {allowed_mounts: ["$W/data"]}
+YAML
+start_server --insecure-registry "$REG"
+AGENT_FLAGS=(--insecure-registry "$REG")
+start_agents 2
+
+# The uid a host task of the same user runs as.
+"$LOOM" run -g 1 --name host --wait -- /bin/sh -c 'id -u' > "$W/host.out" 2>&1 || fail "host job: $(cat "$W/host.out")"
+HOST_ID=$(job_named host)
+HOST_UID=$("$LOOM" logs "$HOST_ID" | tr -d '[:space:]')
+
+# Four tasks of four GPUs, two on each node, in the image.
+LAYERS_BEFORE=$(wc -l < "$W/registry.log")
+cat > "$W/boxed.yaml" <<YAML
+name: boxed
+tasks: 4
+resources: {gpus_per_task: 4}
+container:
+  image: $REG/test/busybox:1
+  mounts: ["$W/data:/data:ro"]
+command:
+  - /bin/sh
+  - -c
+  - |
+    echo "rank=\$RANK world=\$WORLD_SIZE cvd=\$CUDA_VISIBLE_DEVICES nvd=\$NVIDIA_VISIBLE_DEVICES"
+    echo "uid=\$(id -u) image_var=\$IMAGE_VAR"
+    echo "devices=\$(ls /dev | grep "^nvidia[0-9]" | tr "\n" " ")"
+    cat /etc/loom-test /data/hello
+    touch /probe 2> /dev/null && echo root=rw || echo root=ro
+    touch /data/probe 2> /dev/null && echo data=rw || echo data=ro
+    grep -q " / overlay " /proc/mounts && echo root=overlay
+    [ -e /work ] || echo no-host-tree
+YAML
+"$LOOM" submit -f "$W/boxed.yaml" > "$W/boxed.out" 2>&1 || fail "submit boxed: $(cat "$W/boxed.out")"
+ID=$(job_named boxed)
+wait_for 60 state_is "$ID" succeeded || fail "boxed did not succeed: $(cat "$W/boxed.out"; "$LOOM" show "$ID")"
+"$LOOM" show "$ID" > "$W/show.txt" || fail "loom show"
+grep -q "$DIGEST" "$W/show.txt" || fail "loom show has no digest: $(cat "$W/show.txt")"
+grep -q "test/busybox:1" "$W/show.txt" || fail "loom show has no image: $(cat "$W/show.txt")"
+for t in 0 1 2 3; do
+  "$LOOM" logs "$ID" --task "$t" > "$W/t$t.out" 2>&1 || fail "logs of task $t"
+  out=$(cat "$W/t$t.out")
+  grep -q "^rank=$t world=4 cvd=0,1,2,3 nvd=[0-9],[0-9],[0-9],[0-9]$" <<< "$out" ||
+    fail "task $t: env contract / GPUs: $out"
+  nvd=$(sed -n 's/.* nvd=//p' <<< "$out")
+  want="nvidia${nvd//,/ nvidia} "
+  grep -qx "devices=$want" <<< "$out" || fail "task $t: devices (want $want): $out"
+  grep -qx "uid=$HOST_UID image_var=from-image" <<< "$out" || fail "task $t: uid/env: $out"
+  grep -qx "from the image" <<< "$out" || fail "task $t: no image file: $out"
+  grep -qx "from the host's data dir" <<< "$out" || fail "task $t: no mount: $out"
+  grep -qx "root=ro" <<< "$out" || fail "task $t: the root is writable: $out"
+  grep -qx "data=ro" <<< "$out" || fail "task $t: the read-only mount is writable: $out"
+  grep -qx "root=overlay" <<< "$out" || fail "task $t: root is not the overlay: $out"
+  grep -qx "no-host-tree" <<< "$out" || fail "task $t: sees the host's tree: $out"
+done
+echo "ok: four tasks in the image saw their GPUs' devices, the contract, uid $HOST_UID, a read-only root and the mount"
+
+# Each layer fetched once per node: two nodes, twice in all.
+sleep 0.5
+tail -n +"$((LAYERS_BEFORE + 1))" "$W/registry.log" > "$W/pulls.log"
+for layer in $(skopeo inspect --raw --tls-verify=false "docker://$REG/test/busybox:1" | jq -r '.layers[].digest'); do
+  n=$(grep -c "\"GET /v2/test/busybox/blobs/$layer " "$W/pulls.log")
+  [ "$n" = 2 ] || fail "layer $layer was fetched $n times by two nodes"
+done
+echo "ok: each node pulled each layer once for its two tasks"
+
+# Stop reaches the container: a task that traps SIGTERM says so.
+"$LOOM" run -g 1 --name trap --image "$REG/test/busybox:1" -- /bin/sh -c \
+  'trap "echo got-term; exit 0" TERM; echo ready; while true; do sleep 0.1; done' > /dev/null ||
+  fail "submit trap"
+TRAP=$(job_named trap)
+wait_for 20 sh -c "'$LOOM' logs $TRAP 2>/dev/null | grep -q ready" || fail "trap never started: $("$LOOM" show "$TRAP")"
+"$LOOM" cancel "$TRAP" > /dev/null || fail "cancel"
+wait_for 20 sh -c "'$LOOM' logs $TRAP 2>/dev/null | grep -q got-term" || fail "SIGTERM did not reach the container: $("$LOOM" logs "$TRAP")"
+wait_for 20 state_is "$TRAP" cancelled || fail "trap not cancelled: $("$LOOM" show "$TRAP")"
+echo "ok: cancel's SIGTERM reached the container's process"
+
+# Bad input at submit: nothing stored.
+before=$("$LOOM" queue --all -o json | grep -c '"id"')
+out=$("$LOOM" run -g 1 --image "$REG/test/busybox:nope" -- true 2>&1) && fail "an unknown tag was accepted"
+grep -q "container.image" <<< "$out" || fail "unknown tag: $out"
+out=$("$LOOM" run -g 1 --image "$REG/test/nothing:1" -- true 2>&1) && fail "an unknown repository was accepted"
+grep -q "container.image" <<< "$out" || fail "unknown repository: $out"
+out=$("$LOOM" run -g 1 --image "not a reference" -- true 2>&1) && fail "a malformed reference was accepted"
+grep -q -- "--image" <<< "$out" || fail "malformed reference: $out"
+# One the CLI lets through, the server's parser refuses (no registry host).
+out=$(curl -s "${AUTH[@]}" -X POST "$LOOM_SERVER/v1/jobs" \
+  -d '{"name": "x", "command": ["true"], "container": {"image": "busybox:1"}}')
+grep -q '"field":"container.image"' <<< "$out" || fail "no registry host: $out"
+out=$("$LOOM" run -g 1 --image "$REG/test/busybox:1" --mount /etc:/host-etc -- true 2>&1) &&
+  fail "a mount outside allowed_mounts was accepted"
+grep -q "container.mounts\[0\]" <<< "$out" || fail "mount outside allowed_mounts: $out"
+out=$("$LOOM" run -g 1 --image "127.0.0.1:1/test/busybox:1" -- true 2>&1) && fail "an unreachable registry was accepted"
+grep -qi "unavailable\|503\|cannot" <<< "$out" || fail "unreachable registry: $out"
+after=$("$LOOM" queue --all -o json | grep -c '"id"')
+[ "$before" = "$after" ] || fail "refused jobs were stored ($before -> $after)"
+echo "ok: bad images and mounts refused at submit, nothing stored"
+
+# A pull that fails on the nodes: the job fails with the reason, no restart
+# loop, the nodes stay up. The job is held while the registry loses the
+# image's blobs after the server pinned its digest.
+push_busybox_image test/gone:1 > /dev/null || fail "push test/gone:1"
+"$LOOM" run -g 8 --nodes 2 --hold --name gone --image "$REG/test/gone:1" -- true > "$W/gone.out" 2>&1 ||
+  fail "submit gone: $(cat "$W/gone.out")"
+GONE=$(job_named gone)
+for layer in $(skopeo inspect --raw --tls-verify=false "docker://$REG/test/gone:1" | jq -r '.layers[].digest'); do
+  rm -rf "$W/registry/docker/registry/v2/blobs/sha256/${layer:7:2}/${layer#sha256:}"
+done
+"$LOOM" release "$GONE" > /dev/null || fail "release gone"
+wait_for 30 state_is "$GONE" failed || fail "gone did not fail: $("$LOOM" show "$GONE")"
+"$LOOM" show "$GONE" > "$W/gone.txt"
+grep -q "pulling image" "$W/gone.txt" || fail "no pull failure in the reason: $(cat "$W/gone.txt")"
+[ "$(jget "$GONE" "j.get('restart_count', 0)")" = 0 ] || fail "gone was restarted: $(cat "$W/gone.txt")"
+[ "$("$LOOM" nodes -o json | grep -c '"up"')" = 2 ] || fail "a node is not up: $("$LOOM" nodes)"
+echo "ok: a pull that fails on the nodes failed the job with the reason; the nodes stay up"
+echo "all checks passed"

@@ -1,0 +1,47 @@
+# Shared by the container tests: Debian's docker-registry on loopback and a
+# busybox image built offline (umoci, skopeo; ../shared/COMPONENTS.md 9).
+# Needs W (a scratch dir) and PORT (tests/lib/ports.sh) set, and `fail`.
+# Sets REG (host:port) and REGISTRY_PID; the registry's access log is
+# $W/registry.log.
+
+# start_registry [PORT_OFFSET]: starts it on 127.0.0.1:PORT+OFFSET (default
+# 50) and waits until /v2/ answers.
+start_registry() {
+  REG="127.0.0.1:$((PORT + ${1:-50}))"
+  cat > "$W/registry.yml" <<YAML
+version: 0.1
+log: {level: info, accesslog: {disabled: false}}
+storage: {filesystem: {rootdirectory: $W/registry}}
+http: {addr: $REG}
+YAML
+  docker-registry serve "$W/registry.yml" >> "$W/registry.log" 2>&1 &
+  REGISTRY_PID=$!
+  PIDS+=("$REGISTRY_PID")
+  for _ in $(seq 100); do
+    curl -sf "http://$REG/v2/" > /dev/null && return 0
+    sleep 0.1
+  done
+  fail "the registry did not start on $REG"
+}
+
+# push_busybox_image NAME:TAG [DIR]: an image of busybox (with links for
+# its applets) plus the files of DIR (copied to the root), pushed to the
+# registry as NAME:TAG. Prints its digest.
+push_busybox_image() {
+  local ref=$1 extra=${2:-} layout="$W/oci-$$-$RANDOM"
+  umoci init --layout "$layout" > /dev/null || fail "umoci init"
+  umoci new --image "$layout:t" > /dev/null || fail "umoci new"
+  umoci unpack --image "$layout:t" "$layout.bundle" > /dev/null || fail "umoci unpack"
+  mkdir -p "$layout.bundle/rootfs/bin" "$layout.bundle/rootfs/tmp"
+  cp /bin/busybox "$layout.bundle/rootfs/bin/busybox"
+  for applet in $(/bin/busybox --list); do
+    [ -e "$layout.bundle/rootfs/bin/$applet" ] || ln -s busybox "$layout.bundle/rootfs/bin/$applet"
+  done
+  [ -n "$extra" ] && cp -a "$extra/." "$layout.bundle/rootfs/"
+  umoci repack --image "$layout:t" "$layout.bundle" > /dev/null || fail "umoci repack"
+  umoci config --image "$layout:t" --config.env "IMAGE_VAR=from-image" > /dev/null ||
+    fail "umoci config"
+  skopeo copy -q --dest-tls-verify=false "oci:$layout:t" "docker://$REG/$ref" ||
+    fail "skopeo copy to $REG/$ref"
+  skopeo inspect --tls-verify=false "docker://$REG/$ref" | jq -r .Digest
+}
