@@ -17,7 +17,6 @@
 namespace loom {
 namespace {
 
-constexpr size_t kMaxPathLength = 4096;
 constexpr size_t kMaxEntrypointArgs = 4096;
 constexpr int64_t kMaxShmSize = int64_t{1} << 50;  // 1 PiB
 // The directories the runtime sets up in every container itself.

@@ -21,6 +21,8 @@ namespace loom {
 // The longest image reference a spec may carry (the Distribution grammar
 // allows a 255-character name, a 128-character tag and a digest).
 inline constexpr size_t kMaxImageRefLength = 512;
+// The longest path a spec may give (a working or container directory).
+inline constexpr size_t kMaxPathLength = 4096;
 // The most mounts one job may ask for.
 inline constexpr size_t kMaxContainerMounts = 64;
 

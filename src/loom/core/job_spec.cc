@@ -51,7 +51,6 @@ constexpr absl::Duration kMaxTimeLimit = absl::Hours(24 * 365);
 constexpr absl::Duration kMaxGrace = absl::Hours(24);
 constexpr size_t kMaxNameLength = 63;
 constexpr size_t kMaxIdLength = 128;  // project, user, priority, model
-constexpr size_t kMaxPathLength = 4096;
 constexpr size_t kMaxArgs = 4096;
 constexpr size_t kMaxEnvVars = 1024;
 constexpr size_t kMaxEnvNameLength = 256;

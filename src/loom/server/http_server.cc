@@ -417,7 +417,6 @@ void HttpServer::DispatchLoop() {
       c->set_tcp_nodelay(true);
 
       c->set_connection_timeout(3);
-      c->set_read_timeout(30);
     }
     const std::string path =
         a.kind == AgentAction::Kind::kLaunch
@@ -433,6 +432,13 @@ void HttpServer::DispatchLoop() {
       // here, not in the controller, so that it is never stored.
       a.body["env"]["LOOM_TOKEN"] = options_.auth->JobToken(a.job, a.run);
     }
+    // An agent answers a launch once the task's processes are exec'd; for a
+    // task in an image that includes pulling the image when the node lacks
+    // it (docs/images.md, "Left": pulling in the background is next).
+    c->set_read_timeout(a.kind == AgentAction::Kind::kLaunch &&
+                                a.body.contains("container")
+                            ? 600
+                            : 30);
     httplib::Result r =
         c->Post(path, headers, a.body.dump(), "application/json");
     absl::Status st;
