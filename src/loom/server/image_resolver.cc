@@ -10,7 +10,7 @@ namespace loom {
 namespace {
 
 // The host of "host[:port]" ("[::1]:5000" gives "[::1]"), lower-cased.
-std::string HostOf(const std::string& registry) {
+std::string RegistryHost(const std::string& registry) {
   std::string host = registry;
   const size_t colon = host.rfind(':');
   const size_t bracket = host.rfind(']');
@@ -22,15 +22,15 @@ std::string HostOf(const std::string& registry) {
 }
 
 bool HasPort(const std::string& registry) {
-  return HostOf(registry).size() != registry.size();
+  return RegistryHost(registry).size() != registry.size();
 }
 
 }  // namespace
 
 bool RegistryImageResolver::IsInsecure(const std::string& registry) const {
-  const std::string host = HostOf(registry);
+  const std::string host = RegistryHost(registry);
   for (const std::string& entry : options_.insecure_registries) {
-    if (HostOf(entry) != host) continue;
+    if (RegistryHost(entry) != host) continue;
     if (!HasPort(entry) ||
         absl::AsciiStrToLower(entry) == absl::AsciiStrToLower(registry)) {
       return true;
