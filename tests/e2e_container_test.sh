@@ -5,7 +5,8 @@
 # in it, two on each node. Each task sees only its GPUs' (stand-in) device
 # files, the env contract, the job's uid, a read-only root and its mount;
 # each node pulled each layer once although it ran two tasks. Stop and
-# signals reach the container; a bad image or mount is refused at submit
+# signals reach the container; a container task outlives its agent's kill -9
+# and is re-adopted; a bad image or mount is refused at submit
 # with nothing stored; an image that cannot be pulled on the nodes fails the
 # job with the reason and leaves the nodes up.
 # Usage: tests/e2e_container_test.sh PATH_TO_LOOM
@@ -109,6 +110,25 @@ wait_for 20 sh -c "'$LOOM' logs $TRAP 2>/dev/null | grep -q ready" || fail "trap
 wait_for 20 sh -c "'$LOOM' logs $TRAP 2>/dev/null | grep -q got-term" || fail "SIGTERM did not reach the container: $("$LOOM" logs "$TRAP")"
 wait_for 20 state_is "$TRAP" cancelled || fail "trap not cancelled: $("$LOOM" show "$TRAP")"
 echo "ok: cancel's SIGTERM reached the container's process"
+
+# An agent killed while a container task runs: the task's shim and runc keep
+# it running, the restarted agent re-adopts it (and its image), and it ends
+# as it would have; once forgotten, its bundle is gone.
+"$LOOM" run -g 8 --name survivor --image "$REG/test/busybox:1" -- /bin/sh -c \
+  'echo started; sleep 4; echo finished' > /dev/null || fail "submit survivor"
+SURVIVOR=$(job_named survivor)
+wait_for 20 sh -c "'$LOOM' logs $SURVIVOR 2>/dev/null | grep -q started" ||
+  fail "survivor never started: $("$LOOM" show "$SURVIVOR")"
+NODE=$(jget "$SURVIVOR" "j['placement']['tasks'][0]['node']")
+I=${NODE#h200-}
+kill -9 "${AGENT_PIDS[$I]}"
+restart_agent "$I"
+grep -Eq "recovered [0-9]+ tasks \([1-9][0-9]* running" "$W/agent$I.log" || fail "the task was not re-adopted: $(tail -5 "$W/agent$I.log")"
+wait_for 30 state_is "$SURVIVOR" succeeded || fail "survivor after the agent's restart: $("$LOOM" show "$SURVIVOR")"
+"$LOOM" logs "$SURVIVOR" | grep -q finished || fail "survivor did not finish: $("$LOOM" logs "$SURVIVOR")"
+wait_for 20 sh -c "[ -z \"\$(ls '$W/agent$I/containers')\" ]" ||
+  fail "bundles left: $(ls "$W/agent$I/containers")"
+echo "ok: a container task outlived its agent's kill -9, was re-adopted and finished; its bundle went"
 
 # Bad input at submit: nothing stored.
 before=$("$LOOM" queue --all -o json | grep -c '"id"')

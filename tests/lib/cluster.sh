@@ -78,19 +78,34 @@ start_server() {
 # (an array) are added to each agent's command line.
 AGENT_PIDS=()
 AGENT_FLAGS=()
+launch_agent() {
+  local i=$1
+  "$LOOM" agent --server "$LOOM_SERVER" --listen "127.0.0.$((i + 2)):$((PORT + 1 + i))" \
+    --name "h200-$i" --data-dir "$W/agent$i" --emulate 8xH200 \
+    --join-token-file "$W/join.token" "${AGENT_FLAGS[@]}" >> "$W/agent$i.log" 2>&1 &
+  PIDS+=($!)
+  AGENT_PIDS[$i]=$!
+}
 start_agents() {
-  for i in $(seq 0 $(($1 - 1))); do
-    "$LOOM" agent --server "$LOOM_SERVER" --listen "127.0.0.$((i + 2)):$((PORT + 1 + i))" \
-      --name "h200-$i" --data-dir "$W/agent$i" --emulate 8xH200 \
-      --join-token-file "$W/join.token" "${AGENT_FLAGS[@]}" > "$W/agent$i.log" 2>&1 &
-    PIDS+=($!)
-    AGENT_PIDS[$i]=$!
-  done
+  for i in $(seq 0 $(($1 - 1))); do launch_agent "$i"; done
   for _ in $(seq 100); do
     [ "$("$LOOM" nodes -o json 2>/dev/null | grep -c '"up"')" = "$1" ] && return 0
     sleep 0.1
   done
   fail "agents did not register"
+}
+
+# restart_agent I: agent I again (after the test killed it), with the same
+# flags and data dir; waits until its node h200-I is up.
+restart_agent() {
+  launch_agent "$1"
+  for _ in $(seq 100); do
+    "$LOOM" nodes -o json 2>/dev/null | jq -e --arg n "h200-$1" \
+      '[.. | objects | select(.name? == $n and .state? == "up")] | length > 0' > /dev/null &&
+      return 0
+    sleep 0.1
+  done
+  fail "agent $1 did not come back"
 }
 
 # submit_streams CLIENTS PER_CLIENT: starts CLIENTS clients in the
