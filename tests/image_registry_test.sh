@@ -33,24 +33,8 @@ for tool in docker-registry umoci skopeo jq; do
 done
 [ -x /bin/busybox ] || fail "busybox-static is not installed (scripts/setup.sh --test)"
 source tests/lib/ports.sh
-REG="127.0.0.1:$PORT"
-
-cat > "$W/registry.yml" <<YAML
-version: 0.1
-log: {level: info, accesslog: {disabled: false}}
-storage: {filesystem: {rootdirectory: $W/registry}}
-http: {addr: $REG}
-YAML
-start_registry() {
-  docker-registry serve "$W/registry.yml" >> "$W/registry.log" 2>&1 &
-  REGISTRY_PID=$!
-  for _ in $(seq 100); do
-    curl -sf "http://$REG/v2/" > /dev/null && return 0
-    sleep 0.1
-  done
-  fail "the registry did not start on $REG"
-}
-start_registry
+source tests/lib/registry.sh
+start_registry 0
 echo "ok: docker-registry on $REG"
 
 # An image: busybox and a file of the test's, in two layers; the upper one

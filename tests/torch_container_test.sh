@@ -10,6 +10,7 @@ set -u
 LOOM="$(realpath "$1")"
 cd "$(dirname "$0")/.."
 source tests/lib/cluster.sh
+source tests/lib/ddp.sh
 source tests/lib/registry.sh
 PY=/usr/bin/python3
 [ "$(id -u)" = 0 ] || { echo "SKIP: container tasks need root (runc)"; exit 0; }
@@ -35,23 +36,7 @@ t0=$(date +%s)
   --image "$REG/test/torch:1" -e GLOO_SOCKET_IFNAME=lo --wait -- \
   /usr/bin/python3 /app/ddp_check.py > "$W/run.out" 2>&1
 rc=$?
-ID=$(grep -o 'submitted job [0-9]*' "$W/run.out" | grep -o '[0-9]*$')
-[ -n "$ID" ] || fail "no job id: $(cat "$W/run.out")"
-for t in 0 1; do
-  for p in 0 1; do
-    "$LOOM" logs "$ID" --task $t --process $p >> "$W/ranks.out" 2>&1
-    "$LOOM" logs "$ID" --task $t --process $p --stderr >> "$W/stderr.out" 2>&1
-  done
-done
-[ $rc = 0 ] || fail "job failed (rc=$rc): $(cat "$W/run.out" "$W/ranks.out" "$W/stderr.out")"
-cat "$W/ranks.out"
-for t in 0 1; do
-  for p in 0 1; do
-    r=$((t * 2 + p))
-    grep -q "^rank=$r world=4 local_rank=$p local_world=2 node_rank=$t master=127.0.0.2 rank_sum=6 ddp_in_sync=True$" "$W/ranks.out" ||
-      fail "rank $r line missing or wrong: $(cat "$W/ranks.out" "$W/stderr.out")"
-  done
-done
+check_ddp_run "$rc"
 "$LOOM" show "$ID" | grep -q "$DIGEST" || fail "loom show has no digest"
 echo "ok: 2 nodes x 2 processes of torch.distributed (gloo) in the image, pulls and run in $(($(date +%s) - t0)) s"
 echo "all checks passed"

@@ -9,6 +9,7 @@ set -u
 LOOM="$(realpath "$1")"
 cd "$(dirname "$0")/.."
 source tests/lib/cluster.sh
+source tests/lib/ddp.sh
 PY=/usr/bin/python3
 "$PY" -c "import torch.distributed as d; assert d.is_available()" 2>/dev/null ||
   fail "$PY has no torch.distributed: install python3-torch (scripts/setup.sh does)"
@@ -24,24 +25,7 @@ echo "ok: two agents registered"
   -e GLOO_SOCKET_IFNAME=lo --wait -- "$PY" "$PWD/tests/torch/ddp_check.py" \
   > "$W/run.out" 2>&1
 rc=$?
-ID=$(grep -o 'submitted job [0-9]*' "$W/run.out" | grep -o '[0-9]*$')
-[ -n "$ID" ] || fail "no job id: $(cat "$W/run.out")"
-for t in 0 1; do
-  for p in 0 1; do
-    "$LOOM" logs "$ID" --task $t --process $p >> "$W/ranks.out" 2>&1
-    "$LOOM" logs "$ID" --task $t --process $p --stderr >> "$W/stderr.out" 2>&1
-  done
-done
-[ $rc = 0 ] || fail "job failed (rc=$rc): $(cat "$W/run.out" "$W/ranks.out" "$W/stderr.out")"
-cat "$W/ranks.out"
-# Ranks 0,1 on node 0 (127.0.0.2) and 2,3 on node 1; rank = node x 2 + local.
-for t in 0 1; do
-  for p in 0 1; do
-    r=$((t * 2 + p))
-    grep -q "^rank=$r world=4 local_rank=$p local_world=2 node_rank=$t master=127.0.0.2 rank_sum=6 ddp_in_sync=True$" "$W/ranks.out" ||
-      fail "rank $r line missing or wrong: $(cat "$W/ranks.out" "$W/stderr.out")"
-  done
-done
+check_ddp_run "$rc"
 # The two tasks ran on two different nodes.
 "$LOOM" show "$ID" -o json > "$W/show.json"
 grep -q '"h200-0"' "$W/show.json" && grep -q '"h200-1"' "$W/show.json" ||

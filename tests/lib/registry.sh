@@ -1,4 +1,4 @@
-# Shared by the container tests: Debian's docker-registry on loopback and a
+# Shared by the image and container tests: Debian's docker-registry on loopback and a
 # busybox image built offline (umoci, skopeo; ../shared/COMPONENTS.md 9).
 # Needs W (a scratch dir) and PORT (tests/lib/ports.sh) set, and `fail`.
 # Sets REG (host:port) and REGISTRY_PID; the registry's access log is
