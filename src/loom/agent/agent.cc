@@ -331,6 +331,9 @@ void Agent::Impl::Shutdown() {
   if (api_ != nullptr) api_->Stop();
   if (!started_.load()) return;
   if (supervise_thread_.joinable()) supervise_thread_.join();
+  // Launches still pulling their image finish (or fail) first: their
+  // threads report to the session, stopped but not yet destroyed.
+  runner_->Shutdown();
   health_->Stop();
   log_("info", "", "agent stopped; tasks keep running");
 }

@@ -108,6 +108,24 @@ bool SafeInOverlayOptions(const std::string& path) {
   return path.find_first_of(",:\\") == std::string::npos;
 }
 
+// Keeps `handle` for the launch (given back with the last holder) and
+// reads the image's config.
+absl::Status HoldImage(LaunchContext& ctx, image::ImageHandle handle,
+                       std::string* field) {
+  const ContainerRequest& c = *ctx.request.container;
+  auto launch = std::make_shared<ContainerLaunch>(ctx.node.images.get(),
+                                                  std::move(handle));
+  if (absl::Status s = ReadImageConfig(launch->image.config, *launch);
+      !s.ok()) {
+    return FieldError(
+        field, "container.image",
+        absl::StrCat("image ", c.image_ref, " on node ", ctx.node.name,
+                     ": its config: ", Str(s.message())));
+  }
+  ctx.container = std::move(launch);
+  return absl::OkStatus();
+}
+
 class ImageStep : public LaunchStep {
  public:
   explicit ImageStep(ImageStepOptions options) : options_(std::move(options)) {}
@@ -162,7 +180,31 @@ class ImageStep : public LaunchStep {
                                            " through a symbolic link")));
       }
     }
-    absl::StatusOr<image::ImageHandle> handle = node.images->Ensure(*ref);
+    // Held already (another task's, or cached): no pull, the launch goes
+    // on at once. Otherwise Fetch pulls it, in the background.
+    if (absl::StatusOr<image::ImageHandle> held =
+            node.images->Acquire(ref->digest);
+        held.ok()) {
+      return HoldImage(ctx, *std::move(held), field);
+    }
+    return absl::OkStatus();
+  }
+
+  bool NeedsFetch(const LaunchContext& ctx) const override {
+    return ctx.request.container.has_value() && ctx.container == nullptr;
+  }
+
+  absl::Status Fetch(LaunchContext& ctx, ImagePullMeter& meter) const override {
+    const ContainerRequest& c = *ctx.request.container;
+    const AgentNode& node = ctx.node;
+    absl::StatusOr<image::ImageRef> ref = image::ParseImageRef(c.image);
+    if (!ref.ok()) return ref.status();  // Prepare checked it
+    absl::StatusOr<image::ImageHandle> handle =
+        node.images->Ensure(*ref, [&meter](const image::PullProgress& p) {
+          meter.phase.store(static_cast<int>(p.phase));
+          meter.bytes_done.store(p.bytes_done);
+          meter.bytes_total.store(p.bytes_total);
+        });
     if (!handle.ok()) {
       const std::string why =
           absl::StrCat("pulling image ", c.image_ref, " on node ", node.name,
@@ -170,21 +212,10 @@ class ImageStep : public LaunchStep {
       ctx.log("warn", node.name,
               absl::StrCat("launch of task ", ctx.request.task_id,
                            " failed: ", why));
-      // Refused (400): the server fails the job with the reason, without
-      // a restart loop; the node stays in service.
-      return FieldError(field, "container.image", why);
+      return absl::InvalidArgumentError(why);
     }
-    auto launch = std::make_shared<ContainerLaunch>(node.images.get(),
-                                                    *std::move(handle));
-    if (absl::Status s = ReadImageConfig(launch->image.config, *launch);
-        !s.ok()) {
-      return FieldError(
-          field, "container.image",
-          absl::StrCat("image ", c.image_ref, " on node ", node.name,
-                       ": its config: ", Str(s.message())));
-    }
-    ctx.container = std::move(launch);
-    return absl::OkStatus();
+    std::string field;
+    return HoldImage(ctx, *std::move(handle), &field);
   }
 
   void Apply(const LaunchContext& ctx, const TaskProcess& proc, int,

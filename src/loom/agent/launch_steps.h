@@ -56,6 +56,18 @@ class LaunchStep {
     return absl::OkStatus();
   }
 
+  // Whether, after Prepare, this step has slow work left before the
+  // processes can start (an image to pull). The runner then answers the
+  // launch at once, the task `pulling`, and runs Fetch on a thread of its
+  // own.
+  virtual bool NeedsFetch(const LaunchContext& ctx) const { return false; }
+
+  // The slow work, reporting to `meter`. An error fails the task, refused
+  // (the server does not run it again), with the message.
+  virtual absl::Status Fetch(LaunchContext& ctx, ImagePullMeter& meter) const {
+    return absl::OkStatus();
+  }
+
   // Once per process `k` of `proc` (its launcher id and log paths set):
   // adds this step's part to the process's spec.
   virtual void Apply(const LaunchContext& ctx, const TaskProcess& proc, int k,
