@@ -38,6 +38,7 @@ struct AgentFlags {
   std::vector<std::string> insecure_registries;  // --insecure-registry
   std::string image_budget = "0";                // --image-budget (0: none)
   std::string runc = "runc";                     // --runc
+  std::vector<std::string> cdi_dirs;             // --cdi-dir
 };
 
 // Registers `agent` on `app`; `flags` must outlive the parse.

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "loom/agent/agent_log.h"
 #include "loom/agent/agent_node.h"
+#include "loom/agent/gpu_driver_files.h"
 #include "loom/agent/launch_request.h"
 #include "loom/agent/task_launcher.h"
 #include "loom/agent/user_account.h"
@@ -86,8 +87,10 @@ struct LaunchStepsOptions {
   // Default checkpoint directories under each node's directory; false
   // (fake tasks): none.
   bool checkpoint_dirs = true;
-  // The container runtime of tasks in images (image_step.h).
+  // The container runtime of tasks in images (image_step.h), and where their
+  // GPU driver files come from (gpu_driver_files.h).
   std::string runc = "runc";
+  GpuDriverOptions gpu_driver;
 };
 
 // The steps of every launch, in order: task files (logs), the env contract
