@@ -71,10 +71,14 @@ PY
 mkdir -p "$W/big"
 head -c "$((SIZE_MIB << 20))" /dev/urandom > "$W/big/blob"
 BIG=$(push_busybox_image bench/big:1 "$W/big") || fail "push big"
+# The launch is answered at once (202, pulling); the pull is over when the
+# task leaves `pulling`.
 t0=$(date +%s.%N)
 curl -sf -X POST "http://$AGENT/v1/tasks" -d "{\"task_id\": \"big\", \"argv\": [\"true\"], \"container\": {\"image\": \"$REG/bench/big@$BIG\"}}" > /dev/null ||
   fail "launch in the big image: $(tail -3 "$W/agent.log")"
+while curl -sf "http://$AGENT/v1/tasks/big" | grep -q '"state":"pulling"'; do sleep 0.01; done
 t1=$(date +%s.%N)
+curl -sf "http://$AGENT/v1/tasks/big" | grep -q '"state":"lost"' && fail "the big pull failed: $(tail -3 "$W/agent.log")"
 rm -rf "$W/ref"
 t2=$(date +%s.%N)
 skopeo copy -q --src-tls-verify=false "docker://$REG/bench/big:1" "oci:$W/ref:t" || fail "skopeo copy"
@@ -84,4 +88,42 @@ python3 -c "
 size = $SIZE_MIB * 1.048576
 a, b = $t1 - $t0, $t3 - $t2
 print(f'cold pull + unpack of {size:.0f} MB: loom agent {a:.2f} s ({size / a:.0f} MB/s); skopeo copy + umoci unpack {b:.2f} s ({size / b:.0f} MB/s)')"
+
+# Eight one-GPU tasks of one image not on the node yet, launched at once:
+# one pull (each layer fetched once), and the time until all eight ran.
+mkdir -p "$W/eight"
+echo eight > "$W/eight/marker"
+EIGHT=$(push_busybox_image bench/eight:1 "$W/eight") || fail "push eight"
+BEFORE=$(wc -l < "$W/registry.log")
+python3 - "$AGENT" "$W/agent/logs" "$REG/bench/eight@$EIGHT" <<'PY' || fail "eight tasks"
+import json, os, sys, threading, time, urllib.request
+agent, logs, image = sys.argv[1:4]
+def post(k):
+    body = {"task_id": f"eight.{k}", "job_id": 8, "argv": ["/bin/sh", "-c", "cat /marker"],
+            "gpus": [k], "container": {"image": image}}
+    req = urllib.request.Request(f"http://{agent}/v1/tasks", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(req, timeout=60).read()
+t0 = time.time()
+threads = [threading.Thread(target=post, args=(k,)) for k in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+answered = time.time() - t0
+while time.time() - t0 < 60:
+    done = sum(1 for k in range(8) if os.path.exists(f"{logs}/eight.{k}.out") and
+               open(f"{logs}/eight.{k}.out").read().strip() == "eight")
+    if done == 8: break
+    time.sleep(0.005)
+else:
+    raise SystemExit(f"only {done} of 8 tasks ran")
+print(f"eight tasks, one image not on the node: all launches answered in {answered * 1000:.0f} ms, all 8 ran after {(time.time() - t0) * 1000:.0f} ms")
+PY
+layers=$(skopeo inspect --raw --tls-verify=false "docker://$REG/bench/eight:1" | jq -r '.layers[].digest')
+fetched=0
+for layer in $layers; do
+  n=$(tail -n +"$((BEFORE + 1))" "$W/registry.log" | grep -c "\"GET /v2/bench/eight/blobs/$layer ")
+  fetched=$((fetched + n))
+done
+echo "eight tasks: $(wc -w <<< "$layers") layer(s) fetched $fetched time(s) in all (one pull)"
+[ "$fetched" = "$(wc -w <<< "$layers")" ] || fail "eight tasks fetched the layers $fetched times"
 echo "bench done"
