@@ -3,10 +3,10 @@
 For tests/torch_container_test.sh: the root file system of a container
 image made from the host's own files (no network). It imports torch, starts
 a one-process gloo group, then copies, at their own paths under DEST: the
-interpreter, its standard library, the dist-packages the run imported, every
-shared library mapped into the process (and the links in the library
-directories that name them: the sonames the loader looks for), the loader's
-cache. Usage: /usr/bin/python3 host_python_image.py DEST
+interpreter, its standard library, the dist-packages the run imported (with
+their bytecode), every shared library mapped into the process (and the links
+in the library directories that name them: the sonames the loader looks
+for), the loader's cache. Usage: /usr/bin/python3 host_python_image.py DEST
 """
 import os
 import shutil
@@ -54,9 +54,11 @@ def main():
     for f in sorted(files):
         copy(f)
     for t in sorted(trees):
+        # With their __pycache__: in a read-only image Python would
+        # otherwise compile every module it imports at each start (torch's
+        # take seconds), and could not keep the bytecode.
         shutil.copytree(t, dest + t, symlinks=True, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__", "test",
-                                                      "tests"))
+                        ignore=shutil.ignore_patterns("test", "tests"))
     # The names the loader and the interpreter are found by.
     for d in ("/usr/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/bin"):
         for entry in os.scandir(d):
