@@ -103,14 +103,14 @@ grep -q "pulled its image in" "$W/show.txt" || fail "no pull event in loom show:
 echo "ok: the pull is a phase of the start in the job's events"
 
 # The nodes' images, and a pull asked ahead of a run.
-wait_for 10 sh -c "\"$LOOM\" images | grep -c 'test/busybox:1 .* present' | grep -qx 2" ||
+wait_for 10 sh -c "\"$LOOM\" images | grep -c 'test/busybox .* present' | grep -qx 2" ||
   fail "loom images does not list the image on both nodes: $("$LOOM" images)"
 push_busybox_image test/pre:1 > /dev/null || fail "push test/pre:1"
 PRE_BEFORE=$(wc -l < "$W/registry.log")
 "$LOOM" image pull "$REG/test/pre:1" --nodes h200-1 > "$W/pre.out" 2>&1 || fail "image pull: $(cat "$W/pre.out")"
 grep -q "^h200-1: pulled" "$W/pre.out" || fail "image pull: $(cat "$W/pre.out")"
-"$LOOM" images --node h200-1 | grep -q "test/pre:1 .* present" || fail "pre-pulled image not listed: $("$LOOM" images)"
-"$LOOM" images --node h200-0 | grep -q "test/pre:1" && fail "h200-0 was not asked to pull: $("$LOOM" images)"
+"$LOOM" images --node h200-1 | grep -q "test/pre .* present" || fail "pre-pulled image not listed: $("$LOOM" images)"
+"$LOOM" images --node h200-0 | grep -q "test/pre" && fail "h200-0 was not asked to pull: $("$LOOM" images)"
 tail -n +"$((PRE_BEFORE + 1))" "$W/registry.log" | grep -q '"GET /v2/test/pre/blobs/' || fail "no blob fetched by the pre-pull"
 "$LOOM" image pull "$REG/test/pre:1" --nodes h200-1 > "$W/pre2.out" 2>&1 || fail "image pull again: $(cat "$W/pre2.out")"
 "$LOOM" image pull "$REG/test/nothere:1" --pool h200 > "$W/nothere.out" 2>&1 && fail "pull of an unknown tag succeeded"

@@ -1,5 +1,6 @@
 #include "loom/cli/image_verbs.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <set>
@@ -51,9 +52,16 @@ std::string FormatImageTable(const Json& images) {
   for (const Json& node : Items(images, "nodes")) {
     const std::string name = Cell(node, "node");
     for (const Json& image : Items(node, "images")) {
+      // The repository of each reference: the digest has a column of its
+      // own (nodes pull the pinned `repo@digest` a job's tag resolved to).
       std::vector<std::string> refs;
       for (const Json& r : Items(image, "refs")) {
-        if (r.is_string()) refs.push_back(r.get<std::string>());
+        if (!r.is_string()) continue;
+        std::string ref = r.get<std::string>();
+        ref = ref.substr(0, ref.find('@'));
+        if (std::find(refs.begin(), refs.end(), ref) == refs.end()) {
+          refs.push_back(ref);
+        }
       }
       rows.push_back({name, refs.empty() ? "-" : absl::StrJoin(refs, ","),
                       ShortDigest(Str(image, "digest")),
@@ -110,11 +118,11 @@ int WaitForPulls(const Verb& v, ApiClient& client, const std::string& digest,
     }
     if (asked.empty()) break;
     if (absl::Now() > deadline) {
-      return v.Fail(kExitFailed,
-                    absl::StrCat("timed out after ",
-                                 absl::FormatDuration(timeout), "; ",
-                                 asked.size(), " node(s) still pulling: ",
-                                 absl::StrJoin(asked, ",")));
+      return v.Fail(
+          kExitFailed,
+          absl::StrCat("timed out after ", absl::FormatDuration(timeout), "; ",
+                       asked.size(),
+                       " node(s) still pulling: ", absl::StrJoin(asked, ",")));
     }
     if (absl::Now() >= next_note) {
       std::vector<std::string> parts;
@@ -141,9 +149,8 @@ int WaitForPulls(const Verb& v, ApiClient& client, const std::string& digest,
 int Image(const Verb& v) {
   const JobCommandFlags& f = v.flags;
   if (f.image_action != "pull") {
-    return v.Fail(kExitUsage,
-                  absl::StrCat("image: '", f.image_action,
-                               "' is not an action (pull)"));
+    return v.Fail(kExitUsage, absl::StrCat("image: '", f.image_action,
+                                           "' is not an action (pull)"));
   }
   if (!f.image_pool.empty() && !f.image_nodes.empty()) {
     return v.Fail(kExitUsage, "give --pool or --nodes, not both");
@@ -164,14 +171,15 @@ int Image(const Verb& v) {
   }
   const std::string pinned = Str(*answer, "pinned");
   if (f.output.empty()) {
-    v.out() << "pulling " << Str(*answer, "image") << " (" << pinned
-            << ") on " << asked.size() << " node(s)";
+    v.out() << "pulling " << Str(*answer, "image") << " (" << pinned << ") on "
+            << asked.size() << " node(s)";
     std::vector<std::string> skipped;
     for (const Json& s : Items(*answer, "skipped")) {
-      skipped.push_back(absl::StrCat(Str(s, "node"), " (", Str(s, "reason"),
-                                     ")"));
+      skipped.push_back(
+          absl::StrCat(Str(s, "node"), " (", Str(s, "reason"), ")"));
     }
-    if (!skipped.empty()) v.out() << "; skipped " << absl::StrJoin(skipped, ", ");
+    if (!skipped.empty())
+      v.out() << "; skipped " << absl::StrJoin(skipped, ", ");
     v.out() << "\n";
   }
   if (f.no_wait) return kExitOk;
@@ -194,8 +202,9 @@ void AddImageVerbs(CLI::App& app, JobCommandFlags* f) {
   image->add_option("action", f->image_action, "pull")
       ->required()
       ->check(CLI::IsMember({"pull"}));
-  image->add_option("ref", f->image_ref,
-                    "The image (host:5000/team/train:1.4 or ...@sha256:...)")
+  image
+      ->add_option("ref", f->image_ref,
+                   "The image (host:5000/team/train:1.4 or ...@sha256:...)")
       ->required();
   image->add_option("--pool", f->image_pool, "Every node of this pool");
   image->add_option("--nodes", f->image_nodes, "These nodes (comma-separated)")
