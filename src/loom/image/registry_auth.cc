@@ -60,9 +60,9 @@ std::string CredentialsKeyRegistry(std::string_view key) {
   return k;
 }
 
-absl::StatusOr<std::string> StringField(const nlohmann::json& entry,
-                                        const char* name,
-                                        const std::string& where) {
+absl::StatusOr<std::string> CredentialsStringField(const nlohmann::json& entry,
+                                                   const char* name,
+                                                   const std::string& where) {
   if (!entry.contains(name)) return std::string();
   if (!entry[name].is_string()) {
     return absl::InvalidArgumentError(
@@ -78,11 +78,14 @@ absl::StatusOr<RegistryCredential> ParseCredentialsEntry(
         absl::StrCat(where, ": expected an object"));
   }
   RegistryCredential c;
-  absl::StatusOr<std::string> auth = StringField(entry, "auth", where);
-  absl::StatusOr<std::string> username = StringField(entry, "username", where);
-  absl::StatusOr<std::string> password = StringField(entry, "password", where);
+  absl::StatusOr<std::string> auth =
+      CredentialsStringField(entry, "auth", where);
+  absl::StatusOr<std::string> username =
+      CredentialsStringField(entry, "username", where);
+  absl::StatusOr<std::string> password =
+      CredentialsStringField(entry, "password", where);
   absl::StatusOr<std::string> identity =
-      StringField(entry, "identitytoken", where);
+      CredentialsStringField(entry, "identitytoken", where);
   for (const auto* s : {&auth, &username, &password, &identity}) {
     if (!s->ok()) return s->status();
   }
