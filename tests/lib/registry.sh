@@ -42,7 +42,8 @@ print(sys.argv[1] + ":" + crypt.crypt(sys.argv[2], crypt.mksalt(crypt.METHOD_BLO
 
 # push_busybox_image NAME:TAG [DIR]: an image of busybox (with links for
 # its applets) plus the files of DIR (copied to the root), pushed to the
-# registry as NAME:TAG. Prints its digest.
+# registry as NAME:TAG (with REGISTRY_CREDS, USER:PASSWORD, when set). Prints
+# its digest.
 push_busybox_image() {
   local ref=$1 extra=${2:-} layout="$W/oci-$$-$RANDOM"
   umoci init --layout "$layout" > /dev/null || fail "umoci init"
@@ -57,7 +58,8 @@ push_busybox_image() {
   umoci repack --image "$layout:t" "$layout.bundle" > /dev/null || fail "umoci repack"
   umoci config --image "$layout:t" --config.env "IMAGE_VAR=from-image" > /dev/null ||
     fail "umoci config"
-  skopeo copy -q --dest-tls-verify=false "oci:$layout:t" "docker://$REG/$ref" ||
-    fail "skopeo copy to $REG/$ref"
-  skopeo inspect --tls-verify=false "docker://$REG/$ref" | jq -r .Digest
+  skopeo copy -q --dest-tls-verify=false ${REGISTRY_CREDS:+--dest-creds "$REGISTRY_CREDS"} \
+    "oci:$layout:t" "docker://$REG/$ref" || fail "skopeo copy to $REG/$ref"
+  skopeo inspect --tls-verify=false ${REGISTRY_CREDS:+--creds "$REGISTRY_CREDS"} \
+    "docker://$REG/$ref" | jq -r .Digest
 }
