@@ -387,7 +387,7 @@ void ProbePlacement(const ClusterState& state, const std::string& load,
     for (int i = 0; i < samples; ++i) {
       const Clock::time_point t0 = Clock::now();
       std::optional<Placement> p =
-          FindPlacement(state, *shape, nullptr, nullptr);
+          FindPlacement(state, *shape, nullptr, nullptr, nullptr);
       const Clock::time_point t1 = Clock::now();
       micros.push_back(MicrosSince(t0, t1));
       f.found += p.has_value() ? 1 : 0;

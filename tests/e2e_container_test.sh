@@ -99,6 +99,23 @@ for layer in $(skopeo inspect --raw --tls-verify=false "docker://$REG/test/busyb
   [ "$n" = 2 ] || fail "layer $layer was fetched $n times by two nodes"
 done
 echo "ok: each node pulled each layer once for its two tasks"
+grep -q "pulled its image in" "$W/show.txt" || fail "no pull event in loom show: $(cat "$W/show.txt")"
+echo "ok: the pull is a phase of the start in the job's events"
+
+# The nodes' images, and a pull asked ahead of a run.
+wait_for 10 sh -c "\"$LOOM\" images | grep -c 'test/busybox:1 .* present' | grep -qx 2" ||
+  fail "loom images does not list the image on both nodes: $("$LOOM" images)"
+push_busybox_image test/pre:1 > /dev/null || fail "push test/pre:1"
+PRE_BEFORE=$(wc -l < "$W/registry.log")
+"$LOOM" image pull "$REG/test/pre:1" --nodes h200-1 > "$W/pre.out" 2>&1 || fail "image pull: $(cat "$W/pre.out")"
+grep -q "^h200-1: pulled" "$W/pre.out" || fail "image pull: $(cat "$W/pre.out")"
+"$LOOM" images --node h200-1 | grep -q "test/pre:1 .* present" || fail "pre-pulled image not listed: $("$LOOM" images)"
+"$LOOM" images --node h200-0 | grep -q "test/pre:1" && fail "h200-0 was not asked to pull: $("$LOOM" images)"
+tail -n +"$((PRE_BEFORE + 1))" "$W/registry.log" | grep -q '"GET /v2/test/pre/blobs/' || fail "no blob fetched by the pre-pull"
+"$LOOM" image pull "$REG/test/pre:1" --nodes h200-1 > "$W/pre2.out" 2>&1 || fail "image pull again: $(cat "$W/pre2.out")"
+"$LOOM" image pull "$REG/test/nothere:1" --pool h200 > "$W/nothere.out" 2>&1 && fail "pull of an unknown tag succeeded"
+grep -q "not found" "$W/nothere.out" || fail "unknown tag: $(cat "$W/nothere.out")"
+echo "ok: loom images lists each node's images; loom image pull pre-pulled one node"
 
 # Stop reaches the container: a task that traps SIGTERM says so.
 "$LOOM" run -g 1 --name trap --image "$REG/test/busybox:1" -- /bin/sh -c \
@@ -168,4 +185,51 @@ grep -q "pulling image" "$W/gone.txt" || fail "no pull failure in the reason: $(
 [ "$(jget "$GONE" "j.get('restart_count', 0)")" = 0 ] || fail "gone was restarted: $(cat "$W/gone.txt")"
 [ "$("$LOOM" nodes -o json | grep -c '"up"')" = 2 ] || fail "a node is not up: $("$LOOM" nodes)"
 echo "ok: a pull that fails on the nodes failed the job with the reason; the nodes stay up"
+
+# ---------------------------------------------------------------------------
+# GPU driver files from a CDI spec (docs/images.md, "GPU driver files"). Both
+# agents again, with --cdi-dir: a spec whose GPU devices are stand-ins of its
+# own, which mounts a test "library", sets an env entry and names a hook
+# (never run). A 2-GPU task sees its two devices from the spec, the library
+# (its directory on LD_LIBRARY_PATH) and the env.
+mkdir -p "$W/cdi" "$W/cdi-dev" "$W/driver"
+echo "from the CDI spec" > "$W/driver/libnvidia-loomtest.so.1"
+{
+  echo "cdiVersion: 0.5.0"
+  echo "kind: nvidia.com/gpu"
+  echo "devices:"
+  for g in 0 1 2 3 4 5 6 7; do
+    echo "cdi stand-in $g" > "$W/cdi-dev/nvidia$g"
+    echo "- {name: \"$g\", containerEdits: {deviceNodes: [{path: /dev/nvidia$g, hostPath: $W/cdi-dev/nvidia$g}]}}"
+  done
+  echo "containerEdits:"
+  echo "  env: [LOOM_CDI_TEST=from-cdi, NVIDIA_VISIBLE_DEVICES=void]"
+  echo "  mounts: [{hostPath: $W/driver/libnvidia-loomtest.so.1, containerPath: /usr/lib/loomtest/libnvidia-loomtest.so.1, options: [ro, nosuid, nodev, bind]}]"
+  echo "  hooks: [{hookName: createContainer, path: /bin/touch, args: [touch, $W/cdi-hook-ran]}]"
+} > "$W/cdi/nvidia.yaml"
+for i in 0 1; do kill "${AGENT_PIDS[$i]}"; done
+for i in 0 1; do wait "${AGENT_PIDS[$i]}" 2> /dev/null; done
+AGENT_FLAGS+=(--cdi-dir "$W/cdi")
+for i in 0 1; do
+  launch_agent "$i"
+  wait_for 20 curl -sf "http://127.0.0.$((i + 2)):$((PORT + 1 + i))/healthz" -o /dev/null ||
+    fail "agent $i did not come back with --cdi-dir"
+  grep -q "GPU driver files: CDI spec $W/cdi/nvidia.yaml" "$W/agent$i.log" ||
+    fail "agent $i does not use the CDI spec: $(grep "GPU driver files" "$W/agent$i.log")"
+done
+"$LOOM" run -g 2 --name cdi --wait --image "$REG/test/busybox:1" -- /bin/sh -c \
+  'echo "nvd=$NVIDIA_VISIBLE_DEVICES cvd=$CUDA_VISIBLE_DEVICES cdi=$LOOM_CDI_TEST ld=$LD_LIBRARY_PATH"
+   for d in /dev/nvidia[0-9]*; do echo "$d: $(cat "$d")"; done
+   cat /usr/lib/loomtest/libnvidia-loomtest.so.1' > "$W/cdi.out" 2>&1 ||
+  fail "the CDI job: $(cat "$W/cdi.out")"
+out=$("$LOOM" logs "$(job_named cdi)")
+grep -Eqx "nvd=[0-7],[0-7] cvd=0,1 cdi=from-cdi ld=(.*:)?/usr/lib/loomtest" <<< "$out" ||
+  fail "CDI job: env: $out"
+[ "$(grep -c "^/dev/nvidia[0-9]*: cdi stand-in [0-9]$" <<< "$out")" = 2 ] || fail "CDI job: not two devices of the spec: $out"
+for g in $(sed -n 's/^nvd=\([0-9]\),\([0-9]\) .*/\1 \2/p' <<< "$out"); do
+  grep -qx "/dev/nvidia$g: cdi stand-in $g" <<< "$out" || fail "CDI job: no device of GPU $g: $out"
+done
+grep -qx "from the CDI spec" <<< "$out" || fail "CDI job: the spec's mount is missing: $out"
+[ ! -e "$W/cdi-hook-ran" ] || fail "the CDI spec's hook was run"
+echo "ok: a 2-GPU task got its devices, a mount and env from a CDI spec; its hook was not run"
 echo "all checks passed"

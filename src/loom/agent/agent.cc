@@ -59,6 +59,8 @@ class Agent::Impl {
   absl::Status CheckOptions();
   // Finds the host's GPUs (real ones: NVML) and starts watching their Xids.
   absl::Status ProbeGpus(std::vector<GpuDevice>* real_gpus);
+  // Says once where container tasks' GPU driver files will come from.
+  void LogGpuDriverFiles(const GpuDriverOptions& options) const;
   // Polls every node's launcher and fences silent nodes, every
   // `poll_interval`, until `stop_`.
   void SuperviseLoop();
@@ -77,6 +79,8 @@ class Agent::Impl {
   // Real GPUs: the last Xid of each (null when emulated or unavailable).
   std::unique_ptr<NvmlXidWatcher> xid_watcher_;
   int expected_gpus_ = 0;
+  // The NVML library the probe loaded ("" for emulated GPUs).
+  std::string nvml_loaded_;
   // Who may call the API (the server's keys; `--insecure`).
   ApiGuard guard_{options_.insecure};
   HeartbeatStats stats_;
@@ -167,6 +171,7 @@ absl::Status Agent::Impl::ProbeGpus(std::vector<GpuDevice>* real_gpus) {
                      "8xH200 (or 8xA100, COUNTxMODEL[:MEMORY])"));
   }
   *real_gpus = std::move(*gpus);
+  nvml_loaded_ = probe->LoadedLibrary();
   if (options_.gpu_probe == nullptr) {
     owned_probe_ = std::make_unique<NvmlGpuProbe>(options_.nvml_library);
     probe_ = owned_probe_.get();
@@ -182,6 +187,27 @@ absl::Status Agent::Impl::ProbeGpus(std::vector<GpuDevice>* real_gpus) {
   }
   if (real_gpus->empty()) log_("warn", "", "NVML found no GPUs on this host");
   return absl::OkStatus();
+}
+
+void Agent::Impl::LogGpuDriverFiles(const GpuDriverOptions& options) const {
+  if (options_.fake_tasks ||
+      (options.cdi_dirs.empty() && options.nvml_library.empty())) {
+    return;  // emulated GPUs without CDI specs: device stand-ins only
+  }
+  const AgentNode& node = *nodes_->nodes().front();
+  std::vector<DriverGpu> gpus;
+  for (const GpuDevice& g : node.gpus) {
+    gpus.push_back({.index = g.index, .uuid = g.uuid, .minor = g.minor});
+  }
+  GpuDriverOptions on_node = options;
+  on_node.device_dir = node.device_dir;
+  const GpuDriverFiles files = FindGpuDriverFiles(gpus, on_node);
+  for (const std::string& w : files.warnings) {
+    log_("warn", node.name, absl::StrCat("GPU driver files: ", w));
+  }
+  log_("info", node.name,
+       absl::StrCat("container tasks' GPU driver files: ",
+                    DescribeGpuDriverFiles(files)));
 }
 
 absl::Status Agent::Impl::Init() {
@@ -270,6 +296,12 @@ absl::Status Agent::Impl::Init() {
   steps.lookup_user = options_.lookup_user;
   steps.checkpoint_dirs = !options_.fake_tasks;
   steps.runc = options_.runc;
+  steps.gpu_driver.cdi_dirs = options_.cdi_dirs.value_or(
+      options_.emulation
+          ? std::vector<std::string>{}
+          : std::vector<std::string>{"/etc/cdi", "/var/run/cdi"});
+  steps.gpu_driver.nvml_library = nvml_loaded_;
+  LogGpuDriverFiles(steps.gpu_driver);
   TaskRunnerOptions runner;
   runner.stop_signal = options_.stop_signal;
   runner.stop_grace = options_.stop_grace;
@@ -347,6 +379,9 @@ void Agent::Impl::Shutdown() {
   if (api_ != nullptr) api_->Stop();
   if (!started_.load()) return;
   if (supervise_thread_.joinable()) supervise_thread_.join();
+  // Launches still pulling their image finish (or fail) first: their
+  // threads report to the session, stopped but not yet destroyed.
+  runner_->Shutdown();
   health_->Stop();
   log_("info", "", "agent stopped; tasks keep running");
 }

@@ -90,6 +90,10 @@ struct AgentOptions {
   image::RegistryCredentials registry_credentials;
   int64_t image_budget_bytes = 0;
   std::string runc = "runc";
+  // CDI spec directories, later ones winning, for the GPU driver files of
+  // container tasks (gpu_driver_files.h; `--cdi-dir`). Unset: /etc/cdi and
+  // /var/run/cdi for real GPUs, none for emulated ones.
+  std::optional<std::vector<std::string>> cdi_dirs;
   // Run each task as the user its launch request names (`"user"`): that
   // user's uid, primary gid, groups, `HOME`; an unknown user fails the
   // launch (docs/agent.md, "Users"). Only an agent running as root can;

@@ -10,9 +10,11 @@
 #include "httplib.h"
 #include "loom/agent/agent_address.h"
 #include "loom/agent/api_reply.h"
+#include "loom/agent/image_prepull.h"
 #include "loom/agent/json_values.h"
 #include "loom/agent/launch_request.h"
 #include "loom/common/metrics_text.h"
+#include "loom/image/image_ref.h"
 
 namespace loom {
 namespace {
@@ -134,6 +136,8 @@ void AgentApi::InstallRoutes() {
   server_->Post(R"(/v1/tasks/([^/]+)/stop)", secured(&AgentApi::HandleStop));
   server_->Get(R"(/v1/tasks/([^/]+)/logs)", secured(&AgentApi::HandleLogs));
   server_->Get(R"(/v1/tasks/([^/]+))", secured(&AgentApi::HandleGet));
+  server_->Post("/v1/images/pull", secured(&AgentApi::HandleImagePull));
+  server_->Get("/v1/images", secured(&AgentApi::HandleImages));
   server_->Post("/v1/faults", secured(&AgentApi::HandleFaults));
   server_->Get("/v1/stats", route(&AgentApi::HandleStats));
   server_->Get("/metrics", route(&AgentApi::HandleMetrics));
@@ -209,7 +213,65 @@ void AgentApi::HandleLaunch(const Request& req, Response& res) {
     }
     return;
   }
-  SendJson(res, 201, *launched);
+  // 202: accepted, the task waits for its image (its state `pulling`).
+  SendJson(res, launched->value("state", "") == "pulling" ? 202 : 201,
+           *launched);
+}
+
+void AgentApi::HandleImagePull(const Request& req, Response& res) {
+  const json body = json::parse(req.body, nullptr, false);
+  if (!body.is_object() || !body.contains("image") ||
+      !body["image"].is_string()) {
+    SendError(res, 400, "invalid_argument",
+              "the body must be a JSON object with \"image\": a reference "
+              "with a digest",
+              "image");
+    return;
+  }
+  absl::StatusOr<AgentNode*> node = nodes_.Resolve(req.get_param_value("node"));
+  if (!node.ok()) {
+    SendStatus(res, node.status(), "node");
+    return;
+  }
+  if ((*node)->prepulls == nullptr) {
+    SendError(res, 400, "failed_precondition",
+              absl::StrCat("node ", (*node)->name,
+                           " has no image store (its agent runs no container "
+                           "tasks)"));
+    return;
+  }
+  const std::string text = body["image"].get<std::string>();
+  absl::StatusOr<image::ImageRef> ref = image::ParseImageRef(text);
+  if (!ref.ok() || ref->digest.empty()) {
+    SendError(res, 400, "invalid_argument",
+              ref.ok() ? absl::StrCat("image: ", text, " has no digest")
+                       : absl::StrCat("image: ", Str(ref.status().message())),
+              "image");
+    return;
+  }
+  const std::string as_given =
+      body.contains("image_ref") && body["image_ref"].is_string()
+          ? body["image_ref"].get<std::string>()
+          : text;
+  const std::string state = (*node)->prepulls->Start(*ref, as_given);
+  SendJson(res, state == "present" ? 200 : 202,
+           {{"node", (*node)->name},
+            {"image", as_given},
+            {"digest", ref->digest},
+            {"state", state}});
+}
+
+void AgentApi::HandleImages(const Request& req, Response& res) {
+  absl::StatusOr<AgentNode*> node = nodes_.Resolve(req.get_param_value("node"));
+  if (!node.ok()) {
+    SendStatus(res, node.status(), "node");
+    return;
+  }
+  const AgentNode& n = **node;
+  SendJson(res, 200,
+           {{"node", n.name},
+            {"images", n.images ? NodeImagesJson(*n.images) : json::array()},
+            {"pulls", n.prepulls ? n.prepulls->Json() : json::array()}});
 }
 
 void AgentApi::HandleList(const Request& req, Response& res) {

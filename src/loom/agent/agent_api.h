@@ -67,6 +67,8 @@ class AgentApi {
   // log_route.cc.
   void HandleLogs(const httplib::Request& req, httplib::Response& res);
   void HandleFaults(const httplib::Request& req, httplib::Response& res);
+  void HandleImagePull(const httplib::Request& req, httplib::Response& res);
+  void HandleImages(const httplib::Request& req, httplib::Response& res);
   void HandleStats(const httplib::Request& req, httplib::Response& res);
   void HandleMetrics(const httplib::Request& req, httplib::Response& res);
 

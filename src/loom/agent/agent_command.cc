@@ -100,6 +100,11 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentFlags* f) {
       ->add_option("--runc", f->runc,
                    "The OCI runtime that runs container tasks")
       ->capture_default_str();
+  agent->add_option(
+      "--cdi-dir", f->cdi_dirs,
+      "A directory of CDI specs (nvidia.com/gpu) for the GPU driver files of "
+      "container tasks; later ones win. Repeatable (default: /etc/cdi and "
+      "/var/run/cdi, none with --emulate)");
   agent->add_flag("--fake-tasks", f->fake_tasks,
                   "Run no processes: a task lasts LOOM_FAKE_SECONDS of its "
                   "env (default 60) and exits 0 (scale tests)");
@@ -259,6 +264,13 @@ absl::StatusOr<AgentOptions> AgentOptionsFromFlags(const AgentFlags& f) {
     options.registry_credentials = *std::move(creds);
   }
   options.runc = f.runc;
+  for (const std::string& dir : f.cdi_dirs) {
+    if (dir.empty() || dir[0] != '/') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--cdi-dir: '", dir, "' must be an absolute path"));
+    }
+  }
+  if (!f.cdi_dirs.empty()) options.cdi_dirs = f.cdi_dirs;
   if (absl::StatusOr<int64_t> b = ParseBytes(f.image_budget);
       b.ok() && *b >= 0) {
     options.image_budget_bytes = *b;

@@ -39,6 +39,7 @@ struct AgentFlags {
   std::string registry_auth;                     // --registry-auth FILE
   std::string image_budget = "0";                // --image-budget (0: none)
   std::string runc = "runc";                     // --runc
+  std::vector<std::string> cdi_dirs;             // --cdi-dir
 };
 
 // Registers `agent` on `app`; `flags` must outlive the parse.

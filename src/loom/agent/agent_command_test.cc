@@ -152,6 +152,28 @@ TEST(AgentFlagsTest, CommandLineToOptions) {
   bad.listen = "0.0.0.0:7100";
   EXPECT_FALSE(AgentOptionsFromFlags(bad).ok());
 
+  // --cdi-dir: unset by default (the agent picks by real or emulated GPUs),
+  // repeatable, absolute.
+  EXPECT_FALSE(o->cdi_dirs.has_value());
+  {
+    CLI::App cdi_app{"loom"};
+    AgentFlags cdi;
+    AddAgentCommand(cdi_app, &cdi);
+    cdi_app.parse(std::vector<std::string>{
+        "/run/cdi-b", "--cdi-dir", "/etc/cdi-a", "--cdi-dir", "/tmp/x",
+        "--data-dir", "127.0.0.1:0", "--listen", "127.0.0.1:7000", "--server",
+        "agent"});
+    absl::StatusOr<AgentOptions> with = AgentOptionsFromFlags(cdi);
+    ASSERT_TRUE(with.ok()) << with.status();
+    EXPECT_EQ(with->cdi_dirs,
+              (std::vector<std::string>{"/etc/cdi-a", "/run/cdi-b"}));
+    cdi.cdi_dirs = {"relative/cdi"};
+    absl::StatusOr<AgentOptions> relative = AgentOptionsFromFlags(cdi);
+    EXPECT_FALSE(relative.ok());
+    EXPECT_THAT(std::string(relative.status().message()),
+                HasSubstr("--cdi-dir"));
+  }
+
   EXPECT_EQ(ParseSignal("TERM").value(), SIGTERM);
   EXPECT_EQ(ParseSignal("sigusr1").value(), SIGUSR1);
   EXPECT_EQ(ParseSignal("9").value(), SIGKILL);

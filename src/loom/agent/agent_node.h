@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "loom/agent/cgroup.h"
 #include "loom/agent/gpu_probe.h"
+#include "loom/agent/image_prepull.h"
 #include "loom/agent/task_group.h"
 #include "loom/agent/task_launcher.h"
 #include "loom/agent/task_state.h"
@@ -53,6 +54,8 @@ struct AgentNode {
   // container tasks. Declared before the task table, whose units hold
   // images: it outlives them.
   std::unique_ptr<image::ImageStore> images;
+  // Pulls asked for ahead of tasks (`loom image pull`); with `images`.
+  std::unique_ptr<ImagePrepulls> prepulls;
   // Where the node's GPU device files are: /dev, or for emulated GPUs
   // `<root>/dev`, with stand-in files (nvidia0, ..., nvidiactl) that a
   // container task gets as it would real ones.

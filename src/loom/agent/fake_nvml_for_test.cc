@@ -114,6 +114,15 @@ int nvmlDeviceGetClockInfo(void* device, int type, unsigned int* mhz) {
   return 0;
 }
 
+// Minor numbers that are not the indices (as on hosts where they differ):
+// GPU i is /dev/nvidia(i + 4).
+int nvmlDeviceGetMinorNumber(void* device, unsigned int* minor) {
+  if (device == nullptr || minor == nullptr) return 2;
+  *minor =
+      static_cast<unsigned int>(static_cast<FakeDevice*>(device)->index) + 4;
+  return 0;
+}
+
 // Xid events: GPU 1 reports the Xid in LOOM_FAKE_NVML_XID once, then the
 // wait times out (NVML_ERROR_TIMEOUT).
 struct nvmlEventData_st {

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <limits.h>
+#include <link.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -109,6 +110,21 @@ bool ValidModelName(std::string_view model) {
 
 std::string Str(absl::string_view s) { return std::string(s.data(), s.size()); }
 
+// The path the dynamic loader opened for `handle` (absolute), "" when it
+// says none. glibc keeps the path it found by searching
+// (/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1); a relative one is made
+// absolute.
+std::string LoadedPathOf(void* handle) {
+  struct link_map* map = nullptr;
+  if (dlinfo(handle, RTLD_DI_LINKMAP, &map) != 0 || map == nullptr ||
+      map->l_name == nullptr || map->l_name[0] == '\0') {
+    return "";
+  }
+  if (map->l_name[0] == '/') return map->l_name;
+  char real[PATH_MAX];
+  return ::realpath(map->l_name, real) != nullptr ? std::string(real) : "";
+}
+
 uint64_t Fnv1a(std::string_view text, uint64_t seed) {
   uint64_t h = 1469598103934665603ULL ^ seed;
   for (unsigned char c : text) {
@@ -151,6 +167,7 @@ absl::StatusOr<std::vector<GpuDevice>> NvmlGpuProbe::Probe() {
       Symbol<NvmlGetUintOfFn>(lib.get(), "nvmlDeviceGetTemperature");
   auto get_power = Symbol<NvmlGetUintFn>(lib.get(), "nvmlDeviceGetPowerUsage");
   auto get_clock = Symbol<NvmlGetUintOfFn>(lib.get(), "nvmlDeviceGetClockInfo");
+  auto get_minor = Symbol<NvmlGetUintFn>(lib.get(), "nvmlDeviceGetMinorNumber");
   const std::pair<const char*, bool> required[] = {
       {"nvmlInit_v2", init != nullptr},
       {"nvmlShutdown", shutdown != nullptr},
@@ -235,6 +252,10 @@ absl::StatusOr<std::vector<GpuDevice>> NvmlGpuProbe::Probe() {
         get_clock(device, kNvmlClockSm, &value) == kNvmlSuccess) {
       gpu.sm_clock_mhz = value;
     }
+    if (get_minor != nullptr && get_minor(device, &value) == kNvmlSuccess &&
+        value <= INT_MAX) {
+      gpu.minor = static_cast<int>(value);
+    }
     unsigned long long ecc = 0;
     if (get_ecc != nullptr && get_ecc(device, kNvmlMemoryErrorUncorrected,
                                       kNvmlVolatileEcc, &ecc) == kNvmlSuccess) {
@@ -244,6 +265,7 @@ absl::StatusOr<std::vector<GpuDevice>> NvmlGpuProbe::Probe() {
     gpus.push_back(std::move(gpu));
   }
   shutdown();
+  loaded_ = LoadedPathOf(lib.get());
   return gpus;
 }
 
@@ -445,6 +467,7 @@ absl::StatusOr<std::vector<GpuDevice>> EmulatedGpuProbe::Probe() {
     gpu.model = emulation_.model;
     gpu.name = absl::StrCat("emulated ", emulation_.model);
     gpu.uuid = uuid;
+    gpu.minor = i;  // its stand-in is <node>/dev/nvidia<i>
     gpu.memory_bytes = emulation_.gpu_memory_bytes;
     gpus.push_back(std::move(gpu));
   }

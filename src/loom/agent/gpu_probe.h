@@ -18,10 +18,14 @@ namespace loom {
 
 // One GPU as the agent reports it to the server.
 struct GpuDevice {
-  int index = 0;             // NVML index (what CUDA_VISIBLE_DEVICES names)
-  std::string model;         // lower-case model: "h200", "a100", ...
-  std::string name;          // the product name NVML gives: "NVIDIA H200"
-  std::string uuid;          // "GPU-..."
+  int index = 0;      // NVML index (what CUDA_VISIBLE_DEVICES names)
+  std::string model;  // lower-case model: "h200", "a100", ...
+  std::string name;   // the product name NVML gives: "NVIDIA H200"
+  std::string uuid;   // "GPU-..."
+  // The device's minor number: the host's /dev/nvidia<minor>
+  // (nvmlDeviceGetMinorNumber; the index for emulated GPUs); -1 when not
+  // known.
+  int minor = -1;
   int64_t memory_bytes = 0;  // total framebuffer memory
   // Uncorrected ECC errors since the driver loaded (NVML's volatile
   // counter); -1 when not known (emulated, no ECC, or an old driver).
@@ -46,6 +50,11 @@ class GpuProbe {
   // way to see GPUs (no NVML library, no driver), with a message that says
   // so; other errors when a query fails.
   [[nodiscard]] virtual absl::StatusOr<std::vector<GpuDevice>> Probe() = 0;
+
+  // The file of the driver library the last successful `Probe` loaded (an
+  // absolute path, as the dynamic loader found it): the driver's user-space
+  // files are next to it (gpu_driver_files.h). "" where there is none.
+  virtual std::string LoadedLibrary() const { return ""; }
 };
 
 // Real GPUs through NVML: `dlopen`s `library` (default
@@ -53,10 +62,11 @@ class GpuProbe {
 // calls `nvmlInit_v2`, `nvmlDeviceGetCount_v2`,
 // `nvmlDeviceGetHandleByIndex_v2`, `nvmlDeviceGetName`, `nvmlDeviceGetUUID`,
 // `nvmlDeviceGetMemoryInfo` and `nvmlShutdown`, and where the library has it
-// `nvmlDeviceGetTotalEccErrors` (uncorrected, volatile) and the telemetry
-// calls (`nvmlDeviceGetUtilizationRates`, `nvmlDeviceGetTemperature`,
-// `nvmlDeviceGetPowerUsage`, `nvmlDeviceGetClockInfo`). The library is loaded
-// for each `Probe` and closed again.
+// `nvmlDeviceGetMinorNumber`, `nvmlDeviceGetTotalEccErrors` (uncorrected,
+// volatile) and the telemetry calls (`nvmlDeviceGetUtilizationRates`,
+// `nvmlDeviceGetTemperature`, `nvmlDeviceGetPowerUsage`,
+// `nvmlDeviceGetClockInfo`). The library is loaded for each `Probe` and
+// closed again; `LoadedLibrary` says which file it was.
 class NvmlGpuProbe : public GpuProbe {
  public:
   explicit NvmlGpuProbe(std::string library = "libnvidia-ml.so.1");
@@ -65,9 +75,11 @@ class NvmlGpuProbe : public GpuProbe {
   // `nvmlInit_v2` fails (driver not loaded); `Internal` when a device query
   // fails.
   absl::StatusOr<std::vector<GpuDevice>> Probe() override;
+  std::string LoadedLibrary() const override { return loaded_; }
 
  private:
   const std::string library_;
+  std::string loaded_;
 };
 
 // Watches NVML's Xid critical-error events (`nvmlEventSetCreate`,

@@ -5,6 +5,7 @@
 #include "loom/agent/gpu_probe.h"
 
 #include <dlfcn.h>
+#include <limits.h>
 #include <stdlib.h>
 
 #include <map>
@@ -61,6 +62,8 @@ TEST(GpuProbeTest, NvmlReadsDevicesThroughTheLibrary) {
   ASSERT_TRUE(gpus.ok()) << gpus.status();
   ASSERT_EQ(gpus->size(), 2u);
   EXPECT_EQ((*gpus)[1].index, 1);
+  EXPECT_EQ((*gpus)[0].minor, 4);  // nvmlDeviceGetMinorNumber
+  EXPECT_EQ((*gpus)[1].minor, 5);
   EXPECT_EQ((*gpus)[1].name, "NVIDIA H200");
   EXPECT_EQ((*gpus)[1].model, "h200");
   EXPECT_EQ((*gpus)[1].uuid, "GPU-00000000-0000-0000-0000-000000000001");
@@ -71,6 +74,25 @@ TEST(GpuProbeTest, NvmlReadsDevicesThroughTheLibrary) {
   EXPECT_EQ((*gpus)[1].temperature_c, 55);
   EXPECT_DOUBLE_EQ((*gpus)[1].power_watts, 250.5);
   EXPECT_EQ((*gpus)[1].sm_clock_mhz, 1980);
+}
+
+TEST(GpuProbeTest, NvmlRemembersTheLibraryItLoaded) {
+  NvmlGpuProbe probe(LOOM_FAKE_NVML_PATH);
+  EXPECT_EQ(probe.LoadedLibrary(), "");  // before any Probe
+  ASSERT_TRUE(probe.Probe().ok());
+  const std::string loaded = probe.LoadedLibrary();
+  ASSERT_FALSE(loaded.empty());
+  EXPECT_EQ(loaded[0], '/');
+  char want[PATH_MAX];
+  char got[PATH_MAX];
+  ASSERT_NE(realpath(LOOM_FAKE_NVML_PATH, want), nullptr);
+  ASSERT_NE(realpath(loaded.c_str(), got), nullptr) << loaded;
+  EXPECT_EQ(std::string(got), std::string(want));
+  // Emulated GPUs have no library; their minors are their indices, the
+  // names of their stand-ins.
+  EmulatedGpuProbe emulated(*ParseGpuEmulation("2xH200"), "h200-0");
+  EXPECT_EQ(emulated.LoadedLibrary(), "");
+  EXPECT_EQ(emulated.Probe()->back().minor, 1);
 }
 
 TEST(GpuProbeTest, XidWatcherKeepsTheLastXidOfEachGpu) {

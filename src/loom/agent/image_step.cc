@@ -15,6 +15,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "loom/agent/gpu_driver_files.h"
 #include "loom/agent/json_values.h"
 #include "loom/agent/oci_bundle.h"
 #include "nlohmann/json.hpp"
@@ -24,10 +26,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-// The control devices a CUDA program opens besides its GPUs'.
-constexpr const char* kControlDevices[] = {
-    "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"};
 
 constexpr char kDefaultPath[] =
     "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -88,6 +86,37 @@ void AddDevice(const std::string& host, const std::string& inside,
   }
 }
 
+// The task's GPUs as the node knows them (UUIDs, minor numbers).
+std::vector<DriverGpu> TaskDriverGpus(const AgentNode& node,
+                                      const std::vector<int>& gpus) {
+  std::vector<DriverGpu> out;
+  for (int g : gpus) {
+    DriverGpu gpu;
+    gpu.index = g;
+    for (const GpuDevice& d : node.gpus) {
+      if (d.index == g) {
+        gpu.uuid = d.uuid;
+        gpu.minor = d.minor;
+      }
+    }
+    out.push_back(std::move(gpu));
+  }
+  return out;
+}
+
+// `dirs` at the end of the ':'-separated list `name` of `env`, each unless
+// it is there already.
+void AppendToPathList(std::map<std::string, std::string>& env,
+                      const std::string& name,
+                      const std::vector<std::string>& dirs) {
+  for (const std::string& dir : dirs) {
+    std::string& list = env[name];
+    const std::vector<std::string> parts = absl::StrSplit(list, ':');
+    if (std::find(parts.begin(), parts.end(), dir) != parts.end()) continue;
+    list = list.empty() ? dir : absl::StrCat(list, ":", dir);
+  }
+}
+
 // The supplementary groups of `uid` (with primary group `gid`).
 std::vector<gid_t> GroupsOf(const LaunchContext& ctx, gid_t gid) {
   if (!ctx.user) return {};
@@ -106,6 +135,24 @@ std::vector<gid_t> GroupsOf(const LaunchContext& ctx, gid_t gid) {
 
 bool SafeInOverlayOptions(const std::string& path) {
   return path.find_first_of(",:\\") == std::string::npos;
+}
+
+// Keeps `handle` for the launch (given back with the last holder) and
+// reads the image's config.
+absl::Status HoldImage(LaunchContext& ctx, image::ImageHandle handle,
+                       std::string* field) {
+  const ContainerRequest& c = *ctx.request.container;
+  auto launch = std::make_shared<ContainerLaunch>(ctx.node.images.get(),
+                                                  std::move(handle));
+  if (absl::Status s = ReadImageConfig(launch->image.config, *launch);
+      !s.ok()) {
+    return FieldError(
+        field, "container.image",
+        absl::StrCat("image ", c.image_ref, " on node ", ctx.node.name,
+                     ": its config: ", Str(s.message())));
+  }
+  ctx.container = std::move(launch);
+  return absl::OkStatus();
 }
 
 class ImageStep : public LaunchStep {
@@ -162,7 +209,31 @@ class ImageStep : public LaunchStep {
                                            " through a symbolic link")));
       }
     }
-    absl::StatusOr<image::ImageHandle> handle = node.images->Ensure(*ref);
+    // Held already (another task's, or cached): no pull, the launch goes
+    // on at once. Otherwise Fetch pulls it, in the background.
+    if (absl::StatusOr<image::ImageHandle> held =
+            node.images->Acquire(ref->digest);
+        held.ok()) {
+      return HoldImage(ctx, *std::move(held), field);
+    }
+    return absl::OkStatus();
+  }
+
+  bool NeedsFetch(const LaunchContext& ctx) const override {
+    return ctx.request.container.has_value() && ctx.container == nullptr;
+  }
+
+  absl::Status Fetch(LaunchContext& ctx, ImagePullMeter& meter) const override {
+    const ContainerRequest& c = *ctx.request.container;
+    const AgentNode& node = ctx.node;
+    absl::StatusOr<image::ImageRef> ref = image::ParseImageRef(c.image);
+    if (!ref.ok()) return ref.status();  // Prepare checked it
+    absl::StatusOr<image::ImageHandle> handle =
+        node.images->Ensure(*ref, [&meter](const image::PullProgress& p) {
+          meter.phase.store(static_cast<int>(p.phase));
+          meter.bytes_done.store(p.bytes_done);
+          meter.bytes_total.store(p.bytes_total);
+        });
     if (!handle.ok()) {
       const std::string why =
           absl::StrCat("pulling image ", c.image_ref, " on node ", node.name,
@@ -170,21 +241,10 @@ class ImageStep : public LaunchStep {
       ctx.log("warn", node.name,
               absl::StrCat("launch of task ", ctx.request.task_id,
                            " failed: ", why));
-      // Refused (400): the server fails the job with the reason, without
-      // a restart loop; the node stays in service.
-      return FieldError(field, "container.image", why);
+      return absl::InvalidArgumentError(why);
     }
-    auto launch = std::make_shared<ContainerLaunch>(node.images.get(),
-                                                    *std::move(handle));
-    if (absl::Status s = ReadImageConfig(launch->image.config, *launch);
-        !s.ok()) {
-      return FieldError(
-          field, "container.image",
-          absl::StrCat("image ", c.image_ref, " on node ", node.name,
-                       ": its config: ", Str(s.message())));
-    }
-    ctx.container = std::move(launch);
-    return absl::OkStatus();
+    std::string field;
+    return HoldImage(ctx, *std::move(handle), &field);
   }
 
   void Apply(const LaunchContext& ctx, const TaskProcess& proc, int,
@@ -200,20 +260,34 @@ class ImageStep : public LaunchStep {
       oc.args = c.entrypoint.empty() ? img.entrypoint : c.entrypoint;
     }
     oc.args.insert(oc.args.end(), spec.argv.begin(), spec.argv.end());
-    // The image's environment, under the task's (which has the env
-    // contract). GPUs: CUDA numbers the devices it can open from 0;
-    // NVIDIA_VISIBLE_DEVICES names them as the host does.
+    // The GPUs' devices and the host driver's files (gpu_driver_files.h).
+    const std::vector<int>& gpus = ctx.request.gpus;
+    GpuDriverOptions driver_options = options_.gpu_driver;
+    driver_options.device_dir = node.device_dir;
+    const GpuDriverFiles driver =
+        FindGpuDriverFiles(TaskDriverGpus(node, gpus), driver_options);
+    for (const std::string& w : driver.warnings) {
+      ctx.log("warn", node.name,
+              absl::StrCat("task ", ctx.request.task_id,
+                           ": GPU driver files: ", w));
+    }
+    // The image's environment, then the driver's (a CDI spec's), under the
+    // task's (which has the env contract). GPUs: CUDA numbers the devices
+    // it can open from 0; NVIDIA_VISIBLE_DEVICES names them as the host
+    // does; the driver's library and program directories go last on
+    // LD_LIBRARY_PATH and PATH.
     std::map<std::string, std::string> env;
-    for (const std::string& kv : img.env) {
-      const size_t eq = kv.find('=');
-      if (eq != std::string::npos && eq > 0) {
-        env[kv.substr(0, eq)] = kv.substr(eq + 1);
+    for (const std::vector<std::string>* list : {&img.env, &driver.env}) {
+      for (const std::string& kv : *list) {
+        const size_t eq = kv.find('=');
+        if (eq != std::string::npos && eq > 0) {
+          env[kv.substr(0, eq)] = kv.substr(eq + 1);
+        }
       }
     }
     for (const auto& [k, v] : spec.env) env[k] = v;
     // Docker's default for an image that sets none.
     env.try_emplace("PATH", kDefaultPath);
-    const std::vector<int>& gpus = ctx.request.gpus;
     std::vector<int> local;
     for (size_t i = 0; i < gpus.size(); ++i) {
       local.push_back(static_cast<int>(i));
@@ -221,6 +295,8 @@ class ImageStep : public LaunchStep {
     env["CUDA_VISIBLE_DEVICES"] = absl::StrJoin(local, ",");
     env["NVIDIA_VISIBLE_DEVICES"] =
         gpus.empty() ? "void" : absl::StrJoin(gpus, ",");
+    AppendToPathList(env, "LD_LIBRARY_PATH", driver.library_dirs);
+    AppendToPathList(env, "PATH", driver.binary_dirs);
     for (const auto& [k, v] : env) oc.env.push_back(absl::StrCat(k, "=", v));
     oc.cwd = !c.workdir.empty()         ? c.workdir
              : !img.working_dir.empty() ? img.working_dir
@@ -244,6 +320,14 @@ class ImageStep : public LaunchStep {
     oc.memory_limit_bytes = ctx.request.limits.memory_bytes.value_or(0);
     oc.cpu_millis = ctx.request.limits.cpu_millis.value_or(0);
 
+    // The driver's files first: a job's mount over one of their directories
+    // hides them rather than getting their mount points.
+    for (const DriverMount& m : driver.mounts) {
+      oc.binds.push_back({m.host_path, m.container_path, m.readonly});
+    }
+    for (const DriverDevice& d : driver.devices) {
+      AddDevice(d.host_path, d.container_path, oc);
+    }
     // The task's checkpoint directory, at the same path inside.
     TaskSandbox sandbox;
     std::vector<std::string> own_dirs = spec.create_dirs;
@@ -265,16 +349,6 @@ class ImageStep : public LaunchStep {
     // The host's network, so its names too.
     for (const char* file : {"/etc/hosts", "/etc/resolv.conf"}) {
       if (::access(file, R_OK) == 0) oc.binds.push_back({file, file, true});
-    }
-    for (int g : gpus) {
-      AddDevice(absl::StrCat(node.device_dir, "/nvidia", g),
-                absl::StrCat("/dev/nvidia", g), oc);
-    }
-    if (!gpus.empty()) {
-      for (const char* name : kControlDevices) {
-        AddDevice(absl::StrCat(node.device_dir, "/", name),
-                  absl::StrCat("/dev/", name), oc);
-      }
     }
     // RDMA NICs of a real node.
     std::error_code ec;

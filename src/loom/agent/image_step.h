@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/agent/gpu_driver_files.h"
 #include "loom/agent/launch_steps.h"
 #include "loom/image/image_store.h"
 
@@ -50,6 +51,9 @@ std::shared_ptr<const ContainerLaunch> ReadoptContainer(const AgentNode& node,
 
 struct ImageStepOptions {
   std::string runc = "runc";  // found on the agent's PATH unless absolute
+  // Where a task's GPU driver files come from (gpu_driver_files.h); the
+  // device directory is each node's own (`AgentNode::device_dir`).
+  GpuDriverOptions gpu_driver;
 };
 
 std::unique_ptr<const LaunchStep> MakeImageStep(ImageStepOptions options);

@@ -171,7 +171,8 @@ LaunchSteps DefaultLaunchSteps(const LaunchStepsOptions& options) {
   steps.push_back(
       std::make_unique<UserStep>(options.switch_users, options.lookup_user));
   steps.push_back(std::make_unique<CheckpointStep>(options.checkpoint_dirs));
-  steps.push_back(MakeImageStep({.runc = options.runc}));
+  steps.push_back(
+      MakeImageStep({.runc = options.runc, .gpu_driver = options.gpu_driver}));
   return steps;
 }
 

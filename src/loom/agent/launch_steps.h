@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "loom/agent/agent_log.h"
 #include "loom/agent/agent_node.h"
+#include "loom/agent/gpu_driver_files.h"
 #include "loom/agent/launch_request.h"
 #include "loom/agent/task_launcher.h"
 #include "loom/agent/user_account.h"
@@ -56,6 +57,18 @@ class LaunchStep {
     return absl::OkStatus();
   }
 
+  // Whether, after Prepare, this step has slow work left before the
+  // processes can start (an image to pull). The runner then answers the
+  // launch at once, the task `pulling`, and runs Fetch on a thread of its
+  // own.
+  virtual bool NeedsFetch(const LaunchContext& ctx) const { return false; }
+
+  // The slow work, reporting to `meter`. An error fails the task, refused
+  // (the server does not run it again), with the message.
+  virtual absl::Status Fetch(LaunchContext& ctx, ImagePullMeter& meter) const {
+    return absl::OkStatus();
+  }
+
   // Once per process `k` of `proc` (its launcher id and log paths set):
   // adds this step's part to the process's spec.
   virtual void Apply(const LaunchContext& ctx, const TaskProcess& proc, int k,
@@ -74,8 +87,10 @@ struct LaunchStepsOptions {
   // Default checkpoint directories under each node's directory; false
   // (fake tasks): none.
   bool checkpoint_dirs = true;
-  // The container runtime of tasks in images (image_step.h).
+  // The container runtime of tasks in images (image_step.h), and where their
+  // GPU driver files come from (gpu_driver_files.h).
   std::string runc = "runc";
+  GpuDriverOptions gpu_driver;
 };
 
 // The steps of every launch, in order: task files (logs), the env contract

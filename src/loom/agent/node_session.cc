@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "httplib.h"
+#include "loom/agent/image_prepull.h"
 #include "loom/agent/json_values.h"
 #include "loom/agent/lease.h"
 #include "loom/common/atomic_file.h"
@@ -358,15 +359,18 @@ json NodeSession::RegistrationBody(Link& link,
                     {"uuid", gpu.uuid},
                     {"memory_bytes", gpu.memory_bytes}});
   }
-  return {{"name", node.name},
-          {"address", options_.address},
-          {"hostname", node.host.hostname},
-          {"cpus", node.host.cpus},
-          {"memory_bytes", node.host.memory_bytes},
-          {"gpus", std::move(gpus)},
-          {"emulated", node.emulated},
-          {"health", health_.HealthJson(node)},
-          {"tasks", runner_.Statuses(node, ended_ids)}};
+  return {
+      {"name", node.name},
+      {"address", options_.address},
+      {"hostname", node.host.hostname},
+      {"cpus", node.host.cpus},
+      {"memory_bytes", node.host.memory_bytes},
+      {"gpus", std::move(gpus)},
+      {"emulated", node.emulated},
+      {"health", health_.HealthJson(node)},
+      {"tasks", runner_.Statuses(node, ended_ids)},
+      {"images", node.images ? NodeImagesJson(*node.images) : json::array()},
+      {"image_pulls", node.prepulls ? node.prepulls->Json() : json::array()}};
 }
 
 void NodeSession::AcceptServerKey(AgentNode& node, const std::string& key) {
@@ -389,6 +393,9 @@ void NodeSession::Register(Worker& worker, Link& link) {
     link.report_pending = false;
   }
   std::vector<std::string> ended;
+  // Read before the body is: a change after it is sent again.
+  const uint64_t images_gen = node.images ? node.images->Generation() : 0;
+  const uint64_t pulls_gen = node.prepulls ? node.prepulls->Generation() : 0;
   const json body = RegistrationBody(link, &ended);
   const absl::Time sent = absl::Now();
   std::string bearer;
@@ -460,6 +467,8 @@ void NodeSession::Register(Worker& worker, Link& link) {
   }
   {
     absl::MutexLock lock(&mu_);
+    link.images_sent = images_gen;
+    link.pulls_sent = pulls_gen;
     link.last_ack_sent = sent;
     link.fence_after = fence_after;
     link.fenced = false;
@@ -493,9 +502,19 @@ void NodeSession::Heartbeat(Worker& worker, Link& link) {
     return;
   }
   std::vector<std::string> ended;
-  const json body = {{"name", node.name},
-                     {"health", health_.HealthJson(node)},
-                     {"tasks", runner_.Statuses(node, &ended)}};
+  json body = {{"name", node.name},
+               {"health", health_.HealthJson(node)},
+               {"tasks", runner_.Statuses(node, &ended)}};
+  // The node's images and pulls only when they changed since the server
+  // last heard of them (pulls in progress: every time, for their progress).
+  const uint64_t images_gen = node.images ? node.images->Generation() : 0;
+  const uint64_t pulls_gen = node.prepulls ? node.prepulls->Generation() : 0;
+  if (node.images && images_gen != link.images_sent) {
+    body["images"] = NodeImagesJson(*node.images);
+  }
+  if (node.prepulls && (pulls_gen != link.pulls_sent || node.prepulls->Any())) {
+    body["image_pulls"] = node.prepulls->Json();
+  }
   const absl::Time sent = absl::Now();
   std::string bearer;
   {
@@ -518,6 +537,8 @@ void NodeSession::Heartbeat(Worker& worker, Link& link) {
     absl::Duration fence_after;
     {
       absl::MutexLock lock(&mu_);
+      if (body.contains("images")) link.images_sent = images_gen;
+      if (body.contains("image_pulls")) link.pulls_sent = pulls_gen;
       link.last_ack_sent = sent;
       link.fenced = false;
       fence_after = link.fence_after;

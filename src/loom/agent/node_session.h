@@ -107,6 +107,10 @@ class NodeSession {
     std::atomic<bool> registered_flag{false};
     // Used by the node's heartbeat thread only.
     std::string last_problem;
+    // The generations of the node's image list and pulls the server last
+    // acknowledged (image_prepull.h).
+    uint64_t images_sent = ~uint64_t{0};
+    uint64_t pulls_sent = ~uint64_t{0};
   };
   struct Worker;
   struct ServerReply;

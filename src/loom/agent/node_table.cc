@@ -25,13 +25,16 @@ absl::Status InNode(const AgentNode& node, const absl::Status& status) {
 
 // What container tasks need of a node: its image store and, for emulated
 // GPUs, stand-in device files (`AgentNode::device_dir`).
-absl::Status InitContainers(const NodeTableOptions& options, AgentNode& node) {
+absl::Status InitContainers(const NodeTableOptions& options,
+                            const AgentLog& log, AgentNode& node) {
   absl::StatusOr<std::unique_ptr<image::ImageStore>> store =
       image::ImageStore::Open({.root = absl::StrCat(node.root, "/images"),
                                .budget_bytes = options.image_budget_bytes},
                               options.image_source);
   if (!store.ok()) return store.status();
   node.images = *std::move(store);
+  node.prepulls =
+      std::make_unique<ImagePrepulls>(node.images.get(), node.name, log);
   if (!node.emulated) return absl::OkStatus();
   node.device_dir = absl::StrCat(node.root, "/dev");
   if (absl::Status s = EnsureDirectory(node.device_dir, kAgentDirMode);
@@ -120,7 +123,7 @@ absl::Status InitNode(const NodeTableOptions& options, const HostInfo& host,
     node.launcher = std::move(*launcher);
   }
   if (options.image_source != nullptr && !options.fake_tasks) {
-    if (absl::Status s = InitContainers(options, node); !s.ok()) {
+    if (absl::Status s = InitContainers(options, log, node); !s.ok()) {
       return InNode(node, s);
     }
   }

@@ -76,6 +76,28 @@ std::string CollectAgentMetrics(const NodeTable& nodes,
   std::string text;
   MetricsWriter out(&text);
   WriteAgentMetrics(out, gpus, tasks);
+  // Each node's image store (docs/images.md) and the tasks waiting on it.
+  out.Family("loom_agent_image_store_bytes",
+             "Bytes a node's image store holds: layers and root filesystems.",
+             MetricType::kGauge);
+  for (const auto& node : nodes.nodes()) {
+    if (node->images == nullptr) continue;
+    out.Sample("loom_agent_image_store_bytes", {{"node", node->name}},
+               static_cast<double>(node->images->BytesUsed()));
+  }
+  out.Family("loom_agent_tasks_pulling_image",
+             "Tasks of a node whose processes wait for their image's pull.",
+             MetricType::kGauge);
+  for (const auto& node : nodes.nodes()) {
+    if (node->images == nullptr) continue;
+    int pulling = 0;
+    {
+      absl::MutexLock lock(&node->mu);
+      for (const auto& [id, unit] : node->units) pulling += unit.pull ? 1 : 0;
+    }
+    out.Sample("loom_agent_tasks_pulling_image", {{"node", node->name}},
+               pulling);
+  }
   return text;
 }
 

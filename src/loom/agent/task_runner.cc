@@ -39,12 +39,38 @@ void RemoveContainerFiles(const AgentNode& node, const TaskUnit& unit) {
 
 }  // namespace
 
+// A launch between its request and the start of its processes: the
+// request and what the steps decided, kept by the thread that pulls the
+// task's image when the launch waits for one.
+struct TaskRunner::PendingLaunch {
+  PendingLaunch(AgentNode& node, const LaunchRequest& r, const AgentLog& log)
+      : request(r), ctx{node, request, log, std::nullopt, ""} {}
+  const LaunchRequest request;
+  LaunchContext ctx;
+};
+
+TaskRunner::~TaskRunner() { Shutdown(); }
+
+void TaskRunner::Shutdown() {
+  std::vector<Fetcher> all;
+  {
+    absl::MutexLock lock(&fetch_mu_);
+    all = std::move(fetchers_);
+    fetchers_.clear();
+  }
+  for (Fetcher& f : all) f.thread.join();
+}
+
 absl::StatusOr<json> TaskRunner::Launch(AgentNode& node, const LaunchRequest& r,
                                         std::string* field) {
-  LaunchContext ctx{node, r, log_, std::nullopt, ""};
+  auto launch = std::make_shared<PendingLaunch>(node, r, log_);
+  LaunchContext& ctx = launch->ctx;
+  bool fetch = false;
   for (const auto& step : options_.steps) {
     if (absl::Status s = step->Prepare(ctx, field); !s.ok()) return s;
   }
+  for (const auto& step : options_.steps)
+    fetch = fetch || step->NeedsFetch(ctx);
   const int count = r.processes;
   TaskUnit unit;
   unit.task_id = r.task_id;
@@ -54,6 +80,13 @@ absl::StatusOr<json> TaskRunner::Launch(AgentNode& node, const LaunchRequest& r,
   unit.launching = true;
   unit.persisted = count > 1 && !node.units_dir.empty();
   unit.container = ctx.container;
+  std::shared_ptr<ImagePullMeter> meter;
+  if (fetch) {
+    meter = std::make_shared<ImagePullMeter>();
+    meter->image = r.container ? r.container->image_ref : "";
+    meter->started = absl::Now();
+    unit.pull = meter;
+  }
   for (int k = 0; k < count; ++k) {
     TaskProcess p;
     p.launcher_id = count == 1 ? r.task_id : absl::StrCat(r.task_id, ".p", k);
@@ -61,18 +94,18 @@ absl::StatusOr<json> TaskRunner::Launch(AgentNode& node, const LaunchRequest& r,
     p.stderr_path = TaskLogPath(node, r.task_id, k, true);
     unit.procs.push_back(std::move(p));
   }
-  const std::vector<TaskProcess> procs = unit.procs;
-  const std::string unit_text = unit.persisted ? UnitFileText(unit) : "";
+  json accepted;
   {
     absl::MutexLock lock(&node.mu);
     if (auto it = node.units.find(r.task_id); it != node.units.end()) {
       return absl::AlreadyExistsError(absl::StrCat(
           "task ", r.task_id, " is already known on node ", node.name, " (",
-          it->second.launching ? "being launched"
-                               : SummarizeTask(it->second).state,
+          it->second.pull != nullptr ? "waiting for its image"
+          : it->second.launching     ? "being launched"
+                                     : SummarizeTask(it->second).state,
           "); a task id is launched once"));
     }
-    for (const TaskProcess& p : procs) {
+    for (const TaskProcess& p : unit.procs) {
       if (auto it = node.by_launcher_id.find(p.launcher_id);
           it != node.by_launcher_id.end()) {
         return absl::AlreadyExistsError(
@@ -81,21 +114,155 @@ absl::StatusOr<json> TaskRunner::Launch(AgentNode& node, const LaunchRequest& r,
       }
     }
     for (int k = 0; k < count; ++k) {
-      node.by_launcher_id[procs[k].launcher_id] = {r.task_id, k};
+      node.by_launcher_id[unit.procs[k].launcher_id] = {r.task_id, k};
     }
+    if (fetch) accepted = TaskStatusJson(node.name, unit, /*detailed=*/true);
     node.units.emplace(r.task_id, std::move(unit));
   }
+  if (!fetch) return StartProcesses(node, *launch, /*accepted=*/false);
+  log_("info", node.name,
+       absl::StrCat("task ", r.task_id, " (job ", r.job_id,
+                    ") waits for image ", meter->image, ": pulling it"));
+  absl::MutexLock lock(&fetch_mu_);
+  // Threads whose pull is over are joined here, so that they do not pile up.
+  for (auto it = fetchers_.begin(); it != fetchers_.end();) {
+    if (it->done->load()) {
+      it->thread.join();
+      it = fetchers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  fetchers_.push_back({std::thread([this, &node, launch, meter, done] {
+                         FetchThenStart(node, *launch, meter);
+                         done->store(true);
+                       }),
+                       done});
+  return accepted;
+}
+
+void TaskRunner::FetchThenStart(AgentNode& node, PendingLaunch& launch,
+                                const std::shared_ptr<ImagePullMeter>& meter) {
+  absl::Status status;
+  for (const auto& step : options_.steps) {
+    if (!step->NeedsFetch(launch.ctx)) continue;
+    status = step->Fetch(launch.ctx, *meter);
+    if (!status.ok()) break;
+  }
+  const LaunchRequest& r = launch.request;
+  bool report = false;
+  {
+    absl::MutexLock lock(&node.mu);
+    auto it = node.units.find(r.task_id);
+    // Stopped while it waited (and perhaps forgotten since): nothing to
+    // start; the image goes back with `launch`.
+    if (it == node.units.end() || it->second.pull != meter) return;
+    TaskUnit& unit = it->second;
+    unit.pull = nullptr;
+    if (!status.ok()) {
+      unit.refused = absl::IsInvalidArgument(status);
+      EndUnstartedLocked(node, unit, Str(status.message()), &report);
+    } else {
+      unit.container = launch.ctx.container;
+    }
+  }
+  if (!status.ok()) {
+    if (report) Report(node);
+    return;
+  }
+  log_("info", node.name,
+       absl::StrCat("task ", r.task_id, ": image ", meter->image, " ready in ",
+                    absl::FormatDuration(absl::Trunc(
+                        absl::Now() - meter->started, absl::Milliseconds(1))),
+                    "; starting it"));
+  (void)StartProcesses(node, launch, /*accepted=*/true);
+}
+
+void TaskRunner::EndUnstartedLocked(AgentNode& node, TaskUnit& unit,
+                                    const std::string& reason, bool* report) {
+  unit.launching = false;
+  unit.pull = nullptr;
+  for (TaskProcess& p : unit.procs) {
+    if (p.state != TaskProcess::State::kStarting) continue;
+    p.state = TaskProcess::State::kLost;
+    p.reason = reason;
+    p.ended_at = absl::Now();
+  }
+  AfterChange(node, unit, report);
+}
+
+void TaskRunner::EndPullingLocked(AgentNode& node, TaskUnit& unit, int signal,
+                                  bool* report) {
+  log_("info", node.name,
+       absl::StrCat("task ", unit.task_id, " stopped (", SignalText(signal),
+                    ") while its image was pulled"));
+  unit.launching = false;
+  unit.pull = nullptr;
+  unit.stopping = true;
+  for (TaskProcess& p : unit.procs) {
+    p.state = TaskProcess::State::kExited;
+    p.exit_code = -1;
+    p.term_signal = signal;
+    p.ended_at = absl::Now();
+    p.reason = "stopped while its image was pulled";
+  }
+  AfterChange(node, unit, report);
+}
+
+absl::StatusOr<json> TaskRunner::StartProcesses(AgentNode& node,
+                                                PendingLaunch& launch,
+                                                bool accepted) {
+  const LaunchRequest& r = launch.request;
+  const LaunchContext& ctx = launch.ctx;
+  const int count = r.processes;
+  std::vector<TaskProcess> procs;
+  std::string unit_text;
+  {
+    absl::MutexLock lock(&node.mu);
+    const TaskUnit& unit = node.units[r.task_id];
+    procs = unit.procs;
+    if (unit.persisted) unit_text = UnitFileText(unit);
+  }
+  // A launch answered before its processes started (it waited for its
+  // image): its failure is the task's end, reported like any other.
+  auto fail_accepted = [&](const absl::Status& failure) {
+    bool report = false;
+    {
+      absl::MutexLock lock(&node.mu);
+      if (auto it = node.units.find(r.task_id); it != node.units.end()) {
+        // Rolled back but not confirmed gone: lost already.
+        return;
+      }
+      TaskUnit ended;
+      ended.task_id = r.task_id;
+      ended.job_id = r.job_id;
+      ended.task_index = r.task_index;
+      ended.gpus = r.gpus;
+      ended.procs = procs;
+      ended.refused = absl::IsInvalidArgument(failure) ||
+                      absl::IsFailedPrecondition(failure);
+      TaskUnit& u =
+          node.units.emplace(r.task_id, std::move(ended)).first->second;
+      EndUnstartedLocked(node, u, Str(failure.message()), &report);
+    }
+    if (report) Report(node);
+  };
   if (!unit_text.empty()) {
     absl::Status s = WriteFileAtomically(UnitPath(node, r.task_id), unit_text,
                                          kPrivateFileMode);
     if (!s.ok()) {
-      absl::MutexLock lock(&node.mu);
-      for (const TaskProcess& p : procs) {
-        node.by_launcher_id.erase(p.launcher_id);
+      {
+        absl::MutexLock lock(&node.mu);
+        for (const TaskProcess& p : procs) {
+          node.by_launcher_id.erase(p.launcher_id);
+        }
+        node.units.erase(r.task_id);
       }
-      node.units.erase(r.task_id);
-      return absl::InternalError(absl::StrCat(
+      absl::Status failure = absl::InternalError(absl::StrCat(
           "task ", r.task_id, ": cannot record it: ", Str(s.message())));
+      if (accepted) fail_accepted(failure);
+      return failure;
     }
   }
   absl::Status failure;
@@ -140,7 +307,9 @@ absl::StatusOr<json> TaskRunner::Launch(AgentNode& node, const LaunchRequest& r,
     }
     log_("warn", node.name,
          absl::StrCat("launch of task ", r.task_id, " failed: ", message));
-    return absl::Status(failure.code(), message);
+    absl::Status result(failure.code(), message);
+    if (accepted) fail_accepted(result);
+    return result;
   }
   json result;
   bool report = false;
@@ -163,7 +332,9 @@ absl::StatusOr<json> TaskRunner::Launch(AgentNode& node, const LaunchRequest& r,
            r.gpus.empty() ? ""
                           : absl::StrCat(", GPUs ", absl::StrJoin(r.gpus, ",")),
            ")"));
-  if (report) Report(node);
+  // After a pull, the server hears of the start with the next heartbeat:
+  // sent soon.
+  if (report || accepted) Report(node);
   return result;
 }
 
@@ -348,14 +519,17 @@ void TaskRunner::ForgetLocked(AgentNode& node, const std::string& task_id) {
 
 absl::StatusOr<json> TaskRunner::Stop(AgentNode& node, const std::string& id,
                                       int signal, absl::Duration grace) {
-  absl::MutexLock lock(&node.mu);
+  absl::ReleasableMutexLock lock(&node.mu);
   auto it = node.units.find(id);
   if (it == node.units.end()) {
     return absl::NotFoundError(
         absl::StrCat("task ", id, " is not known on node ", node.name));
   }
   TaskUnit& unit = it->second;
-  if (unit.launching) {
+  bool report = false;
+  if (unit.pull != nullptr) {
+    EndPullingLocked(node, unit, signal, &report);
+  } else if (unit.launching) {
     unit.stop_after_launch = std::make_pair(signal, grace);
   } else if (SummarizeTask(unit).state == "running") {
     log_("info", node.name,
@@ -364,13 +538,24 @@ absl::StatusOr<json> TaskRunner::Stop(AgentNode& node, const std::string& id,
                       ")"));
     StopLocked(node, unit, signal, grace);
   }
-  return TaskStatusJson(node.name, unit, /*detailed=*/true);
+  json status = TaskStatusJson(node.name, unit, /*detailed=*/true);
+  if (report) {
+    lock.Release();
+    Report(node);
+  }
+  return status;
 }
 
 int TaskRunner::KillAll(AgentNode& node) {
   int killed = 0;
-  absl::MutexLock lock(&node.mu);
+  bool report = false;
+  absl::ReleasableMutexLock lock(&node.mu);
   for (auto& [id, unit] : node.units) {
+    if (unit.pull != nullptr) {
+      EndPullingLocked(node, unit, SIGKILL, &report);
+      ++killed;
+      continue;
+    }
     if (unit.launching) {
       unit.stop_after_launch = std::make_pair(SIGKILL, absl::ZeroDuration());
       ++killed;
@@ -380,6 +565,8 @@ int TaskRunner::KillAll(AgentNode& node) {
     StopLocked(node, unit, SIGKILL, absl::ZeroDuration());
     ++killed;
   }
+  lock.Release();
+  if (report) Report(node);
   return killed;
 }
 
@@ -387,7 +574,8 @@ void TaskRunner::ApplyServerOrders(AgentNode& node,
                                    const std::vector<std::string>& acks,
                                    const std::vector<std::string>& stops,
                                    const std::set<std::string>& reported) {
-  absl::MutexLock lock(&node.mu);
+  bool report = false;
+  absl::ReleasableMutexLock lock(&node.mu);
   for (const std::string& id : acks) {
     auto it = node.units.find(id);
     if (it == node.units.end() || it->second.launching) continue;
@@ -403,6 +591,10 @@ void TaskRunner::ApplyServerOrders(AgentNode& node,
     auto it = node.units.find(id);
     if (it == node.units.end()) continue;
     TaskUnit& unit = it->second;
+    if (unit.pull != nullptr) {
+      EndPullingLocked(node, unit, options_.stop_signal, &report);
+      continue;
+    }
     if (unit.launching) {
       unit.stop_after_launch =
           std::make_pair(options_.stop_signal, options_.stop_grace);
@@ -427,6 +619,8 @@ void TaskRunner::ApplyServerOrders(AgentNode& node,
                       "): the server asks"));
     StopLocked(node, unit, options_.stop_signal, options_.stop_grace);
   }
+  lock.Release();
+  if (report) Report(node);
 }
 
 json TaskRunner::Statuses(AgentNode& node,
@@ -434,9 +628,11 @@ json TaskRunner::Statuses(AgentNode& node,
   json tasks = json::array();
   absl::MutexLock lock(&node.mu);
   for (const auto& [id, unit] : node.units) {
-    if (unit.launching) continue;
+    if (unit.launching && unit.pull == nullptr) continue;
     json status = TaskStatusJson(node.name, unit, /*detailed=*/false);
-    if (status["state"] != "running") ended_ids->push_back(id);
+    if (status["state"] != "running" && status["state"] != "pulling") {
+      ended_ids->push_back(id);
+    }
     tasks.push_back(std::move(status));
   }
   return tasks;
@@ -445,7 +641,7 @@ json TaskRunner::Statuses(AgentNode& node,
 void TaskRunner::ListDetailed(AgentNode& node, json* out) {
   absl::MutexLock lock(&node.mu);
   for (const auto& [id, unit] : node.units) {
-    if (unit.launching) continue;
+    if (unit.launching && unit.pull == nullptr) continue;
     out->push_back(TaskStatusJson(node.name, unit, /*detailed=*/true));
   }
 }
@@ -453,7 +649,8 @@ void TaskRunner::ListDetailed(AgentNode& node, json* out) {
 absl::StatusOr<json> TaskRunner::Get(AgentNode& node, const std::string& id) {
   absl::MutexLock lock(&node.mu);
   auto it = node.units.find(id);
-  if (it == node.units.end() || it->second.launching) {
+  if (it == node.units.end() ||
+      (it->second.launching && it->second.pull == nullptr)) {
     return absl::NotFoundError(
         absl::StrCat("task ", id, " is not known on node ", node.name));
   }

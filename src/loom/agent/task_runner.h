@@ -7,9 +7,12 @@
 // `AgentNode` (guarded by `node.mu`); the runner is the only code that
 // changes it.
 
+#include <atomic>
 #include <functional>
+#include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -40,13 +43,21 @@ class TaskRunner {
  public:
   TaskRunner(TaskRunnerOptions options, const AgentLog& log)
       : options_(std::move(options)), log_(log) {}
+  ~TaskRunner();
+
+  // Waits for the launches that pull an image (their threads) to end. The
+  // nodes must outlive it.
+  void Shutdown();
 
   int stop_signal() const { return options_.stop_signal; }
   absl::Duration stop_grace() const { return options_.stop_grace; }
 
   // Runs the launch steps and starts the task's processes. Returns the
-  // task's detailed status. `InvalidArgument` (with `*field`) or
-  // `FailedPrecondition` for a request this node cannot run,
+  // task's detailed status. A task whose image the node lacks is accepted
+  // at once, its status `pulling`: a thread pulls the image and then starts
+  // it; a pull that fails ends the task lost and `refused`, with the
+  // reason; a stop while it pulls ends it at once. `InvalidArgument` (with
+  // `*field`) or `FailedPrecondition` for a request this node cannot run,
   // `AlreadyExists` for a known task id, the launcher's errors otherwise;
   // after an error nothing of the task is left (or, when a started process
   // cannot be confirmed gone, the task stays, lost, until it is).
@@ -94,6 +105,28 @@ class TaskRunner {
                                       int k, bool stderr_stream);
 
  private:
+  struct PendingLaunch;
+  struct Fetcher {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+
+  // The second half of a launch: writes the unit file, starts the
+  // processes, rolls back on failure. `accepted`: the launch was answered
+  // already (it waited for its image), so a failure ends the task instead.
+  absl::StatusOr<nlohmann::json> StartProcesses(AgentNode& node,
+                                                PendingLaunch& launch,
+                                                bool accepted);
+  // On its own thread: the steps' slow work, then the processes.
+  void FetchThenStart(AgentNode& node, PendingLaunch& launch,
+                      const std::shared_ptr<ImagePullMeter>& meter);
+  // Ends a task none of whose processes started: lost, with `reason`.
+  void EndUnstartedLocked(AgentNode& node, TaskUnit& unit,
+                          const std::string& reason, bool* report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(node.mu);
+  // Ends a task that waits for its image, as killed by `signal`.
+  void EndPullingLocked(AgentNode& node, TaskUnit& unit, int signal,
+                        bool* report) ABSL_EXCLUSIVE_LOCKS_REQUIRED(node.mu);
   std::string ApplyEvent(AgentNode& node, const TaskEvent& event)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(node.mu);
   // After a process of `unit` changed: announces the end of the task, or
@@ -113,6 +146,8 @@ class TaskRunner {
 
   const TaskRunnerOptions options_;
   const AgentLog& log_;
+  absl::Mutex fetch_mu_;
+  std::vector<Fetcher> fetchers_ ABSL_GUARDED_BY(fetch_mu_);
 };
 
 }  // namespace loom

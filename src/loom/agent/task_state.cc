@@ -73,12 +73,32 @@ TaskSummary SummarizeTask(const TaskUnit& unit) {
 
 json TaskStatusJson(const std::string& node, const TaskUnit& unit,
                     bool detailed) {
+  if (unit.pull != nullptr) {
+    const ImagePullMeter& m = *unit.pull;
+    static constexpr const char* kPhases[] = {"manifest", "layers", "unpacking",
+                                              "done"};
+    const int phase = m.phase.load();
+    json j = {{"task_id", unit.task_id},
+              {"state", "pulling"},
+              {"pull",
+               {{"image", m.image},
+                {"phase", kPhases[phase >= 0 && phase < 4 ? phase : 0]},
+                {"bytes_done", m.bytes_done.load()},
+                {"bytes_total", m.bytes_total.load()}}}};
+    if (detailed) {
+      j["node"] = node;
+      j["job_id"] = unit.job_id;
+      j["task_index"] = unit.task_index;
+    }
+    return j;
+  }
   const TaskSummary s = SummarizeTask(unit);
   json j = {{"task_id", unit.task_id},
             {"state", s.state},
             {"exit_code", s.exit_code},
             {"signal", s.signal},
             {"reason", s.reason}};
+  if (unit.refused) j["refused"] = true;
   if (!detailed) return j;
   j["node"] = node;
   j["job_id"] = unit.job_id;

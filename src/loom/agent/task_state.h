@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -41,8 +42,20 @@ struct TaskProcess {
   }
 };
 
-// A task as the server sees it: one or more processes.
 struct ContainerLaunch;  // image_step.h
+
+// How a container task's image pull stands while its processes wait for it
+// (docs/images.md, "Pulling"): written by the pulling thread, read by
+// heartbeats and the API without the node's lock.
+struct ImagePullMeter {
+  std::string image;  // the reference the user gave
+  absl::Time started = absl::InfinitePast();
+  std::atomic<int> phase{0};  // image::PullProgress::Phase
+  std::atomic<int64_t> bytes_done{0};
+  std::atomic<int64_t> bytes_total{0};
+};
+
+// A task as the server sees it: one or more processes.
 
 struct TaskUnit {
   std::string task_id;
@@ -62,6 +75,13 @@ struct TaskUnit {
   std::optional<std::pair<int, absl::Duration>> stop_after_launch;
   // A container task's image, held while the unit is (image_step.h).
   std::shared_ptr<const ContainerLaunch> container;
+  // Set while the task waits for its image (it is `launching` too): the
+  // heartbeats report it `pulling`, with this progress.
+  std::shared_ptr<ImagePullMeter> pull;
+  // The launch failed after it was accepted, for a reason another run would
+  // meet too (its image cannot be pulled): the processes are lost with the
+  // reason and the server fails the job without restarting it.
+  bool refused = false;
 };
 
 // What a task amounts to for the server.
@@ -80,6 +100,9 @@ TaskSummary SummarizeTask(const TaskUnit& unit);
 
 // The status of `unit` on node `node`: {task_id, state, exit_code, signal,
 // reason}, and with `detailed` also node, job, processes and `stopping`.
+// A task waiting for its image is `pulling`, with `pull` {image, phase,
+// bytes_done, bytes_total}; one whose launch was refused after it
+// was accepted has `refused`.
 nlohmann::json TaskStatusJson(const std::string& node, const TaskUnit& unit,
                               bool detailed);
 

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "loom/cli/cluster_verbs.h"
+#include "loom/cli/image_verbs.h"
 #include "loom/cli/job_verbs.h"
 #include "loom/cli/node_verbs.h"
 #include "loom/cli/token_verbs.h"
@@ -29,6 +30,7 @@ void AddJobCommands(CLI::App& app, JobCommandFlags* f) {
   cli::AddNodeVerbs(app, f);
   cli::AddClusterVerbs(app, f);
   cli::AddTokenVerbs(app, f);
+  cli::AddImageVerbs(app, f);
   for (const auto& [name, verb] : f->verbs) {
     if (name != "run") verb->footer(kExitFooter);
   }
@@ -38,7 +40,7 @@ int RunJobCommand(std::string_view verb, const JobCommandFlags& flags,
                   const CommandContext& context) {
   const cli::Verb v{std::string(verb), flags, context};
   for (auto run : {cli::RunJobVerb, cli::RunNodeVerb, cli::RunClusterVerb,
-                   cli::RunTokenVerb}) {
+                   cli::RunTokenVerb, cli::RunImageVerb}) {
     if (std::optional<int> rc = run(v)) return *rc;
   }
   return v.Fail(cli::kExitUsage, "unknown verb");

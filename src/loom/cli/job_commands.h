@@ -55,8 +55,15 @@ struct JobCommandFlags {
   // checkpoint
   int64_t step = -1;  // -1: not given
   bool stderr_stream = false;
-  // cordon, uncordon, drain
+  // cordon, uncordon, drain; images --node
   std::string node;
+  // image pull REF [--pool P | --nodes N1,N2] [--no-wait] [--timeout]
+  std::string image_action;
+  std::string image_ref;
+  std::string image_pool;
+  std::vector<std::string> image_nodes;
+  bool no_wait = false;
+  std::string timeout = "30m";
   // top
   bool once = false;
   std::string interval = "2s";

@@ -104,18 +104,6 @@ int Submit(const Verb& v) {
   return rc;
 }
 
-// Waits in slices so that Ctrl-C is noticed quickly; false when interrupted.
-bool SleepUnlessInterrupted(const CommandContext& ctx) {
-  const absl::Time until = absl::Now() + ctx.poll_interval;
-  while (true) {
-    if (ctx.interrupted != nullptr && ctx.interrupted->load()) return false;
-    const absl::Duration left = until - absl::Now();
-    if (left <= absl::ZeroDuration()) return true;
-    std::this_thread::sleep_for(
-        absl::ToChronoMilliseconds(std::min(left, absl::Milliseconds(50))));
-  }
-}
-
 std::string StateLine(const Json& job) {
   const int64_t id = JobId(job);
   const std::string state = Str(job, "state");

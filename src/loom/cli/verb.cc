@@ -3,11 +3,14 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "loom/cli/output_format.h"
 
 namespace loom::cli {
@@ -77,6 +80,18 @@ int RequestAndPrint(
   if (!reply.ok()) return v.Fail(kExitFailed, reply.status());
   if (!v.PrintStructured(*reply)) v.out() << format(*reply);
   return kExitOk;
+}
+
+// Waits in slices so that Ctrl-C is noticed quickly; false when interrupted.
+bool SleepUnlessInterrupted(const CommandContext& ctx) {
+  const absl::Time until = absl::Now() + ctx.poll_interval;
+  while (true) {
+    if (ctx.interrupted != nullptr && ctx.interrupted->load()) return false;
+    const absl::Duration left = until - absl::Now();
+    if (left <= absl::ZeroDuration()) return true;
+    std::this_thread::sleep_for(
+        absl::ToChronoMilliseconds(std::min(left, absl::Milliseconds(50))));
+  }
 }
 
 }  // namespace loom::cli

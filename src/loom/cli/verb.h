@@ -66,4 +66,8 @@ int RequestAndPrint(
     const std::function<absl::StatusOr<nlohmann::json>(ApiClient&)>& request,
     const std::function<std::string(const nlohmann::json&)>& format);
 
+// Sleeps `ctx.poll_interval` in slices so that Ctrl-C is noticed quickly;
+// false when interrupted.
+bool SleepUnlessInterrupted(const CommandContext& ctx);
+
 }  // namespace loom::cli

@@ -608,6 +608,18 @@ absl::Status ApiClient::StreamLogs(int64_t id, const LogRequest& request,
   return absl::OkStatus();
 }
 
+absl::StatusOr<nlohmann::json> ApiClient::ListImages(std::string_view node) {
+  return Call("GET",
+              node.empty() ? std::string("/v1/images")
+                           : "/v1/images?node=" + Escape(node),
+              "");
+}
+
+absl::StatusOr<nlohmann::json> ApiClient::PullImage(
+    const nlohmann::json& request) {
+  return Call("POST", "/v1/images/pull", request.dump());
+}
+
 absl::StatusOr<nlohmann::json> ApiClient::ListNodes() {
   return Call("GET", "/v1/nodes", "");
 }

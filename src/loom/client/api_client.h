@@ -140,6 +140,11 @@ class ApiClient {
   // GET /v1/projects. Returns {"projects": [...]}.
   absl::StatusOr<nlohmann::json> ListProjects();
 
+  // GET /v1/images[?node=N]: the images each node holds and pulls.
+  absl::StatusOr<nlohmann::json> ListImages(std::string_view node = "");
+  // POST /v1/images/pull: {image, nodes?, pool?}.
+  absl::StatusOr<nlohmann::json> PullImage(const nlohmann::json& request);
+
   // Tokens (admin): GET /v1/tokens, POST /v1/tokens (`request` as in
   // docs/api.md; the answer holds the token, shown once), POST
   // /v1/tokens/{id}/revoke, POST /v1/nodes/{name}/revoke (a node's

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "fmt/format.h"
@@ -193,6 +194,43 @@ std::string FormatBytes(int64_t bytes) {
   }
   if (v == std::floor(v)) return fmt::format("{:.0f}{}", v, kUnits[u]);
   return fmt::format("{:.1f}{}", v, kUnits[u]);
+}
+
+namespace {
+
+// The decimal unit for `bytes`: its name and its size.
+std::pair<const char*, double> DecimalUnitFor(int64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "kB", "MB", "GB", "TB", "PB"};
+  double scale = 1;
+  int u = 0;
+  while (u < 5 && static_cast<double>(bytes) >= scale * 1000) {
+    scale *= 1000;
+    ++u;
+  }
+  return {kUnits[u], scale};
+}
+
+// One decimal below 100 of a unit, none above (and none for bytes).
+std::string DecimalAmount(int64_t bytes, double scale, double unit_total) {
+  const double v = static_cast<double>(bytes) / scale;
+  return scale == 1 || unit_total >= 100 ? fmt::format("{:.0f}", v)
+                                         : fmt::format("{:.1f}", v);
+}
+
+}  // namespace
+
+std::string FormatBytesOf(int64_t done, int64_t total) {
+  const auto [unit, scale] = DecimalUnitFor(total);
+  const double t = static_cast<double>(total) / scale;
+  return fmt::format("{} of {} {}", DecimalAmount(done, scale, t),
+                     DecimalAmount(total, scale, t), unit);
+}
+
+std::string FormatBytesDecimal(int64_t bytes) {
+  const auto [unit, scale] = DecimalUnitFor(bytes);
+  return fmt::format(
+      "{} {}", DecimalAmount(bytes, scale, static_cast<double>(bytes) / scale),
+      unit);
 }
 
 std::string FormatDurationShort(absl::Duration d) {

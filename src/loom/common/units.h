@@ -28,6 +28,12 @@ absl::StatusOr<absl::Duration> ParseDuration(std::string_view text);
 // where possible (`141Gi`, `1.5Ti`).
 std::string FormatBytes(int64_t bytes);
 
+// Formats `done` of `total` bytes in decimal units chosen by `total`, as
+// pull progress reads: "1.2 of 3.4 GB", "12 of 450 MB", "0 of 0 B".
+std::string FormatBytesOf(int64_t done, int64_t total);
+// Bytes in decimal units, as transfers are counted: "1.2 GB", "450 MB".
+std::string FormatBytesDecimal(int64_t bytes);
+
 // Formats a duration compactly for tables (`45s`, `12m`, `3.2h`, `4.1d`).
 std::string FormatDurationShort(absl::Duration d);
 

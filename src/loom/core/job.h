@@ -65,6 +65,11 @@ struct JobRequest {
   // InfiniteDuration() when the job has no time limit.
   absl::Duration time_limit = absl::InfiniteDuration();
   absl::Time submit_time = absl::UnixEpoch();
+  // The digest of the job's container image ("sha256:..."); empty for a
+  // host-process job. Placement prefers nodes that already hold it
+  // (`Scheduler::SetNodeImages`), a soft preference that never changes the
+  // fit or the topology of the placement.
+  std::string image;
 };
 
 // Checks a request for values that are wrong on any cluster: counts that are

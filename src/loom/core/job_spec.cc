@@ -1072,6 +1072,8 @@ absl::StatusOr<JobRequest> ToJobRequest(const JobSpec& spec,
   if (!spec.user.empty()) job.user = spec.user;
   job.kind = spec.kind;
   job.preemptible = spec.preemptible;
+  // Image locality (docs/scheduling.md): the digest the server pinned.
+  if (spec.container.has_value()) job.image = spec.container->image_digest;
   job.submit_time = submit_time;
   job.time_limit = spec.time_limit.value_or(absl::InfiniteDuration());
 

@@ -167,7 +167,7 @@ absl::StatusOr<ImageHandle> ImageStore::Ensure(const ImageRef& ref,
     absl::MutexLock lock(&mu_);
     if (auto it = images_.find(digest); it != images_.end()) {
       ++it->second.users;
-      it->second.refs.insert(ref.ToString());
+      if (it->second.refs.insert(ref.ToString()).second) ++generation_;
       TouchLocked(digest, it->second);
       return HandleLocked(digest, it->second);
     }
@@ -280,6 +280,7 @@ absl::Status ImageStore::Pull(const ImageRef& ref, Flight* flight) {
       image.bytes = bytes;
       TouchLocked(ref.digest, image);
       images_.emplace(ref.digest, std::move(image));
+      ++generation_;
     }
   }
   if (!status.ok()) (void)RemoveTree(tmp);
@@ -429,6 +430,7 @@ std::vector<std::string> ImageStore::EvictLocked(int64_t reserve) {
     if (is_image) {
       used -= images_.at(digest).bytes;
       images_.erase(digest);
+      ++generation_;
     } else {
       used -= blobs_.at(digest).bytes;
       blobs_.erase(digest);
@@ -444,6 +446,11 @@ void ImageStore::Evict(int64_t reserve) {
     doomed = EvictLocked(reserve);
   }
   for (const std::string& path : doomed) (void)RemoveTree(path);
+}
+
+uint64_t ImageStore::Generation() const {
+  absl::MutexLock lock(&mu_);
+  return generation_;
 }
 
 std::vector<ImageInfo> ImageStore::List() const {

@@ -97,6 +97,9 @@ class ImageStore {
   void Release(std::string_view digest);
 
   std::vector<ImageInfo> List() const;
+  // Changes whenever the list of images or their references does (not
+  // their use): who reports the list sends it again only then.
+  uint64_t Generation() const;
   // Bytes the store holds: blobs and root filesystems.
   int64_t BytesUsed() const;
   // Whether the blob is held (tests, and `loom images` later).
@@ -162,6 +165,7 @@ class ImageStore {
   std::map<std::string, Blob, std::less<>> blobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<Flight>> pulls_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<Flight>> fetches_ ABSL_GUARDED_BY(mu_);
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace loom::image

@@ -29,6 +29,9 @@ struct Placement {
   int switch_index = -1;
   int nodes = 0;   // distinct nodes used
   int leaves = 0;  // distinct leaf switches used
+  // Tasks placed on nodes of the `prefer` mask given to `FindPlacement`
+  // (nodes that hold the job's image); 0 when there was none.
+  int preferred_tasks = 0;
 };
 
 // An entry of the reservation index: the time at which `node` will have

@@ -87,7 +87,8 @@ TEST(ClusterState, RandomWorkloadKeepsInvariants) {
       JobShape s = *ShapeFromTotalGpus(total, 8);
       s.gpu_model = rng() % 4 == 0 ? kAnyGpuModel : static_cast<int>(rng() % 2);
       if (rng() % 5 == 0) s.cpus_milli_per_task = 8000;
-      std::optional<Placement> p = FindPlacement(st, s, nullptr, nullptr);
+      std::optional<Placement> p =
+          FindPlacement(st, s, nullptr, nullptr, nullptr);
       if (p) {
         ASSERT_EQ(static_cast<int>(p->tasks.size()), s.tasks);
         st.Allocate(next, *p, s, T(step + rng() % 1000));

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <vector>
@@ -36,6 +37,22 @@ class NodeMask {
   void ForEachUntil(Fn&& fn) const {
     for (size_t w = 0; w < words_.size(); ++w) {
       uint64_t bits = words_[w];
+      while (bits) {
+        int b = std::countr_zero(bits);
+        bits &= bits - 1;
+        if (!fn(static_cast<int>(w * 64 + b))) return;
+      }
+    }
+  }
+
+  // Calls `fn(node)` for each node in both this mask and `other`, in
+  // increasing order, until it returns false. Costs one word operation per
+  // 64 nodes plus one call per common member.
+  template <typename Fn>
+  void ForEachInBothUntil(const NodeMask& other, Fn&& fn) const {
+    const size_t n = std::min(words_.size(), other.words_.size());
+    for (size_t w = 0; w < n; ++w) {
+      uint64_t bits = words_[w] & other.words_[w];
       while (bits) {
         int b = std::countr_zero(bits);
         bits &= bits - 1;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 #include <span>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 
@@ -28,36 +29,70 @@ bool Avoided(const NodeMask* avoid, int node) {
   return avoid != nullptr && avoid->Contains(node);
 }
 
+bool Preferred(const NodeMask* prefer, int node) {
+  return prefer != nullptr && prefer->Contains(node);
+}
+
 // Single-node placement: best fit over partly used nodes, then an idle node
-// from the leaf with the fewest idle nodes.
+// from the leaf with the fewest idle nodes. Nodes in `prefer` win ties only:
+// among the partly used nodes with the chosen free GPU count, or among the
+// idle nodes of the chosen leaf.
 std::optional<Placement> PlaceOnOneNode(const ClusterState& state,
                                         GpuModelId model, const JobShape& shape,
-                                        const NodeMask* avoid) {
+                                        const NodeMask* avoid,
+                                        const NodeMask* prefer) {
   const int need = shape.TotalGpus();
   JobShape s = shape;
   s.gpu_model = model;
+  auto fits = [&](int node) {
+    return !Avoided(avoid, node) && state.TasksThatFit(node, s) >= s.tasks;
+  };
   int chosen = -1;
+  int chosen_free = 0;
   for (int f = std::max(need, 1); f <= kMaxGpusPerNode && chosen < 0; ++f) {
     if (state.PartialCount(model, f) == 0) continue;
     state.PartialNodes(model, f).ForEachUntil([&](int node) {
-      if (!Avoided(avoid, node) && state.TasksThatFit(node, s) >= s.tasks) {
+      if (fits(node)) {
         chosen = node;
+        chosen_free = f;
         return false;
       }
       return true;
     });
   }
+  if (chosen >= 0 && prefer != nullptr && !prefer->Contains(chosen)) {
+    // The same best-fit key: the other partly used nodes with as many free
+    // GPUs. One word operation per 64 nodes of the bucket.
+    state.PartialNodes(model, chosen_free)
+        .ForEachInBothUntil(*prefer, [&](int node) {
+          if (fits(node)) {
+            chosen = node;
+            return false;
+          }
+          return true;
+        });
+  }
   if (chosen < 0) {
     const Topology& topo = state.topology();
+    auto idle_fits = [&](int node) {
+      return state.NodeModel(node) == model && state.IsIdle(node) && fits(node);
+    };
     for (const auto& [count, leaf] : state.LeavesByIdle(model)) {
-      for (int node : topo.sw(leaf).nodes) {
-        if (state.NodeModel(node) == model && state.IsIdle(node) &&
-            !Avoided(avoid, node) && state.TasksThatFit(node, s) >= s.tasks) {
-          chosen = node;
-          break;
+      const std::vector<int>& nodes = topo.sw(leaf).nodes;
+      size_t i = 0;
+      while (i < nodes.size() && !idle_fits(nodes[i])) ++i;
+      if (i == nodes.size()) continue;
+      chosen = nodes[i];
+      if (prefer != nullptr && !prefer->Contains(chosen)) {
+        // The same leaf: its first idle node that holds the image, if any.
+        for (size_t j = i + 1; j < nodes.size(); ++j) {
+          if (prefer->Contains(nodes[j]) && idle_fits(nodes[j])) {
+            chosen = nodes[j];
+            break;
+          }
         }
       }
-      if (chosen >= 0) break;
+      break;
     }
   }
   if (chosen < 0) return std::nullopt;
@@ -78,12 +113,14 @@ struct LeafRoom {
 };
 
 // Picks nodes below switch `sw` for `shape.tasks` tasks: fewest leaves (most
-// room first, last one best-fit), then fewest nodes. Returns nullopt when
-// CPU, memory or `avoid` leave too little room.
+// room first, last one best-fit), then fewest nodes; among nodes of a leaf
+// with equal room, those in `prefer` first. Returns nullopt when CPU, memory
+// or `avoid` leave too little room.
 std::optional<Placement> PlaceUnderSwitch(const ClusterState& state, int sw,
                                           GpuModelId model,
                                           const JobShape& shape,
-                                          const NodeMask* avoid) {
+                                          const NodeMask* avoid,
+                                          const NodeMask* prefer) {
   const Topology& topo = state.topology();
   JobShape s = shape;
   s.gpu_model = model;
@@ -120,15 +157,17 @@ std::optional<Placement> PlaceUnderSwitch(const ClusterState& state, int sw,
   p.gpu_model = model;
   int left = shape.tasks;
   for (size_t i = 0; i < k && left > 0; ++i) {
-    // Within a leaf: nodes with the most room first (fewest nodes), by id.
-    std::vector<std::pair<int, int>> nodes;  // (-room, node)
+    // Within a leaf: nodes with the most room first (fewest nodes), then
+    // those in `prefer`, then by id. Equal room, so the order among them
+    // changes which nodes are used, not how many.
+    std::vector<std::tuple<int, bool, int>> nodes;  // (-room, !pref, node)
     for (int node : topo.sw(leaves[i].leaf).nodes) {
       if (Avoided(avoid, node)) continue;
       int room = s.TasksPerNode(state.TasksThatFit(node, s));
-      if (room > 0) nodes.emplace_back(-room, node);
+      if (room > 0) nodes.emplace_back(-room, !Preferred(prefer, node), node);
     }
     std::sort(nodes.begin(), nodes.end());
-    for (const auto& [neg_room, node] : nodes) {
+    for (const auto& [neg_room, not_preferred, node] : nodes) {
       if (left == 0) break;
       int take = std::min(left, -neg_room);
       TakeGpus(node, state.FreeMask(node), shape.gpus_per_task, take, &p.tasks);
@@ -149,7 +188,8 @@ std::optional<Placement> PlaceUnderSwitch(const ClusterState& state, int sw,
 
 std::optional<Placement> PlaceMultiNode(const ClusterState& state,
                                         GpuModelId model, const JobShape& shape,
-                                        const NodeMask* avoid) {
+                                        const NodeMask* avoid,
+                                        const NodeMask* prefer) {
   const Topology& topo = state.topology();
   const int g = shape.gpus_per_task;
   if (state.Slots(topo.root(), model, g) < shape.tasks) return std::nullopt;
@@ -162,7 +202,7 @@ std::optional<Placement> PlaceMultiNode(const ClusterState& state,
     std::sort(candidates.begin(), candidates.end());
     for (const auto& [slots, sw] : candidates) {
       std::optional<Placement> p =
-          PlaceUnderSwitch(state, sw, model, shape, avoid);
+          PlaceUnderSwitch(state, sw, model, shape, avoid, prefer);
       if (p.has_value()) return p;
     }
   }
@@ -217,6 +257,7 @@ std::vector<GpuModelId> CandidateModels(const Cluster& cluster,
 std::optional<Placement> FindPlacement(const ClusterState& state,
                                        const JobShape& shape,
                                        const NodeMask* avoid,
+                                       const NodeMask* prefer,
                                        PendingReason* why) {
   std::optional<GpuModelId> first_usable;
   const GpuModelId only[1] = {shape.gpu_model};
@@ -230,9 +271,17 @@ std::optional<Placement> FindPlacement(const ClusterState& state,
     if (!first_usable) first_usable = model;
     if (state.ModelFreeGpus(model) < shape.TotalGpus()) continue;
     std::optional<Placement> p =
-        shape.OnOneNode(max_node) ? PlaceOnOneNode(state, model, shape, avoid)
-                                  : PlaceMultiNode(state, model, shape, avoid);
-    if (p.has_value()) return p;
+        shape.OnOneNode(max_node)
+            ? PlaceOnOneNode(state, model, shape, avoid, prefer)
+            : PlaceMultiNode(state, model, shape, avoid, prefer);
+    if (p.has_value()) {
+      if (prefer != nullptr) {
+        for (const TaskPlacement& t : p->tasks) {
+          p->preferred_tasks += prefer->Contains(t.node) ? 1 : 0;
+        }
+      }
+      return p;
+    }
   }
   if (why != nullptr) {
     *why = PendingReason{};

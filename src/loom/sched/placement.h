@@ -26,11 +26,23 @@ namespace loom {
 // Pure: reads `state`, never modifies it. Cost is independent of the queue
 // length and, for most requests, of the cluster size (index lookups).
 //
+// Image locality: nodes in `prefer` (may be null; the nodes that hold the
+// job's image) win ties, never anything else. A one-node job takes a node of
+// `prefer` only among the nodes the rules above rank equal: the partly used
+// nodes with the same (fewest) free GPUs, or the idle nodes of the chosen
+// leaf. A gang's model, switch level, switch and leaves are chosen as without
+// `prefer`; within each leaf, among nodes of equal room, nodes of `prefer`
+// come first. So whether a placement is found, its fit and its topology never
+// depend on `prefer`; only which of equally good nodes it uses does.
+// `Placement::preferred_tasks` counts the tasks that landed on `prefer`.
+// With a null `prefer` the placement is the same as without locality.
+//
 // Returns the placement, or nullopt with `*why` (if given) saying what is
 // missing. Nodes in `avoid` (may be null) are not used.
 std::optional<Placement> FindPlacement(const ClusterState& state,
                                        const JobShape& shape,
                                        const NodeMask* avoid,
+                                       const NodeMask* prefer,
                                        PendingReason* why);
 
 // Whether the gang could ever run on this cluster if it were empty and every

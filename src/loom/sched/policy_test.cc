@@ -1,5 +1,6 @@
 // Behaviour of each queue policy on small hand-made scenarios.
 
+#include <algorithm>
 #include <memory>
 
 #include "gtest/gtest.h"
@@ -193,6 +194,55 @@ TEST(Fair, HigherPriorityPreemptsPreemptibleJobsOnce) {
   EXPECT_TRUE(Running(*s, 5));
   EXPECT_TRUE(Running(*s, 1));
   EXPECT_EQ(s->Find(2)->phase, JobPhase::kPending);
+}
+
+// Preemption places the job (on trial) with its image preference too: among
+// the nodes its victims free, it takes those holding its image, and spares
+// a victim it then does not need.
+TEST(Fair, PreemptionForAJobPrefersNodesHoldingItsImage) {
+  for (bool with_image : {false, true}) {
+    SCOPED_TRACE(with_image ? "with image" : "without image");
+    Cluster c = MakeCluster({{4, 0}}, 4, 8);  // one leaf of 4 nodes
+    auto s = Make(c, "fair");
+    // Job 1 on node 0, the 2-node gang 2 on nodes 1 and 2 (both
+    // preemptible), job 3 (not preemptible) on node 3.
+    JobRequest v1 = MakeJob(1, 1, 8, T(1));
+    JobRequest gang = MakeJob(2, 2, 8, T(2));
+    JobRequest fixed = MakeJob(3, 1, 8, T(3));
+    for (JobRequest* j : {&v1, &gang, &fixed}) {
+      j->priority = 0;
+      j->preemptible = j != &fixed;
+      ASSERT_TRUE(s->Submit(*j, j->submit_time).ok());
+      s->Schedule(j->submit_time);
+      ASSERT_TRUE(Running(*s, j->id));
+    }
+    ASSERT_EQ(s->Find(1)->placement.tasks[0].node, 0);
+    ASSERT_EQ(s->Find(2)->placement.tasks[0].node, 1);
+    ASSERT_EQ(s->Find(2)->placement.tasks[1].node, 2);
+    s->SetNodeImages(1, {"sha256:img"});
+    s->SetNodeImages(2, {"sha256:img"});
+    // A high-priority 2-node job: freeing node 0 (job 1, the cheapest plan)
+    // is not enough; freeing nodes 1 and 2 (the gang) is. Without the image
+    // it takes nodes 0 and 1 and stops both jobs; with it, nodes 1 and 2.
+    JobRequest hi = MakeJob(4, 2, 8, T(4));
+    hi.priority = 1000;
+    if (with_image) hi.image = "sha256:img";
+    ASSERT_TRUE(s->Submit(hi, T(4)).ok());
+    PassResult r = s->Schedule(T(4));
+    std::vector<JobId> victims;
+    for (const Preemption& p : r.preempted) victims.push_back(p.victim);
+    std::sort(victims.begin(), victims.end());
+    if (!with_image) {
+      EXPECT_EQ(victims, (std::vector<JobId>{1, 2}));
+      continue;
+    }
+    EXPECT_EQ(victims, std::vector<JobId>{2});
+    ASSERT_TRUE(s->Requeue(2, T(5)).ok());
+    s->Schedule(T(5));
+    ASSERT_TRUE(Running(*s, 4));
+    EXPECT_TRUE(Running(*s, 1));
+    EXPECT_EQ(s->Find(4)->placement.preferred_tasks, 2);
+  }
 }
 
 TEST(Fair, VictimIsTheJobThatLosesTheLeastWorkSinceItsCheckpoint) {

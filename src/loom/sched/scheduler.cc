@@ -96,7 +96,10 @@ class Scheduler::Context : public SchedulingContext {
       return false;
     }
     PendingReason why;
-    std::optional<Placement> p = FindPlacement(s_->state_, shape, avoid, &why);
+    // The image preference never changes whether a shape fits, so the
+    // failure memo above stays keyed by shape alone.
+    std::optional<Placement> p = FindPlacement(
+        s_->state_, shape, avoid, s_->NodesWithImage(job.request.image), &why);
     if (!p.has_value()) {
       failed_.emplace(key, why);
       SetReason(id, why);
@@ -241,7 +244,9 @@ bool Scheduler::Context::PreemptFor(JobId for_job,
     SetReason(for_job, why);
     return true;
   }
-  const JobShape& shape = s_->jobs_.at(for_job).request.shape;
+  const JobRequest& request = s_->jobs_.at(for_job).request;
+  const JobShape& shape = request.shape;
+  const NodeMask* prefer = s_->NodesWithImage(request.image);
   ClusterState& st = s_->state_;
   const std::vector<GpuModelId> models = CandidateModels(s_->cluster_, shape);
   auto usable = [&](GpuModelId m) {
@@ -316,7 +321,7 @@ bool Scheduler::Context::PreemptFor(JobId for_job,
       st.Release(cand[idx]->request.id, cand[idx]->placement,
                  cand[idx]->request.shape);
     }
-    found = FindPlacement(st, shape, nullptr, nullptr);
+    found = FindPlacement(st, shape, nullptr, prefer, nullptr);
     if (found.has_value()) break;
   }
   // Undo the trial; victims keep their GPUs until they actually stop.
@@ -533,6 +538,40 @@ absl::Status Scheduler::Restore(const JobRequest& job,
 
 void Scheduler::SetNodeSchedulable(int node, bool schedulable) {
   state_.SetSchedulable(node, schedulable);
+}
+
+void Scheduler::SetNodeImages(int node,
+                              const std::vector<std::string>& digests) {
+  if (node < 0 || node >= state_.num_nodes()) return;
+  if (node_images_.empty()) node_images_.resize(state_.num_nodes());
+  std::vector<std::string> next;
+  next.reserve(digests.size());
+  for (const std::string& d : digests) {
+    if (!d.empty()) next.push_back(d);
+  }
+  std::sort(next.begin(), next.end());
+  next.erase(std::unique(next.begin(), next.end()), next.end());
+  std::vector<std::string>& held = node_images_[node];
+  if (held == next) return;
+  for (const std::string& d : held) {
+    if (std::binary_search(next.begin(), next.end(), d)) continue;
+    auto it = image_nodes_.find(d);
+    if (it == image_nodes_.end()) continue;
+    it->second.Erase(node);
+    if (it->second.Empty()) image_nodes_.erase(it);
+  }
+  for (const std::string& d : next) {
+    auto [it, inserted] = image_nodes_.try_emplace(d);
+    if (inserted) it->second = NodeMask(state_.num_nodes());
+    it->second.Insert(node);
+  }
+  held = std::move(next);
+}
+
+const NodeMask* Scheduler::NodesWithImage(const std::string& digest) const {
+  if (digest.empty() || image_nodes_.empty()) return nullptr;
+  auto it = image_nodes_.find(digest);
+  return it == image_nodes_.end() ? nullptr : &it->second;
 }
 
 std::vector<JobId> Scheduler::JobsOnNode(int node) const {

@@ -12,6 +12,7 @@
 #include "loom/core/cluster.h"
 #include "loom/core/job.h"
 #include "loom/sched/cluster_state.h"
+#include "loom/sched/node_mask.h"
 #include "loom/sched/queue_policy.h"
 
 namespace loom {
@@ -35,8 +36,10 @@ struct Preemption {
 };
 
 // What one scheduling pass decided. Started jobs hold their placement
-// (`Scheduler::Find(id)->placement`); preempted jobs are stopping and keep
-// their GPUs until the caller reports them stopped with `Requeue`.
+// (`Scheduler::Find(id)->placement`), whose `preferred_tasks` says how many
+// of its tasks landed on nodes that hold the job's image (`SetNodeImages`);
+// preempted jobs are stopping and keep their GPUs until the caller reports
+// them stopped with `Requeue`.
 struct PassResult {
   std::vector<JobId> started;
   std::vector<Preemption> preempted;
@@ -102,6 +105,17 @@ class Scheduler {
   // Live jobs with a task on `node`, each once.
   std::vector<JobId> JobsOnNode(int node) const;
 
+  // The container images node `node` holds now, by digest ("sha256:...");
+  // replaces the node's previous set (an empty list clears it). Placement
+  // then prefers these nodes for jobs of those images among equally good
+  // nodes (`FindPlacement`'s `prefer`). Empty digests and duplicates are
+  // ignored, and so is a node id out of range. Pure state: nothing is
+  // scheduled until the next `Schedule`.
+  void SetNodeImages(int node, const std::vector<std::string>& digests);
+  // The nodes that hold image `digest`, or null when none does (or the
+  // digest is empty). Valid until the next `SetNodeImages`.
+  const NodeMask* NodesWithImage(const std::string& digest) const;
+
   // Runs one scheduling pass at `now`.
   PassResult Schedule(absl::Time now);
 
@@ -135,6 +149,10 @@ class Scheduler {
   absl::flat_hash_map<JobId, int> awaiting_victims_;
   std::vector<ProjectUsage> projects_;
   absl::flat_hash_map<std::string, int> project_index_;
+  // Image locality: per digest the nodes holding it (only digests some node
+  // holds), and per node its digests, sorted and unique.
+  absl::flat_hash_map<std::string, NodeMask> image_nodes_;
+  std::vector<std::vector<std::string>> node_images_;
   int pending_count_ = 0;
   int running_count_ = 0;
   uint64_t pass_ = 0;

@@ -131,6 +131,105 @@ TEST(Scheduler, RestoreRunningJobs) {
   EXPECT_EQ(s->state().TotalFreeGpus(), 12);
 }
 
+TEST(Scheduler, SetNodeImagesReplacesAndClears) {
+  Cluster c = MakeCluster({{4, 0}}, 2, 8);
+  auto s = Make(c, "fifo");
+  EXPECT_EQ(s->NodesWithImage("sha256:a"), nullptr);
+  EXPECT_EQ(s->NodesWithImage(""), nullptr);
+  s->SetNodeImages(1, {"sha256:a", "sha256:b", "sha256:a", ""});
+  s->SetNodeImages(2, {"sha256:a"});
+  const NodeMask* a = s->NodesWithImage("sha256:a");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->Count(), 2);
+  EXPECT_TRUE(a->Contains(1));
+  EXPECT_TRUE(a->Contains(2));
+  ASSERT_NE(s->NodesWithImage("sha256:b"), nullptr);
+  EXPECT_EQ(s->NodesWithImage("sha256:b")->Count(), 1);
+  EXPECT_EQ(s->NodesWithImage(""), nullptr);
+  // Replacing node 1's set: it drops a and b, and b (no node left) is gone.
+  s->SetNodeImages(1, {"sha256:c"});
+  a = s->NodesWithImage("sha256:a");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->Count(), 1);
+  EXPECT_TRUE(a->Contains(2));
+  EXPECT_EQ(s->NodesWithImage("sha256:b"), nullptr);
+  ASSERT_NE(s->NodesWithImage("sha256:c"), nullptr);
+  EXPECT_TRUE(s->NodesWithImage("sha256:c")->Contains(1));
+  // Clearing.
+  s->SetNodeImages(2, {});
+  s->SetNodeImages(1, {});
+  EXPECT_EQ(s->NodesWithImage("sha256:a"), nullptr);
+  EXPECT_EQ(s->NodesWithImage("sha256:c"), nullptr);
+  // Out of range: ignored.
+  s->SetNodeImages(-1, {"sha256:a"});
+  s->SetNodeImages(4, {"sha256:a"});
+  EXPECT_EQ(s->NodesWithImage("sha256:a"), nullptr);
+}
+
+TEST(Scheduler, JobGoesToANodeHoldingItsImage) {
+  // Leaves {0,1} and {2,3}; node 3 holds the image, node 1 another.
+  Cluster c = MakeCluster({{4, 0}}, 2, 8);
+  auto s = Make(c, "fair");
+  s->SetNodeImages(1, {"sha256:other"});
+  s->SetNodeImages(3, {"sha256:img"});
+  // Job 1 fills node 0: leaf 0 is then the one with the fewest idle nodes.
+  ASSERT_TRUE(s->Submit(MakeJob(1, 1, 8, T(0)), T(0)).ok());
+  s->Schedule(T(0));
+  ASSERT_EQ(s->Find(1)->placement.tasks[0].node, 0);
+  // Node 1 is the best fit for an idle node; the image on node 3 (another
+  // leaf) does not move the job there.
+  JobRequest j2 = MakeJob(2, 1, 4, T(1));
+  j2.image = "sha256:img";
+  ASSERT_TRUE(s->Submit(j2, T(1)).ok());
+  PassResult r = s->Schedule(T(1));
+  ASSERT_EQ(r.started, std::vector<JobId>{2});
+  EXPECT_EQ(s->Find(2)->placement.tasks[0].node, 1);
+  EXPECT_EQ(s->Find(2)->placement.preferred_tasks, 0);
+  // Node 1 is now partly used (4 free); job 3 takes it, a tighter fit than
+  // the idle image node 3.
+  JobRequest j3 = MakeJob(3, 1, 2, T(2));
+  j3.image = "sha256:img";
+  ASSERT_TRUE(s->Submit(j3, T(2)).ok());
+  s->Schedule(T(2));
+  EXPECT_EQ(s->Find(3)->placement.tasks[0].node, 1);
+  EXPECT_EQ(s->Find(3)->placement.preferred_tasks, 0);
+  // Leaf 1 is whole ({2,3} idle): an 8-GPU job takes node 3, which holds
+  // its image, over node 2; one without the image would take node 2.
+  JobRequest j4 = MakeJob(4, 1, 8, T(3));
+  j4.image = "sha256:img";
+  ASSERT_TRUE(s->Submit(j4, T(3)).ok());
+  r = s->Schedule(T(3));
+  ASSERT_EQ(r.started, std::vector<JobId>{4});
+  EXPECT_EQ(s->Find(4)->placement.tasks[0].node, 3);
+  EXPECT_EQ(s->Find(4)->placement.preferred_tasks, 1);
+  ASSERT_TRUE(s->Finish(4, T(4)).ok());
+  ASSERT_TRUE(s->Submit(MakeJob(5, 1, 8, T(4)), T(4)).ok());
+  s->Schedule(T(4));
+  EXPECT_EQ(s->Find(5)->placement.tasks[0].node, 2);
+  EXPECT_EQ(s->Find(5)->placement.preferred_tasks, 0);
+}
+
+TEST(Scheduler, GangTakesImageNodesWithinItsLeaf) {
+  // Two leaves of 4 nodes under one spine.
+  Cluster c = MakeCluster({{8, 0}}, 4, 8);
+  auto s = Make(c, "backfill");
+  s->SetNodeImages(2, {"sha256:img"});
+  s->SetNodeImages(3, {"sha256:img"});
+  s->SetNodeImages(5, {"sha256:img"});
+  JobRequest j = MakeJob(1, 3, 8, T(0));
+  j.image = "sha256:img";
+  ASSERT_TRUE(s->Submit(j, T(0)).ok());
+  ASSERT_EQ(s->Schedule(T(0)).started, std::vector<JobId>{1});
+  const Placement& p = s->Find(1)->placement;
+  std::set<int> nodes;
+  for (const TaskPlacement& t : p.tasks) nodes.insert(t.node);
+  // Leaf 0 (the first of two equal leaves), as without the image; nodes 2
+  // and 3 hold the image, node 5 is in the other leaf.
+  EXPECT_EQ(nodes, (std::set<int>{0, 2, 3}));
+  EXPECT_EQ(p.switch_level, 1);
+  EXPECT_EQ(p.preferred_tasks, 2);
+}
+
 struct Decision {
   JobId job;
   std::vector<std::pair<int, uint32_t>> where;
@@ -139,11 +238,28 @@ struct Decision {
 
 // Drives a scheduler with a random stream of jobs, finishing them at random
 // times, and checks the invariants after every pass. Returns the decisions.
+// With `images`, nodes hold random images (changing now and then) and jobs
+// ask for them, from a second random stream so that the job stream is the
+// same as without.
 std::vector<Decision> RandomRun(const std::string& policy, uint32_t seed,
-                                bool check) {
+                                bool check, bool images = false) {
   Cluster c = MakeCluster({{12, 0}, {4, 1}}, 4, 2);
   auto s = Make(c, policy);
   std::mt19937 rng(seed);
+  std::mt19937 img(seed * 31 + 1);
+  const std::string digests[] = {"sha256:a", "sha256:b", "sha256:c"};
+  auto random_images = [&]() {
+    std::vector<std::string> held;
+    for (const std::string& d : digests) {
+      if (img() % 3 == 0) held.push_back(d);
+    }
+    return held;
+  };
+  if (images) {
+    for (int n = 0; n < static_cast<int>(c.nodes.size()); ++n) {
+      s->SetNodeImages(n, random_images());
+    }
+  }
   std::vector<Decision> decisions;
   std::vector<std::pair<double, JobId>> running;  // (end, id)
   const int sizes[] = {1, 1, 1, 1, 2, 4, 8, 8, 16, 32};
@@ -159,6 +275,7 @@ std::vector<Decision> RandomRun(const std::string& policy, uint32_t seed,
       j.project = "p" + std::to_string(rng() % 3);
       j.preemptible = rng() % 2;
       if (rng() % 2) j.time_limit = absl::Seconds(100 + rng() % 900);
+      if (images && img() % 4 != 0) j.image = digests[img() % 3];
       EXPECT_TRUE(s->Submit(j, T(now)).ok());
     }
     // Finish what is due.
@@ -166,6 +283,10 @@ std::vector<Decision> RandomRun(const std::string& policy, uint32_t seed,
     while (!running.empty() && running.front().first <= now) {
       EXPECT_TRUE(s->Finish(running.front().second, T(now)).ok());
       running.erase(running.begin());
+    }
+    if (images && step % 20 == 0) {
+      s->SetNodeImages(static_cast<int>(img() % c.nodes.size()),
+                       random_images());
     }
     PassResult r = s->Schedule(T(now));
     for (const Preemption& p : r.preempted) {
@@ -189,6 +310,13 @@ std::vector<Decision> RandomRun(const std::string& policy, uint32_t seed,
         }
       }
       if (check) {
+        // `preferred_tasks` counts the tasks on nodes holding the image.
+        const NodeMask* held = s->NodesWithImage(j->request.image);
+        int preferred = 0;
+        for (const TaskPlacement& t : j->placement.tasks) {
+          preferred += held != nullptr && held->Contains(t.node);
+        }
+        EXPECT_EQ(j->placement.preferred_tasks, preferred) << "job " << id;
         // All or nothing, and small jobs on one node.
         EXPECT_EQ(static_cast<int>(j->placement.tasks.size()),
                   j->request.shape.tasks);
@@ -235,6 +363,16 @@ TEST_P(AllPolicies, InvariantsHoldOnRandomWorkload) {
 TEST_P(AllPolicies, SameInputSameSchedule) {
   EXPECT_EQ(RandomRun(GetParam(), 11, false), RandomRun(GetParam(), 11, false));
   EXPECT_NE(RandomRun(GetParam(), 11, false), RandomRun(GetParam(), 12, false));
+}
+
+TEST_P(AllPolicies, InvariantsHoldWithImages) {
+  auto d = RandomRun(GetParam(), 7, true, true);
+  EXPECT_GT(d.size(), 200u);
+}
+
+TEST_P(AllPolicies, SameInputSameScheduleWithImages) {
+  EXPECT_EQ(RandomRun(GetParam(), 11, false, true),
+            RandomRun(GetParam(), 11, false, true));
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, AllPolicies,

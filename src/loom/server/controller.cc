@@ -46,6 +46,8 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
       *Histogram::Create({1, 2, 5, 10, 15, 20, 30, 45, 60, 120, 300});
   c->queue_wait_ = *Histogram::Create(
       {0.01, 0.1, 1, 10, 60, 300, 900, 3600, 4 * 3600, 24 * 3600});
+  c->image_pull_ =
+      *Histogram::Create({0.1, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600});
   c->scheduler_ = std::make_unique<Scheduler>(c->cluster_, *std::move(policy),
                                               options.scheduler_options);
   c->nodes_.resize(c->cluster_.nodes.size());

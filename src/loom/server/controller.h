@@ -63,14 +63,15 @@ struct ControllerOptions {
 // Something the controller wants an agent to do. The server carries these
 // out over HTTP outside the controller's lock; tests inspect them.
 struct AgentAction {
-  enum class Kind { kLaunch, kStop };
+  enum class Kind { kLaunch, kStop, kPullImage };
   Kind kind = Kind::kLaunch;
   std::string node;
   std::string address;  // the agent's host:port
   std::string task_id;
   JobId job = 0;
-  int run = 0;          // kLaunch: the job's restart count (its run)
-  nlohmann::json body;  // POST /v1/tasks or /v1/tasks/{id}/stop body
+  int run = 0;  // kLaunch: the job's restart count (its run)
+  // POST /v1/tasks, /v1/tasks/{id}/stop or /v1/images/pull body
+  nlohmann::json body;
 };
 
 // The controller's brain: jobs, nodes and the scheduler, with every change
@@ -161,6 +162,17 @@ class Controller {
 
   // Nodes and projects.
   nlohmann::json ListNodes(absl::Time now) const;
+
+  // Images on nodes (controller_images.cc, docs/images.md): what each node
+  // (or only `node`; NotFound for an unknown one) holds and pulls.
+  absl::StatusOr<nlohmann::json> ListImages(const std::string& node) const;
+  // Asks `nodes` (names), or every node of `pool`, or with neither every
+  // node, to pull `pinned` ("repo@digest"; `as_given` is what the user
+  // wrote). Nodes that are down get nothing (listed as skipped).
+  // InvalidArgument for an unknown node or pool.
+  absl::StatusOr<nlohmann::json> PullImage(
+      const std::string& pinned, const std::string& as_given,
+      const std::vector<std::string>& nodes, const std::string& pool);
   absl::StatusOr<nlohmann::json> GetNode(const std::string& name,
                                          absl::Time now) const;
   // `op` is "cordon", "uncordon" or "drain".
@@ -175,9 +187,10 @@ class Controller {
   absl::StatusOr<nlohmann::json> Heartbeat(const nlohmann::json& body,
                                            absl::Time now);
   // The outcome of delivering `action`: OK (a launch: the agent started the
-  // task), or why it could not be delivered (agent unreachable or refused).
+  // task, or with `started` false accepted it and pulls its image first),
+  // or why it could not be delivered (agent unreachable or refused).
   void ActionDone(const AgentAction& action, const absl::Status& status,
-                  absl::Time now);
+                  absl::Time now, bool started = true);
 
   // One round of liveness checks and scheduling at `now`.
   void Tick(absl::Time now);
@@ -227,6 +240,12 @@ class Controller {
     bool emulated = false;
     absl::Time last_heartbeat = absl::InfinitePast();
     absl::flat_hash_set<int> master_ports;
+    // What the agent last said of its images (not persisted: agents say it
+    // again when they register): [{digest, refs, bytes}], and the pulls
+    // asked of it, [{image, digest, state, phase, bytes_done, bytes_total,
+    // error}].
+    nlohmann::json images = nlohmann::json::array();
+    nlohmann::json image_pulls = nlohmann::json::array();
   };
 
   Controller(Cluster cluster, StateStore* store, ControllerOptions options);
@@ -262,6 +281,14 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishJob(JobRecord& job, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A launching task's node pulls its image (`progress`: the agent's
+  // `pull` object, or null). Returns true the first time (an event added).
+  bool NotePull(JobRecord& job, TaskRecord& task,
+                const nlohmann::json& progress, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The task's pull is over: it runs (`failure` empty) or ended.
+  void PullDone(JobRecord& job, TaskRecord& task, const std::string& failure,
+                absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stops a running job to queue it again (`spec.requeue`): the checkpoint
   // signal, its grace, then SIGKILL.
   void Evict(JobRecord& job, const std::string& why, absl::Time now)
@@ -271,6 +298,14 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The agent's health report (`"health"` of a registration or heartbeat):
   // a node with problems is drained and its jobs are moved.
+  // The `images` and `image_pulls` of an agent's registration or heartbeat,
+  // when there (checked; what is malformed is dropped).
+  void ApplyImages(int n, const nlohmann::json& body)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The agent's answer to a pull asked of it: `started` for 200 (it holds
+  // the image already), else 202 (pulling) or the failure to deliver.
+  void ImagePullDelivered(const AgentAction& action, const absl::Status& status,
+                          bool started) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyHealth(int n, const nlohmann::json& body, absl::Time now,
                    std::vector<const JobRecord*>* dirty)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -336,6 +371,10 @@ class Controller {
   absl::flat_hash_map<JobId, absl::Time> failed_at_ ABSL_GUARDED_BY(mu_);
   Histogram recovery_ ABSL_GUARDED_BY(mu_);
   Histogram queue_wait_ ABSL_GUARDED_BY(mu_);
+  // Container tasks' image pulls, as a phase of their start.
+  Histogram image_pull_ ABSL_GUARDED_BY(mu_);
+  int64_t image_pulls_ok_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t image_pulls_failed_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace loom

@@ -10,7 +10,9 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "loom/common/units.h"
 #include "loom/common/utf8.h"
 #include "loom/server/controller.h"
 
@@ -88,6 +90,11 @@ absl::Status CheckAgentBody(const nlohmann::json& body, bool registering) {
 
 }  // namespace
 
+namespace {
+// The most of an agent's reason for a task's end that events keep.
+constexpr size_t kMaxAgentReason = 500;
+}  // namespace
+
 nlohmann::json Controller::TaskReports(const std::string& node_name,
                                        const nlohmann::json& tasks,
                                        bool registering, absl::Time now,
@@ -111,15 +118,24 @@ nlohmann::json Controller::TaskReports(const std::string& node_name,
         }
       }
     }
-    if (state != "running") ack.push_back(task_id);
+    const bool pulling = state == "pulling";
+    if (state != "running" && !pulling) ack.push_back(task_id);
     if (task == nullptr || !TaskLive(*task)) {
       // Not a task this node should run (any more): stop it.
-      if (state == "running") stop.push_back(task_id);
+      if (state == "running" || pulling) stop.push_back(task_id);
+      continue;
+    }
+    if (pulling) {
+      if (task->state == TaskRecord::State::kLaunching &&
+          NotePull(*job, *task, t.value("pull", nlohmann::json()), now)) {
+        dirty->push_back(job);
+      }
       continue;
     }
     if (state == "running") {
       if (task->state == TaskRecord::State::kLaunching) {
         task->state = TaskRecord::State::kRunning;
+        PullDone(*job, *task, "", now);
         NoteRunning(*job, now);
         dirty->push_back(job);
       }
@@ -134,7 +150,23 @@ nlohmann::json Controller::TaskReports(const std::string& node_name,
         t["signal"].get<int>() != 0) {
       task->signal = t["signal"].get<int>();
     }
-    TaskEnded(*job, *task, now);
+    std::string why;
+    if (auto r = t.find("refused");
+        r != t.end() && r->is_boolean() && r->get<bool>()) {
+      auto reason = t.find("reason");
+      // Accepted, then refused for a reason another run would meet too
+      // (its image cannot be pulled): as a launch answered 400.
+      job->launch_refused = true;
+      why = absl::StrCat(
+          "launch of task ", task->index, " on ", node_name, " refused: ",
+          reason != t.end() && reason->is_string()
+              ? std::string(TruncateUtf8(reason->get_ref<const std::string&>(),
+                                         kMaxAgentReason))
+              : std::string("(no reason given)"));
+      if (job->state != JobState::kRunning) job->AddEvent(now, why);
+    }
+    PullDone(*job, *task, why.empty() ? "ended before it ran" : why, now);
+    TaskEnded(*job, *task, now, why);
     dirty->push_back(job);
   }
   if (registering) {
@@ -206,6 +238,7 @@ absl::StatusOr<nlohmann::json> Controller::Register(const nlohmann::json& body,
       name, body.value("tasks", nlohmann::json::array()), true, now, &dirty);
   UpdateSchedulable(n);
   ApplyHealth(n, body, now, &dirty);
+  ApplyImages(n, body);
   (void)Persist(dirty);
   reply["heartbeat_interval_ms"] =
       absl::ToInt64Milliseconds(options_.heartbeat_interval);
@@ -238,6 +271,7 @@ absl::StatusOr<nlohmann::json> Controller::Heartbeat(const nlohmann::json& body,
   nlohmann::json reply = TaskReports(
       name, body.value("tasks", nlohmann::json::array()), false, now, &dirty);
   ApplyHealth(n, body, now, &dirty);
+  ApplyImages(n, body);
   if (absl::Status st = Persist(dirty); !st.ok()) {
     // Do not acknowledge exits that are not on disk: the agent reports
     // them again.
@@ -246,8 +280,66 @@ absl::StatusOr<nlohmann::json> Controller::Heartbeat(const nlohmann::json& body,
   return reply;
 }
 
+bool Controller::NotePull(JobRecord& job, TaskRecord& task,
+                          const nlohmann::json& progress, absl::Time now) {
+  const bool first = !task.pull.has_value();
+  if (first) {
+    task.pull.emplace();
+    task.pull->since = now;
+    task.pull->image = job.spec.container ? job.spec.container->image : "";
+  }
+  if (progress.is_object()) {
+    auto bytes = [&](const char* key) -> int64_t {
+      auto it = progress.find(key);
+      return it != progress.end() && it->is_number_integer() &&
+                     it->get<int64_t>() >= 0
+                 ? it->get<int64_t>()
+                 : 0;
+    };
+    task.pull->bytes_done = bytes("bytes_done");
+    task.pull->bytes_total = bytes("bytes_total");
+    if (auto it = progress.find("phase");
+        it != progress.end() && it->is_string()) {
+      task.pull->phase = std::string(TruncateUtf8(it->get<std::string>(), 16));
+    }
+  }
+  if (first) {
+    job.AddEvent(now, absl::StrCat("task ", task.index, ": node ", task.node,
+                                   " pulls image ", task.pull->image));
+  }
+  return first;
+}
+
+void Controller::PullDone(JobRecord& job, TaskRecord& task,
+                          const std::string& failure, absl::Time now) {
+  if (!task.pull.has_value()) return;
+  const double seconds = absl::ToDoubleSeconds(now - task.pull->since);
+  if (failure.empty()) {
+    ++image_pulls_ok_;
+    image_pull_.Observe(seconds);
+    job.AddEvent(
+        now,
+        absl::StrCat(
+            "task ", task.index, ": node ", task.node, " pulled its image in ",
+            absl::StrFormat("%.1f", seconds), " s",
+            task.pull->bytes_total > 0
+                ? absl::StrCat(" (", FormatBytesDecimal(task.pull->bytes_total),
+                               ")")
+                : ""));
+  } else {
+    ++image_pulls_failed_;
+  }
+  task.pull.reset();
+}
+
 void Controller::ActionDone(const AgentAction& action,
-                            const absl::Status& status, absl::Time now) {
+                            const absl::Status& status, absl::Time now,
+                            bool started) {
+  if (action.kind == AgentAction::Kind::kPullImage) {
+    absl::MutexLock lock(&mu_);
+    ImagePullDelivered(action, status, started);
+    return;
+  }
   if (action.kind != AgentAction::Kind::kLaunch) return;
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(action.job);
@@ -255,6 +347,15 @@ void Controller::ActionDone(const AgentAction& action,
   JobRecord& job = it->second;
   for (TaskRecord& t : job.tasks) {
     if (t.task_id != action.task_id || !TaskLive(t)) continue;
+    if (status.ok() && !started) {
+      // Accepted (202): the node pulls the task's image first; heartbeats
+      // say how far it is, and when it runs.
+      if (t.state == TaskRecord::State::kLaunching &&
+          NotePull(job, t, nlohmann::json(), now)) {
+        (void)Persist({&job});
+      }
+      return;
+    }
     if (status.ok()) {
       // The agent answered once every process was exec'd. Not persisted
       // here (one write per task would cost a sync each): the next tick

@@ -11,6 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "loom/common/units.h"
 #include "loom/sched/placement.h"
 #include "loom/server/controller.h"
 #include "loom/server/idempotency_keys.h"
@@ -417,6 +418,31 @@ nlohmann::json Controller::JobJson(const JobRecord& job, absl::Time now) const {
     reason = scheduler_->ExplainPending(job.id, now);
   } else if (job.state == JobState::kHeld) {
     reason = "held: waiting for `loom release`";
+  } else if (job.state == JobState::kRunning && !job.running_time) {
+    // Starting: the task whose node has the most of its image left to pull.
+    const TaskRecord* slowest = nullptr;
+    int pulling = 0;
+    for (const TaskRecord& t : job.tasks) {
+      if (!t.pull || t.state != TaskRecord::State::kLaunching) continue;
+      ++pulling;
+      if (slowest == nullptr ||
+          t.pull->bytes_total - t.pull->bytes_done >
+              slowest->pull->bytes_total - slowest->pull->bytes_done) {
+        slowest = &t;
+      }
+    }
+    if (slowest != nullptr) {
+      const TaskRecord::Pull& p = *slowest->pull;
+      reason = absl::StrCat(
+          p.phase == "unpacking" ? "unpacking image" : "pulling image",
+          p.bytes_total > 0
+              ? absl::StrCat(": ", FormatBytesOf(p.bytes_done, p.bytes_total))
+              : "",
+          " on ", slowest->node,
+          pulling > 1
+              ? absl::StrCat(" (", pulling - 1, " more task(s) pulling)")
+              : "");
+    }
   }
   const SchedJob* sj = scheduler_->Find(job.id);
   return JobApiJson(job, cluster_, reason, sj ? &sj->request.shape : nullptr,

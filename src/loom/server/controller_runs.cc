@@ -69,11 +69,18 @@ void Controller::StartJob(JobRecord& job, absl::Time now) {
   }
   for (const TaskRecord& t : job.tasks)
     actions_.push_back(LaunchAction(job, t));
-  job.AddEvent(now, absl::StrCat("started on ", p.nodes, " node(s)",
-                                 job.switch_name.empty()
-                                     ? ""
-                                     : absl::StrCat(" under ", job.switch_name),
-                                 " (", job.tasks.size(), " task(s))"));
+  job.AddEvent(
+      now,
+      absl::StrCat(
+          "started on ", p.nodes, " node(s)",
+          job.switch_name.empty() ? ""
+                                  : absl::StrCat(" under ", job.switch_name),
+          " (", job.tasks.size(), " task(s))",
+          // Image locality: when the choice was the image's.
+          p.preferred_tasks > 0
+              ? absl::StrCat("; ", p.preferred_tasks, " of ", job.tasks.size(),
+                             " on nodes that hold its image")
+              : ""));
 }
 
 AgentAction Controller::LaunchAction(const JobRecord& job,

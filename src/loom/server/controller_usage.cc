@@ -31,8 +31,14 @@ void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
   std::map<std::pair<std::string, std::string>, int> by_state;
   std::map<std::string, int> pending;
   std::map<std::pair<std::string, std::string>, double> gpu_seconds;
+  int pulling = 0;  // tasks waiting for their image
   for (const auto& [id, job] : jobs_) {
     ++by_state[{std::string(JobStateName(job.state)), job.spec.project}];
+    if (job.state == JobState::kRunning && !job.running_time) {
+      for (const TaskRecord& t : job.tasks) {
+        if (t.pull && t.state == TaskRecord::State::kLaunching) ++pulling;
+      }
+    }
     double s = job.gpu_seconds;
     if (job.state == JobState::kRunning || job.state == JobState::kStopping) {
       s += CurrentRunGpuSeconds(job, now);
@@ -136,6 +142,23 @@ void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
              "From submission to the first start of a job.",
              MetricType::kHistogram);
   out.HistogramSample("loom_queue_wait_seconds", {}, queue_wait_);
+  // Image pulls, a phase of container jobs' starts (docs/images.md).
+  out.Family("loom_tasks_pulling_image",
+             "Container tasks whose node pulls their image before they start.",
+             MetricType::kGauge);
+  out.Sample("loom_tasks_pulling_image", {}, pulling);
+  out.Family("loom_image_pulls_total",
+             "Image pulls that container tasks waited for, by result: ok (the "
+             "task started) or failed (it ended before it ran).",
+             MetricType::kCounter);
+  out.Sample("loom_image_pulls_total", {{"result", "ok"}}, image_pulls_ok_);
+  out.Sample("loom_image_pulls_total", {{"result", "failed"}},
+             image_pulls_failed_);
+  out.Family("loom_image_pull_seconds",
+             "From a container task's launch accepted (its node lacking the "
+             "image) to the task running: the pull phase of its start.",
+             MetricType::kHistogram);
+  out.HistogramSample("loom_image_pull_seconds", {}, image_pull_);
 }
 
 nlohmann::json Controller::ListProjects(absl::Time now) const {

@@ -28,6 +28,7 @@ void HttpServer::Routes() {
   TokenRoutes();
   JobRoutes();
   NodeRoutes();
+  ImageRoutes();
 }
 
 absl::StatusOr<int> HttpServer::Start() {
@@ -419,8 +420,9 @@ void HttpServer::DispatchLoop() {
       c->set_connection_timeout(3);
     }
     const std::string path =
-        a.kind == AgentAction::Kind::kLaunch
-            ? std::string("/v1/tasks")
+        a.kind == AgentAction::Kind::kLaunch ? std::string("/v1/tasks")
+        : a.kind == AgentAction::Kind::kPullImage
+            ? absl::StrCat("/v1/images/pull?node=", a.node)
             : absl::StrCat("/v1/tasks/", a.task_id, "/stop?node=", a.node);
     httplib::Headers headers;
     if (const std::string key = AgentAuthorization(a.node); !key.empty()) {
@@ -432,13 +434,9 @@ void HttpServer::DispatchLoop() {
       // here, not in the controller, so that it is never stored.
       a.body["env"]["LOOM_TOKEN"] = options_.auth->JobToken(a.job, a.run);
     }
-    // An agent answers a launch once the task's processes are exec'd; for a
-    // task in an image that includes pulling the image when the node lacks
-    // it (docs/images.md, "Left": pulling in the background is next).
-    c->set_read_timeout(a.kind == AgentAction::Kind::kLaunch &&
-                                a.body.contains("container")
-                            ? 600
-                            : 30);
+    // An agent answers a launch once the task's processes are exec'd, or
+    // at once with 202 when it pulls the task's image first.
+    c->set_read_timeout(30);
     httplib::Result r =
         c->Post(path, headers, a.body.dump(), "application/json");
     absl::Status st;
@@ -468,7 +466,8 @@ void HttpServer::DispatchLoop() {
                             : absl::InternalError(message);
     }
     try {
-      controller_->ActionDone(a, st, absl::Now());
+      controller_->ActionDone(a, st, absl::Now(),
+                              /*started=*/!(st.ok() && r && r->status == 202));
     } catch (const std::exception& e) {
       // Never let one bad answer end a dispatcher thread (and the server).
       std::fprintf(stderr, "loom server: dispatching to %s failed: %s\n",

@@ -293,6 +293,8 @@ nlohmann::json JobApiJson(
     absl::flat_hash_set<std::string> nodes;
     for (const TaskRecord& t : job.tasks) {
       nodes.insert(t.node);
+      const bool pulling =
+          t.pull.has_value() && t.state == TaskRecord::State::kLaunching;
       tasks.push_back(
           {{"index", t.index},
            {"node", t.node},
@@ -300,12 +302,18 @@ nlohmann::json JobApiJson(
            {"gpus", t.gpus},
            {"task_id", t.task_id},
            {"state",
-            std::string(t.state == TaskRecord::State::kLaunching ? "launching"
-                        : t.state == TaskRecord::State::kRunning ? "running"
-                        : t.state == TaskRecord::State::kExited  ? "exited"
-                                                                 : "lost")},
+            std::string(pulling                                    ? "pulling"
+                        : t.state == TaskRecord::State::kLaunching ? "launching"
+                        : t.state == TaskRecord::State::kRunning   ? "running"
+                        : t.state == TaskRecord::State::kExited    ? "exited"
+                                                                   : "lost")},
            {"exit_code", t.exit_code ? nlohmann::json(*t.exit_code)
                                      : nlohmann::json(nullptr)}});
+      if (pulling) {
+        tasks.back()["pull"] = {{"phase", t.pull->phase},
+                                {"bytes_done", t.pull->bytes_done},
+                                {"bytes_total", t.pull->bytes_total}};
+      }
     }
     j["placement"] = {{"switch_level", job.switch_level},
                       {"switch", job.switch_name},

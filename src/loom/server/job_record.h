@@ -45,6 +45,16 @@ struct TaskRecord {
   } state = State::kLaunching;
   std::optional<int> exit_code;
   std::optional<int> signal;
+  // Not persisted: a launching task whose node pulls its image (the agent
+  // accepted the launch with 202, or its heartbeats say `pulling`).
+  struct Pull {
+    absl::Time since;  // when the server first heard of the pull
+    std::string image;
+    std::string phase;  // manifest | layers | unpacking | done ("": unknown)
+    int64_t bytes_done = 0;
+    int64_t bytes_total = 0;
+  };
+  std::optional<Pull> pull;
 };
 
 // Everything the controller persists about a job (as JSON under

@@ -34,6 +34,8 @@ const std::vector<RouteRule>& RouteTable() {
       {"POST", "/v1/nodes/{name}/uncordon", Access::kOperator},
       {"POST", "/v1/nodes/{name}/drain", Access::kOperator},
       {"POST", "/v1/nodes/{name}/revoke", Access::kAdmin},
+      {"GET", "/v1/images", Access::kHuman},
+      {"POST", "/v1/images/pull", Access::kOperator},
       {"GET", "/v1/projects", Access::kHuman},
       {"POST", "/v1/chaos", Access::kOperator},
       {"GET", "/v1/tokens", Access::kAdmin},
