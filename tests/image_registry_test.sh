@@ -5,7 +5,10 @@
 # digest is the one skopeo sees, the root filesystem holds busybox and the
 # test's file and runs, each layer was fetched once (the registry's access
 # log); an unknown tag or repository is NotFound, a stopped registry
-# Unavailable, and a store opened again serves the image without it.
+# Unavailable, and a store opened again serves the image without it. Then a
+# registry that wants credentials (htpasswd): a pull with a credentials file
+# works; without one, or with a wrong password, it fails saying so; a file
+# others may read is refused; no output shows the password.
 # Usage: tests/image_registry_test.sh PATH_TO_LOOM_IMAGE_TOOL
 set -u
 TOOL="$(realpath "$1")"
@@ -111,4 +114,44 @@ echo "ok: a stopped registry is Unavailable: $(cut -c1-120 "$W/down.out")"
   fail "pull from the store alone: $(cat "$W/again.out")"
 grep -qx "rootfs $ROOTFS" "$W/again.out" || fail "reopened store: $(cat "$W/again.out")"
 echo "ok: the store opened again serves the image with the registry stopped"
+
+# A registry that wants credentials: htpasswd auth (Basic), bcrypt.
+PASSWORD="pw-$$-$RANDOM"
+htpasswd_line alice "$PASSWORD" > "$W/htpasswd"
+start_registry 1 "$W/htpasswd"
+skopeo copy -q --dest-tls-verify=false "oci:$W/oci:t" "docker://$REG/private/busybox:1" \
+  > "$W/push-anon.out" 2>&1 && fail "the registry took a push without credentials"
+skopeo copy -q --dest-tls-verify=false --dest-creds "alice:$PASSWORD" \
+  "oci:$W/oci:t" "docker://$REG/private/busybox:1" || fail "skopeo copy --dest-creds"
+write_auth() {  # write_auth FILE USER:PASSWORD
+  (umask 077 && printf '{"auths": {"http://%s": {"auth": "%s"}}}\n' "$REG" \
+    "$(printf %s "$2" | base64 -w0)" > "$1")
+}
+write_auth "$W/auth.json" "alice:$PASSWORD"
+"$TOOL" --registry-auth "$W/auth.json" pull --store "$W/store-auth" "$REG/private/busybox:1" \
+  > "$W/auth-pull.out" 2>&1 || fail "pull with credentials: $(cat "$W/auth-pull.out")"
+grep -qx "digest $WANT" "$W/auth-pull.out" || fail "pull with credentials: $(cat "$W/auth-pull.out")"
+ROOTFS=$(sed -n 's/^rootfs //p' "$W/auth-pull.out")
+[ "$("$ROOTFS/bin/busybox" echo runs)" = runs ] || fail "bin/busybox of the authenticated pull does not run"
+echo "ok: a pull with the credentials file from a registry that wants them"
+"$TOOL" pull --store "$W/store-noauth" "$REG/private/busybox:1" > "$W/noauth.out" 2>&1 &&
+  fail "pulled without credentials"
+grep -qx "error: UNAUTHENTICATED: registry $REG needs credentials for private/busybox: none configured for $REG" \
+  "$W/noauth.out" || fail "without credentials: $(cat "$W/noauth.out")"
+write_auth "$W/wrong.json" "alice:not-$PASSWORD"
+"$TOOL" --registry-auth "$W/wrong.json" resolve "$REG/private/busybox:1" > "$W/wrong.out" 2>&1 &&
+  fail "resolved with a wrong password"
+grep -q "^error: PERMISSION_DENIED: registry $REG refused the credentials for private/busybox ($W/wrong.json auths" \
+  "$W/wrong.out" || fail "wrong password: $(cat "$W/wrong.out")"
+chmod 644 "$W/auth.json"
+"$TOOL" --registry-auth "$W/auth.json" resolve "$REG/private/busybox:1" > "$W/lax.out" 2>&1 &&
+  fail "a credentials file others may read was used"
+grep -q "^error: FAILED_PRECONDITION: $W/auth.json has mode 0644: group or others may read" \
+  "$W/lax.out" || fail "mode 0644: $(cat "$W/lax.out")"
+for f in "$W"/*.out; do
+  grep -q -e "$PASSWORD" -e "$(printf %s "alice:$PASSWORD" | base64 -w0)" "$f" &&
+    fail "$f shows the password"
+done
+echo "ok: without credentials: $(cut -c1-110 "$W/noauth.out")"
+echo "ok: a wrong password: $(cut -c1-110 "$W/wrong.out")"
 echo "PASS"

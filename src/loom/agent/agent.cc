@@ -85,7 +85,9 @@ class Agent::Impl {
   ApiGuard guard_{options_.insecure};
   HeartbeatStats stats_;
 
-  // Where nodes pull images from (outlives their stores).
+  // Where nodes pull images from (outlives their stores), and the registry
+  // tokens their pulls share.
+  image::RegistryTokenCache registry_tokens_;
   std::unique_ptr<image::RegistryImageSource> image_source_;
 
   // The parts, in the order they are made (and the reverse of their
@@ -246,13 +248,27 @@ absl::Status Agent::Impl::Init() {
   table.now = options_.now;
   if (!options_.fake_tasks) {
     image_source_ = std::make_unique<image::RegistryImageSource>(
-        [insecure = options_.insecure_registries](const std::string& r) {
+        [this](const std::string& r) {
+          const std::vector<std::string>& insecure =
+              options_.insecure_registries;
           image::RegistryOptions o;
           o.plain_http =
               std::find(insecure.begin(), insecure.end(), r) != insecure.end();
+          if (const image::RegistryCredential* c =
+                  options_.registry_credentials.For(r);
+              c != nullptr) {
+            o.credential = *c;
+          }
+          o.tokens = &registry_tokens_;
           return o;
         });
     table.image_source = image_source_.get();
+    if (!options_.registry_credentials.empty()) {  // names only, never secrets
+      log_("info", "",
+           absl::StrCat("registry credentials for ",
+                        absl::StrJoin(
+                            options_.registry_credentials.Registries(), ", ")));
+    }
     table.image_budget_bytes = options_.image_budget_bytes;
   }
   absl::StatusOr<std::unique_ptr<NodeTable>> nodes =

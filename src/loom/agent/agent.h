@@ -29,6 +29,7 @@
 #include "loom/agent/launch_request.h"
 #include "loom/agent/task_launcher.h"
 #include "loom/agent/user_account.h"
+#include "loom/image/registry_auth.h"
 #include "nlohmann/json.hpp"
 
 namespace loom {
@@ -83,6 +84,10 @@ struct AgentOptions {
   // ("host:port", `--insecure-registry`; others over https), each node's
   // image store's budget in bytes (0: none), and the runtime.
   std::vector<std::string> insecure_registries;
+  // The operator's registry credentials (`--registry-auth`,
+  // image/registry_auth.h) that each node's pulls use; never from a launch
+  // request.
+  image::RegistryCredentials registry_credentials;
   int64_t image_budget_bytes = 0;
   std::string runc = "runc";
   // CDI spec directories, later ones winning, for the GPU driver files of

@@ -85,6 +85,11 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentFlags* f) {
                     "A registry (HOST:PORT) to pull container images from "
                     "over plain http (a loopback test registry); others use "
                     "https. Repeatable");
+  agent->add_option("--registry-auth", f->registry_auth,
+                    "Registry credentials for container image pulls: a "
+                    "Docker config.json ({\"auths\": {\"HOST:PORT\": "
+                    "{\"auth\": BASE64(USER:PASSWORD)}}}), mode 0600; read "
+                    "at start");
   agent
       ->add_option("--image-budget", f->image_budget,
                    "Disk for each node's container images (e.g. 200Gi); "
@@ -249,6 +254,15 @@ absl::StatusOr<AgentOptions> AgentOptionsFromFlags(const AgentFlags& f) {
   options.fake_tasks = f.fake_tasks;
   options.run_as_user = f.run_as_user;
   options.insecure_registries = f.insecure_registries;
+  if (!f.registry_auth.empty()) {
+    absl::StatusOr<image::RegistryCredentials> creds =
+        image::RegistryCredentials::Load(f.registry_auth);
+    if (!creds.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--registry-auth: ", creds.status().message()));
+    }
+    options.registry_credentials = *std::move(creds);
+  }
   options.runc = f.runc;
   for (const std::string& dir : f.cdi_dirs) {
     if (dir.empty() || dir[0] != '/') {

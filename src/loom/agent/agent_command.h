@@ -36,6 +36,7 @@ struct AgentFlags {
   std::string health_timeout = "30s";   // --health-timeout
   std::string min_free_disk = "256Mi";  // --min-free-disk
   std::vector<std::string> insecure_registries;  // --insecure-registry
+  std::string registry_auth;                     // --registry-auth FILE
   std::string image_budget = "0";                // --image-budget (0: none)
   std::string runc = "runc";                     // --runc
   std::vector<std::string> cdi_dirs;             // --cdi-dir

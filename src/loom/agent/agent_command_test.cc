@@ -4,7 +4,11 @@
 #include "loom/agent/agent_command.h"
 
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -175,6 +179,34 @@ TEST(AgentFlagsTest, CommandLineToOptions) {
   EXPECT_EQ(ParseSignal("9").value(), SIGKILL);
   EXPECT_FALSE(ParseSignal("0").ok());
   EXPECT_FALSE(ParseSignal("SIGNOPE").ok());
+}
+
+// --registry-auth: the file's credentials reach the options; a file others
+// may read is refused, naming the flag.
+TEST(AgentFlagsTest, RegistryAuth) {
+  char tmpl[] = "/tmp/agent_registry_auth.XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string path = dir + "/auth.json";
+  std::ofstream(path) << R"({"auths": {"localhost:5000": {"username": "ci",)"
+                      << R"( "password": "s3cret"}}})";
+  AgentFlags f;
+  f.servers = "127.0.0.1:7000";
+  f.listen = "127.0.0.1:0";
+  f.data_dir = "/tmp/x";
+  f.registry_auth = path;
+  ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+  absl::StatusOr<AgentOptions> o = AgentOptionsFromFlags(f);
+  ASSERT_TRUE(o.ok()) << o.status();
+  ASSERT_NE(o->registry_credentials.For("localhost:5000"), nullptr);
+  EXPECT_EQ(o->registry_credentials.For("localhost:5000")->username, "ci");
+  ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
+  o = AgentOptionsFromFlags(f);
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(o.status().message()),
+              HasSubstr("--registry-auth: " + path + " has mode 0644"));
+  f.registry_auth = dir + "/none.json";
+  EXPECT_FALSE(AgentOptionsFromFlags(f).ok());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

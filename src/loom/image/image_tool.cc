@@ -2,11 +2,13 @@
 // tests/image_registry_test.sh. Not a user command (that is `loom image`,
 // later: docs/images.md).
 //
-//   loom_image_tool resolve REF
-//   loom_image_tool pull --store DIR [--concurrency N] REF
+//   loom_image_tool [--registry-auth FILE] resolve REF
+//   loom_image_tool [--registry-auth FILE] pull --store DIR [--concurrency N]
+//   REF
 //
 // REF's registry is spoken to over plain http (the test's registry is on
-// loopback). Errors print as "error: CODE: message" and exit 1.
+// loopback), with the credentials FILE (registry_auth.h) has for it. Errors
+// print as "error: CODE: message" and exit 1.
 
 #include <cstdio>
 #include <cstdlib>
@@ -17,8 +19,10 @@
 #include "absl/strings/str_cat.h"
 #include "loom/image/image_ref.h"
 #include "loom/image/image_store.h"
+#include "loom/image/registry_auth.h"
 #include "loom/image/registry_client.h"
 #include "loom/image/registry_source.h"
+#include "loom/image/registry_token.h"
 
 namespace {
 
@@ -29,11 +33,19 @@ int Fail(const absl::Status& s) {
   return 1;
 }
 
-loom::image::RegistryOptions Options() {
+// From --registry-auth; empty without it.
+loom::image::RegistryCredentials g_credentials;
+loom::image::RegistryTokenCache g_tokens;
+
+loom::image::RegistryOptions Options(const std::string& registry) {
   loom::image::RegistryOptions o;
   o.plain_http = true;
   o.connect_timeout = absl::Seconds(2);
   o.io_timeout = absl::Seconds(10);
+  if (const auto* c = g_credentials.For(registry); c != nullptr) {
+    o.credential = *c;
+  }
+  o.tokens = &g_tokens;
   return o;
 }
 
@@ -42,12 +54,12 @@ int Pull(const ImageRef& ref, const std::string& store_dir, int concurrency) {
   // (from the store alone, when it holds the image).
   absl::StatusOr<std::string> digest = ref.digest;
   if (ref.digest.empty()) {
-    digest = loom::image::RegistryClient(ref.registry, Options()).Resolve(ref);
+    digest = loom::image::RegistryClient(ref.registry, Options(ref.registry))
+                 .Resolve(ref);
   }
   if (!digest.ok()) return Fail(digest.status());
   std::printf("digest %s\n", digest->c_str());
-  loom::image::RegistryImageSource source(
-      [](const std::string&) { return Options(); });
+  loom::image::RegistryImageSource source(Options);
   auto store = loom::image::ImageStore::Open({.root = store_dir}, &source);
   if (!store.ok()) return Fail(store.status());
   const ImageRef pinned = ref.WithDigest(*digest);
@@ -94,6 +106,11 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--store" && i + 1 < args.size()) {
       store_dir = args[++i];
+    } else if (args[i] == "--registry-auth" && i + 1 < args.size()) {
+      absl::StatusOr<loom::image::RegistryCredentials> c =
+          loom::image::RegistryCredentials::Load(args[++i]);
+      if (!c.ok()) return Fail(c.status());
+      g_credentials = *std::move(c);
     } else if (args[i] == "--concurrency" && i + 1 < args.size()) {
       concurrency = std::max(1, std::atoi(args[++i].c_str()));
     } else {
@@ -104,16 +121,17 @@ int main(int argc, char** argv) {
       (positional[0] != "resolve" && positional[0] != "pull") ||
       (positional[0] == "pull" && store_dir.empty())) {
     std::fprintf(stderr,
-                 "usage: loom_image_tool resolve REF\n"
-                 "       loom_image_tool pull --store DIR [--concurrency N] "
-                 "REF\n");
+                 "usage: loom_image_tool [--registry-auth FILE] resolve REF\n"
+                 "       loom_image_tool [--registry-auth FILE] pull --store "
+                 "DIR [--concurrency N] REF\n");
     return 2;
   }
   absl::StatusOr<ImageRef> ref = loom::image::ParseImageRef(positional[1]);
   if (!ref.ok()) return Fail(ref.status());
   if (positional[0] == "resolve") {
     absl::StatusOr<std::string> digest =
-        loom::image::RegistryClient(ref->registry, Options()).Resolve(*ref);
+        loom::image::RegistryClient(ref->registry, Options(ref->registry))
+            .Resolve(*ref);
     if (!digest.ok()) return Fail(digest.status());
     std::printf("%s\n", digest->c_str());
     return 0;

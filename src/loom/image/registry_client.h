@@ -4,20 +4,28 @@
 // v2, which OCI's distribution spec standardises): resolve a tag to its
 // digest, fetch a manifest by digest (verified), pick this node's platform
 // from an index, and stream a blob to a file while hashing it
-// (docs/images.md). No authentication yet: a registry that answers 401 (it
-// wants a Bearer token) gives PermissionDenied saying so.
+// (docs/images.md). A registry that answers 401 gets what its challenge
+// asks for (registry_token.h): Basic with the operator's credentials for it,
+// or a Bearer token from its realm; tokens are kept in a RegistryTokenCache
+// for the next requests. Redirects are followed by this client, and carry
+// the Authorization header only back to the registry itself.
 //
 // Errors: NotFound for an unknown repository, tag, manifest or blob (404, or
 // the registry's MANIFEST_UNKNOWN, NAME_UNKNOWN, BLOB_UNKNOWN codes);
 // Unavailable when the registry cannot be reached or answers 5xx/429;
 // DataLoss when content does not match its digest or size; InvalidArgument
-// when a manifest is not one loom can run. Messages name the registry and
-// what was asked for.
+// when a manifest is not one loom can run; Unauthenticated "registry R needs
+// credentials for REPO: none configured for R" when it wants credentials
+// and has none, PermissionDenied "registry R refused the credentials for
+// REPO (FILE ...)" when it refuses them, and for a 403. Messages name the
+// registry and what was asked for, never a secret.
 //
 // Thread-safe: each request uses its own connection.
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -26,6 +34,8 @@
 #include "absl/time/time.h"
 #include "loom/image/image_ref.h"
 #include "loom/image/manifest.h"
+#include "loom/image/registry_auth.h"
+#include "loom/image/registry_token.h"
 
 namespace loom::image {
 
@@ -39,6 +49,13 @@ struct RegistryOptions {
   // The platform picked from an index.
   std::string os = "linux";
   std::string architecture = "amd64";
+  // The operator's credentials for this registry (registry_auth.h); unset:
+  // anonymous requests only.
+  std::optional<RegistryCredential> credential;
+  // Authorization values (tokens, the Basic value) shared between clients
+  // and kept until they expire; not owned, must outlive the client. Null:
+  // the client keeps its own, for its lifetime.
+  RegistryTokenCache* tokens = nullptr;
 };
 
 // Bytes of the current blob received so far.
@@ -89,6 +106,8 @@ class RegistryClient {
   // Constant after construction.
   const std::string registry_;
   const RegistryOptions options_;
+  const std::shared_ptr<RegistryTokenCache> own_tokens_;  // when none given
+  RegistryTokenCache* const tokens_;  // options_.tokens or own_tokens_
 };
 
 }  // namespace loom::image

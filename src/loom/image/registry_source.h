@@ -13,8 +13,9 @@ namespace loom::image {
 
 class RegistryImageSource : public ImageSource {
  public:
-  // `options_for` gives the options for a registry ("host:port"), e.g.
-  // plain http for the ones the operator lists as insecure.
+  // `options_for` gives the options for a registry ("host:port"): plain
+  // http for the ones the operator lists as insecure, the operator's
+  // credentials for it, and the token cache the pulls share.
   explicit RegistryImageSource(
       std::function<RegistryOptions(const std::string& registry)> options_for)
       : options_for_(std::move(options_for)) {}

@@ -45,13 +45,13 @@ absl::Status ResolveContainer(const Cluster& cluster, ImageResolver* resolver,
             "' cannot be resolved to a digest (nothing was stored; retry "
             "later): ",
             why));
+      case absl::StatusCode::kUnauthenticated:
       case absl::StatusCode::kPermissionDenied:
-        return absl::InvalidArgumentError(absl::StrCat(
-            "container.image: the registry ", ref.registry,
-            " wants credentials to read '", c.image,
-            "', and loom has none (registry credentials are not supported "
-            "yet): ",
-            why));
+        // The registry is up; its credentials (the operator's
+        // --registry-auth) or the user's image are at fault.
+        return absl::InvalidArgumentError(
+            absl::StrCat("container.image: cannot read '", c.image,
+                         "' from its registry: ", why));
       default:
         return absl::InvalidArgumentError(
             absl::StrCat("container.image: '", c.image, "': ", why));

@@ -211,12 +211,21 @@ TEST_F(ContainerSubmitTest, RegistryFailuresAre503Or400) {
   EXPECT_EQ(e["error"]["code"], "unavailable");
   EXPECT_THAT(e["error"]["message"].get<std::string>(),
               HasSubstr("the registry localhost:5000 cannot be reached"));
-  resolver_.Fail(absl::PermissionDeniedError(
-      "registry localhost:5000 wants authentication"));
-  e = Post(body, 400);
-  EXPECT_EQ(e["error"]["field"], "container.image");
-  EXPECT_THAT(e["error"]["message"].get<std::string>(),
-              HasSubstr("wants credentials"));
+  for (const absl::Status& s :
+       {absl::UnauthenticatedError("registry localhost:5000 needs credentials "
+                                   "for team/train: none configured for "
+                                   "localhost:5000"),
+        absl::PermissionDeniedError("registry localhost:5000 refused the "
+                                    "credentials for team/train (f)")}) {
+    resolver_.Fail(s);
+    e = Post(body, 400);
+    EXPECT_EQ(e["error"]["field"], "container.image");
+    EXPECT_EQ(
+        e["error"]["message"].get<std::string>(),
+        absl::StrCat("container.image: cannot read "
+                     "'localhost:5000/team/train:1.4' from its registry: ",
+                     s.message()));
+  }
   resolver_.Fail(absl::DataLossError("registry says it is another digest"));
   e = Post(body, 400);
   EXPECT_EQ(e["error"]["field"], "container.image");

@@ -45,6 +45,12 @@ absl::StatusOr<std::string> RegistryImageResolver::Resolve(
   o.plain_http = IsInsecure(ref.registry);
   o.connect_timeout = options_.connect_timeout;
   o.io_timeout = options_.io_timeout;
+  if (const image::RegistryCredential* c =
+          options_.credentials.For(ref.registry);
+      c != nullptr) {
+    o.credential = *c;
+  }
+  o.tokens = &tokens_;
   return image::RegistryClient(ref.registry, o).Resolve(ref);
 }
 

@@ -11,6 +11,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "loom/image/image_ref.h"
+#include "loom/image/registry_auth.h"
+#include "loom/image/registry_token.h"
 
 namespace loom {
 
@@ -23,9 +25,11 @@ class ImageResolver {
   // The digest ("sha256:<64 hex>") `ref` names now; a `ref` with a digest
   // is checked to exist. Errors as `image::RegistryClient::Resolve`'s:
   // NotFound (unknown repository, tag or digest), Unavailable (the registry
-  // cannot be reached or is failing), PermissionDenied (the registry wants
-  // credentials), DataLoss (it answered with another digest), others for
-  // answers loom cannot use. May block for a network round trip.
+  // cannot be reached or is failing), Unauthenticated (the registry wants
+  // credentials and there are none for it), PermissionDenied (it refused
+  // the credentials, or the access), DataLoss (it answered with another
+  // digest), others for answers loom cannot use. May block for a network
+  // round trip, or two when a token must be fetched first.
   [[nodiscard]] virtual absl::StatusOr<std::string> Resolve(
       const image::ImageRef& ref) = 0;
 };
@@ -39,11 +43,16 @@ struct RegistryImageResolverOptions {
   // Per read or write; a submit waits at most about this long for an
   // answer.
   absl::Duration io_timeout = absl::Seconds(10);
+  // The operator's registry credentials (`--registry-auth`,
+  // image/registry_auth.h): what each registry is asked with. Never from a
+  // job spec.
+  image::RegistryCredentials credentials;
 };
 
 // Resolves over each reference's registry's Distribution API
-// (`image::RegistryClient::Resolve`: one HEAD request). No credentials: a
-// registry that wants them gives PermissionDenied.
+// (`image::RegistryClient::Resolve`: one HEAD request), with the
+// credentials `options.credentials` has for the registry; the tokens a
+// registry hands out are kept for the next submissions until they expire.
 class RegistryImageResolver : public ImageResolver {
  public:
   explicit RegistryImageResolver(RegistryImageResolverOptions options)
@@ -57,6 +66,7 @@ class RegistryImageResolver : public ImageResolver {
 
  private:
   const RegistryImageResolverOptions options_;  // constant after construction
+  image::RegistryTokenCache tokens_;            // thread-safe
 };
 
 // Checks an `--insecure-registry` value: "host" or "host:port" as the first

@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "loom/common/atomic_file.h"
 #include "loom/core/cluster_spec.h"
 #include "loom/core/job_spec.h"
@@ -289,6 +290,11 @@ CLI::App* AddServerCommand(CLI::App& app, ServerFlags* f) {
                   "HOST[:PORT] of a registry to resolve job images at over "
                   "plain http, not https (a loopback test registry; "
                   "repeatable). HOST alone: on any port");
+  cmd->add_option("--registry-auth", f->registry_auth,
+                  "Registry credentials to resolve job images with: a "
+                  "Docker config.json ({\"auths\": {\"HOST:PORT\": "
+                  "{\"auth\": BASE64(USER:PASSWORD)}}}), mode 0600; read "
+                  "at start");
   cmd->add_option("--max-jobs-per-user", f->max_jobs_per_user,
                   "Unfinished jobs (held, pending, running) a user may have; "
                   "more submissions get 429 (0: no limit)")
@@ -362,6 +368,19 @@ int RunServer(const ServerFlags& f) {
   // Thread-safe; outlives the server, which runs inside this function.
   RegistryImageResolverOptions ropts;
   ropts.insecure_registries = f.insecure_registries;
+  if (!f.registry_auth.empty()) {
+    absl::StatusOr<image::RegistryCredentials> creds =
+        image::RegistryCredentials::Load(f.registry_auth);
+    if (!creds.ok()) {
+      return Fail(absl::StrCat("--registry-auth: ", creds.status().message()));
+    }
+    // Names only: the file's secrets are never logged.
+    std::cerr << "loom server: registry credentials for "
+              << (creds->empty() ? "no registry (its auths is empty)"
+                                 : absl::StrJoin(creds->Registries(), ", "))
+              << " from " << f.registry_auth << std::endl;
+    ropts.credentials = *std::move(creds);
+  }
   RegistryImageResolver resolver(ropts);
   hopts.image_resolver = &resolver;
   signal(SIGINT, OnSignal);

@@ -40,6 +40,9 @@ struct ServerFlags {
   // Registries ("host[:port]") spoken to over plain http when resolving a
   // job's image at submit; every other registry over https.
   std::vector<std::string> insecure_registries;
+  // Registry credentials (Docker's config.json format, mode 0600;
+  // image/registry_auth.h) for resolving job images; "": none.
+  std::string registry_auth;
 };
 
 CLI::App* AddServerCommand(CLI::App& app, ServerFlags* flags);
