@@ -140,7 +140,10 @@ NODE=$(jget "$SURVIVOR" "j['placement']['tasks'][0]['node']")
 I=${NODE#h200-}
 kill -9 "${AGENT_PIDS[$I]}"
 restart_agent "$I"
-grep -Eq "recovered [0-9]+ tasks \([1-9][0-9]* running" "$W/agent$I.log" || fail "the task was not re-adopted: $(tail -5 "$W/agent$I.log")"
+# restart_agent returns once the server sees the node up, which it may still
+# do from before the kill: wait for the new agent's recovery line.
+wait_for 20 grep -Eq "recovered [0-9]+ tasks \([1-9][0-9]* running" "$W/agent$I.log" ||
+  fail "the task was not re-adopted: $(tail -5 "$W/agent$I.log")"
 wait_for 30 state_is "$SURVIVOR" succeeded || fail "survivor after the agent's restart: $("$LOOM" show "$SURVIVOR")"
 "$LOOM" logs "$SURVIVOR" | grep -q finished || fail "survivor did not finish: $("$LOOM" logs "$SURVIVOR")"
 wait_for 20 sh -c "[ -z \"\$(ls '$W/agent$I/containers')\" ]" ||
