@@ -432,7 +432,7 @@ nlohmann::json Controller::JobJson(const JobRecord& job, absl::Time now) const {
       }
     }
     if (slowest != nullptr) {
-      const TaskRecord::Pull& p = *slowest->pull;
+      const TaskPull& p = *slowest->pull;
       reason = absl::StrCat(
           p.phase == "unpacking" ? "unpacking image" : "pulling image",
           p.bytes_total > 0

@@ -31,6 +31,16 @@ std::string_view JobStateName(JobState state);
 absl::StatusOr<JobState> ParseJobState(std::string_view name);
 bool IsFinal(JobState state);
 
+// How the image pull of a launching container task stands, as its node
+// reports it (not persisted).
+struct TaskPull {
+  absl::Time since;  // when the server first heard of the pull
+  std::string image;
+  std::string phase;  // manifest | layers | unpacking | done ("": unknown)
+  int64_t bytes_done = 0;
+  int64_t bytes_total = 0;
+};
+
 // One task of a running (or finished) job: where it runs and how it ended.
 struct TaskRecord {
   int index = 0;
@@ -47,14 +57,7 @@ struct TaskRecord {
   std::optional<int> signal;
   // Not persisted: a launching task whose node pulls its image (the agent
   // accepted the launch with 202, or its heartbeats say `pulling`).
-  struct Pull {
-    absl::Time since;  // when the server first heard of the pull
-    std::string image;
-    std::string phase;  // manifest | layers | unpacking | done ("": unknown)
-    int64_t bytes_done = 0;
-    int64_t bytes_total = 0;
-  };
-  std::optional<Pull> pull;
+  std::optional<TaskPull> pull;
 };
 
 // Everything the controller persists about a job (as JSON under
