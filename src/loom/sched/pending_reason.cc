@@ -39,6 +39,8 @@ const char* PendingReasonCodeName(PendingReason::Code code) {
       return "waiting_for_preemption";
     case C::kHigherQueuesFirst:
       return "higher_queues_first";
+    case C::kInfeasible:
+      return "infeasible";
   }
   return "unknown";
 }
@@ -90,6 +92,8 @@ std::string FormatPendingReason(const PendingReason& r, const Cluster& cluster,
     case C::kHigherQueuesFirst:
       return absl::StrCat("in LAS queue ", r.level,
                           "; jobs of higher queues take the free GPUs first");
+    case C::kInfeasible:
+      return "cannot run on the cluster as it is now";
   }
   return "pending";
 }

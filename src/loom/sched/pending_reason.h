@@ -24,6 +24,7 @@ struct PendingReason {
     kWouldDelayReservation,  // backfill would delay the reserved job
     kWaitingForPreemption,   // victims were told to stop; starts after them
     kHigherQueuesFirst,      // las: higher-priority queues take the GPUs
+    kInfeasible,             // cannot run on the cluster as it is now
   };
   Code code = Code::kNew;
   GpuModelId gpu_model = kAnyGpuModel;

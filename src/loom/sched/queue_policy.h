@@ -42,6 +42,9 @@ struct SchedJob {
   absl::Time checkpoint_time = absl::InfinitePast();
   PendingReason reason;
   uint64_t reason_pass = 0;  // pass that set `reason`
+  // Non-empty: pending, but out of the policy's queue because it could never
+  // run on the cluster as it is now (`Scheduler::UpdateCluster`); why.
+  std::string infeasible;
 
   // GPU-seconds of the current run since its last checkpoint (all of the
   // run without one): the work a preemption at `now` would throw away.

@@ -81,7 +81,7 @@ class Scheduler::Context : public SchedulingContext {
 
   absl::Time now() const override { return now_; }
   const SchedJob& job(JobId id) const override { return s_->jobs_.at(id); }
-  const ClusterState& state() const override { return s_->state_; }
+  const ClusterState& state() const override { return *s_->state_; }
 
   uint64_t pass() const override { return s_->pass_; }
 
@@ -99,7 +99,7 @@ class Scheduler::Context : public SchedulingContext {
     // The image preference never changes whether a shape fits, so the
     // failure memo above stays keyed by shape alone.
     std::optional<Placement> p = FindPlacement(
-        s_->state_, shape, avoid, s_->NodesWithImage(job.request.image), &why);
+        *s_->state_, shape, avoid, s_->NodesWithImage(job.request.image), &why);
     if (!p.has_value()) {
       failed_.emplace(key, why);
       SetReason(id, why);
@@ -147,8 +147,8 @@ class Scheduler::Context : public SchedulingContext {
                            ? absl::InfiniteFuture()
                            : now_ + job.request.time_limit;
     job.runs += 1;
-    s_->state_.Allocate(job.request.id, job.placement, job.request.shape,
-                        job.expected_end);
+    s_->state_->Allocate(job.request.id, job.placement, job.request.shape,
+                         job.expected_end);
     s_->projects_[job.project].running_gpus += job.request.shape.TotalGpus();
     s_->pending_count_ -= 1;
     s_->running_count_ += 1;
@@ -165,10 +165,10 @@ class Scheduler::Context : public SchedulingContext {
 Reservation Scheduler::Context::Reserve(JobId id) {
   const SchedJob& job = s_->jobs_.at(id);
   const JobShape& shape = job.request.shape;
-  const ClusterState& st = s_->state_;
+  const ClusterState& st = *s_->state_;
   Reservation best;
   best.nodes = NodeMask(st.num_nodes());
-  for (GpuModelId model : CandidateModels(s_->cluster_, shape)) {
+  for (GpuModelId model : CandidateModels(*s_->cluster_, shape)) {
     const int max_node = st.MaxNodeGpus(model);
     if (max_node < shape.gpus_per_task || !st.tracks_ready_times()) continue;
     Reservation r;
@@ -179,7 +179,7 @@ Reservation Scheduler::Context::Reserve(JobId id) {
     if (shape.OnOneNode(max_node)) {
       // One node that will have all the GPUs free.
       for (const ReadyKey& k : st.ReadyIndex(model, shape.TotalGpus())) {
-        const NodeSpec& n = s_->cluster_.nodes[k.node];
+        const NodeSpec& n = s_->cluster_->nodes[k.node];
         if (int64_t{shape.tasks} * shape.cpus_milli_per_task > n.cpus_milli ||
             int64_t{shape.tasks} * shape.memory_bytes_per_task >
                 n.memory_bytes) {
@@ -194,7 +194,7 @@ Reservation Scheduler::Context::Reserve(JobId id) {
       // Whole nodes, in the order they are expected to become free.
       int tasks = 0;
       for (const ReadyKey& k : st.ReadyIndex(model, max_node)) {
-        const NodeSpec& n = s_->cluster_.nodes[k.node];
+        const NodeSpec& n = s_->cluster_->nodes[k.node];
         int fit = n.gpus / shape.gpus_per_task;
         if (shape.cpus_milli_per_task > 0) {
           fit =
@@ -247,8 +247,8 @@ bool Scheduler::Context::PreemptFor(JobId for_job,
   const JobRequest& request = s_->jobs_.at(for_job).request;
   const JobShape& shape = request.shape;
   const NodeMask* prefer = s_->NodesWithImage(request.image);
-  ClusterState& st = s_->state_;
-  const std::vector<GpuModelId> models = CandidateModels(s_->cluster_, shape);
+  ClusterState& st = *s_->state_;
+  const std::vector<GpuModelId> models = CandidateModels(*s_->cluster_, shape);
   auto usable = [&](GpuModelId m) {
     return std::find(models.begin(), models.end(), m) != models.end();
   };
@@ -351,11 +351,20 @@ bool Scheduler::Context::PreemptFor(JobId for_job,
 Scheduler::Scheduler(const Cluster& cluster,
                      std::unique_ptr<QueuePolicy> policy,
                      SchedulerOptions options)
-    : cluster_(cluster),
+    : cluster_(std::make_unique<const Cluster>(cluster)),
       options_(options),
       policy_(std::move(policy)),
-      state_(cluster, policy_->UsesReservations()) {
-  for (const ProjectSpec& p : cluster.projects) {
+      state_(std::make_unique<ClusterState>(*cluster_,
+                                            policy_->UsesReservations())) {
+  ApplyProjectSpecs();
+}
+
+void Scheduler::ApplyProjectSpecs() {
+  for (ProjectUsage& u : projects_) {
+    u.weight = 1.0;
+    u.quota_gpus = 0;
+  }
+  for (const ProjectSpec& p : cluster_->projects) {
     int i = InternProject(p.name);
     projects_[i].weight = p.weight > 0 ? p.weight : 1.0;
     projects_[i].quota_gpus = std::max(0, p.quota_gpus);
@@ -380,7 +389,7 @@ void Scheduler::Accrue(int project, absl::Time now) {
 
 absl::StatusOr<SubmitOutcome> Scheduler::Submit(const JobRequest& job,
                                                 absl::Time now) {
-  if (absl::Status st = ValidateJobRequest(job, cluster_); !st.ok()) return st;
+  if (absl::Status st = ValidateJobRequest(job, *cluster_); !st.ok()) return st;
   if (job.shape.gpus_per_task < 1) {
     return absl::InvalidArgumentError(
         "resources.gpus_per_task: must be at least 1");
@@ -390,7 +399,7 @@ absl::StatusOr<SubmitOutcome> Scheduler::Submit(const JobRequest& job,
         absl::StrCat("job ", job.id, " is already known to the scheduler"));
   }
   std::string why;
-  if (!CouldEverRun(cluster_, job.shape, &why)) {
+  if (!CouldEverRun(*cluster_, job.shape, &why)) {
     return SubmitOutcome{SubmitOutcome::Kind::kInfeasible, why};
   }
   SchedJob& sj = jobs_[job.id];
@@ -406,7 +415,7 @@ void Scheduler::StopRunning(SchedJob& job, absl::Time now) {
   Accrue(job.project, now);
   projects_[job.project].running_gpus -= job.request.shape.TotalGpus();
   job.attained_gpu_seconds = job.AttainedAt(now);
-  state_.Release(job.request.id, job.placement, job.request.shape);
+  state_->Release(job.request.id, job.placement, job.request.shape);
   job.placement = Placement{};
   if (job.preempted_by != 0) {
     auto it = awaiting_victims_.find(job.preempted_by);
@@ -439,7 +448,7 @@ absl::Status Scheduler::Cancel(JobId id, absl::Time now) {
     return absl::NotFoundError(absl::StrCat("job ", id, " is not live"));
   }
   if (it->second.phase == JobPhase::kPending) {
-    policy_->Remove(it->second);
+    if (it->second.infeasible.empty()) policy_->Remove(it->second);
     pending_count_ -= 1;
   } else {
     StopRunning(it->second, now);
@@ -464,6 +473,11 @@ absl::Status Scheduler::Requeue(JobId id, absl::Time now) {
   job.reason = PendingReason{};
   job.reason_pass = 0;
   pending_count_ += 1;
+  // It ran here, but the cluster may have changed since it started.
+  if (std::string why; !CouldEverRun(*cluster_, job.request.shape, &why)) {
+    job.infeasible = why.empty() ? "it does not fit" : why;
+    return absl::OkStatus();
+  }
   policy_->Enqueue(job);
   return absl::OkStatus();
 }
@@ -472,7 +486,7 @@ absl::Status Scheduler::Restore(const JobRequest& job,
                                 const Placement& placement,
                                 absl::Time start_time,
                                 double attained_gpu_seconds, absl::Time now) {
-  if (absl::Status st = ValidateJobRequest(job, cluster_); !st.ok()) return st;
+  if (absl::Status st = ValidateJobRequest(job, *cluster_); !st.ok()) return st;
   if (jobs_.contains(job.id)) {
     return absl::InvalidArgumentError(
         absl::StrCat("job ", job.id, " is already known to the scheduler"));
@@ -486,12 +500,12 @@ absl::Status Scheduler::Restore(const JobRequest& job,
   // Check every task against the free GPUs, counting tasks that share a node.
   absl::flat_hash_map<int, uint32_t> taken;
   for (const TaskPlacement& t : placement.tasks) {
-    if (t.node < 0 || t.node >= state_.num_nodes()) {
+    if (t.node < 0 || t.node >= state_->num_nodes()) {
       return absl::FailedPreconditionError(
           absl::StrCat("job ", job.id, ": node ", t.node, " does not exist"));
     }
-    const std::string& name = cluster_.nodes[t.node].name;
-    if (state_.NodeModel(t.node) != placement.gpu_model ||
+    const std::string& name = cluster_->nodes[t.node].name;
+    if (state_->NodeModel(t.node) != placement.gpu_model ||
         (shape.gpu_model != kAnyGpuModel &&
          shape.gpu_model != placement.gpu_model)) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -503,7 +517,7 @@ absl::Status Scheduler::Restore(const JobRequest& job,
           std::popcount(t.gpu_mask), " GPUs, not ", shape.gpus_per_task));
     }
     uint32_t& used = taken[t.node];
-    if ((t.gpu_mask & ~state_.FreeMask(t.node)) != 0 || (used & t.gpu_mask)) {
+    if ((t.gpu_mask & ~state_->FreeMask(t.node)) != 0 || (used & t.gpu_mask)) {
       return absl::FailedPreconditionError(
           absl::StrCat("job ", job.id, ": a GPU on ", name, " is not free"));
     }
@@ -515,11 +529,11 @@ absl::Status Scheduler::Restore(const JobRequest& job,
   sj.placement = placement;
   std::vector<int> nodes;
   for (const TaskPlacement& t : placement.tasks) nodes.push_back(t.node);
-  sj.placement.switch_level = cluster_.topology.LowestCommonLevel(nodes);
+  sj.placement.switch_level = cluster_->topology.LowestCommonLevel(nodes);
   sj.placement.switch_index =
       sj.placement.switch_level == 0
           ? -1
-          : cluster_.topology.AncestorAt(nodes[0], sj.placement.switch_level);
+          : cluster_->topology.AncestorAt(nodes[0], sj.placement.switch_level);
   sj.phase = JobPhase::kRunning;
   sj.start_time = start_time;
   sj.queued_since = job.submit_time;
@@ -530,20 +544,20 @@ absl::Status Scheduler::Restore(const JobRequest& job,
   sj.runs = 1;
   Accrue(sj.project, now);
   projects_[sj.project].running_gpus += shape.TotalGpus();
-  state_.Allocate(job.id, sj.placement, shape, sj.expected_end);
+  state_->Allocate(job.id, sj.placement, shape, sj.expected_end);
   running_count_ += 1;
   policy_->Started(sj);
   return absl::OkStatus();
 }
 
 void Scheduler::SetNodeSchedulable(int node, bool schedulable) {
-  state_.SetSchedulable(node, schedulable);
+  state_->SetSchedulable(node, schedulable);
 }
 
 void Scheduler::SetNodeImages(int node,
                               const std::vector<std::string>& digests) {
-  if (node < 0 || node >= state_.num_nodes()) return;
-  if (node_images_.empty()) node_images_.resize(state_.num_nodes());
+  if (node < 0 || node >= state_->num_nodes()) return;
+  if (node_images_.empty()) node_images_.resize(state_->num_nodes());
   std::vector<std::string> next;
   next.reserve(digests.size());
   for (const std::string& d : digests) {
@@ -562,7 +576,7 @@ void Scheduler::SetNodeImages(int node,
   }
   for (const std::string& d : next) {
     auto [it, inserted] = image_nodes_.try_emplace(d);
-    if (inserted) it->second = NodeMask(state_.num_nodes());
+    if (inserted) it->second = NodeMask(state_->num_nodes());
     it->second.Insert(node);
   }
   held = std::move(next);
@@ -575,7 +589,7 @@ const NodeMask* Scheduler::NodesWithImage(const std::string& digest) const {
 }
 
 std::vector<JobId> Scheduler::JobsOnNode(int node) const {
-  std::vector<JobId> jobs = state_.JobsOn(node);
+  std::vector<JobId> jobs = state_->JobsOn(node);
   std::sort(jobs.begin(), jobs.end());
   jobs.erase(std::unique(jobs.begin(), jobs.end()), jobs.end());
   return jobs;
@@ -602,6 +616,11 @@ const SchedJob* Scheduler::Find(JobId id) const {
 }
 
 PendingReason Scheduler::ReasonFor(const SchedJob& job) const {
+  if (!job.infeasible.empty()) {
+    PendingReason why;
+    why.code = PendingReason::Code::kInfeasible;
+    return why;
+  }
   if (job.reason_pass == pass_) return job.reason;
   if (job.queued_since <= last_pass_time_) {
     if (std::optional<PendingReason> r = policy_->SkippedReason(job, pass_)) {
@@ -624,7 +643,11 @@ std::string Scheduler::ExplainPending(JobId id, absl::Time now) const {
   if (job->phase == JobPhase::kStopping) {
     return absl::StrCat("stopping: preempted for job ", job->preempted_by);
   }
-  return FormatPendingReason(ReasonFor(*job), cluster_, now);
+  if (!job->infeasible.empty()) {
+    return absl::StrCat("cannot run on the cluster as it is now: ",
+                        job->infeasible);
+  }
+  return FormatPendingReason(ReasonFor(*job), *cluster_, now);
 }
 
 std::vector<ProjectUsage> Scheduler::Usage(absl::Time now) const {

@@ -66,7 +66,8 @@ struct ProjectUsage {
 // thread-safe: one thread owns it.
 class Scheduler {
  public:
-  // `cluster` must outlive the scheduler.
+  // The scheduler keeps its own copy of `cluster` (`UpdateCluster` replaces
+  // it).
   Scheduler(const Cluster& cluster, std::unique_ptr<QueuePolicy> policy,
             SchedulerOptions options = {});
 
@@ -116,6 +117,38 @@ class Scheduler {
   // digest is empty). Valid until the next `SetNodeImages`.
   const NodeMask* NodesWithImage(const std::string& digest) const;
 
+  // Cluster changes (cluster_update.cc; a cluster spec revision applied
+  // live). `PreviewCluster` says what taking `next` would do to the live
+  // jobs without changing anything; `UpdateCluster` takes it.
+  //
+  // Nodes are matched by name: a node in both clusters keeps its jobs, its
+  // schedulable flag and its images; a new node starts schedulable (as at
+  // construction). Every running or stopping job must still fit where it
+  // is (its nodes present, of the same GPU model, with the GPUs, CPUs and
+  // memory it holds); `UpdateCluster` refuses with FailedPrecondition,
+  // naming the job and node, while one does not (`blocked`; the caller
+  // drains those nodes first), and nothing changes. Every live job's GPU
+  // model must be a model of `next` (by name; ids may differ): the caller
+  // keeps the models live jobs ask for. Pending jobs that could never run on
+  // `next` stay pending but leave the queue (`infeasible`, with the reason
+  // as their pending reason) until an update makes them feasible again
+  // (`feasible`). Project quotas and weights are `next`'s from the next
+  // pass; a project `next` no longer declares keeps its usage with weight 1
+  // and no quota. Usage, ages and restart counts are kept.
+  struct ClusterChange {
+    struct Blocked {
+      JobId job = 0;
+      std::string node;
+      std::string why;  // "node h200-3 is removed", "... has 4 GPUs, ..."
+    };
+    std::vector<Blocked> blocked;
+    std::vector<JobId> infeasible;  // pending jobs that can no longer run
+    std::vector<JobId> feasible;    // ... that can run again
+  };
+  ClusterChange PreviewCluster(const Cluster& next) const;
+  absl::StatusOr<ClusterChange> UpdateCluster(const Cluster& next,
+                                              absl::Time now);
+
   // Runs one scheduling pass at `now`.
   PassResult Schedule(absl::Time now);
 
@@ -124,9 +157,9 @@ class Scheduler {
   PendingReason ReasonFor(const SchedJob& job) const;
   std::string ExplainPending(JobId id, absl::Time now) const;
 
-  const ClusterState& state() const { return state_; }
+  const ClusterState& state() const { return *state_; }
   const QueuePolicy& policy() const { return *policy_; }
-  const Cluster& cluster() const { return cluster_; }
+  const Cluster& cluster() const { return *cluster_; }
   int pending_count() const { return pending_count_; }
   int running_count() const { return running_count_; }
   // Per-project usage, brought up to `now`.
@@ -139,11 +172,14 @@ class Scheduler {
   int InternProject(const std::string& name);
   void Accrue(int project, absl::Time now);
   void StopRunning(SchedJob& job, absl::Time now);
+  // Sets the project's weight and quota from `cluster_`'s projects.
+  void ApplyProjectSpecs();
 
-  const Cluster& cluster_;
+  // `state_` refers to `*cluster_`: both are replaced together.
+  std::unique_ptr<const Cluster> cluster_;
   const SchedulerOptions options_;
   std::unique_ptr<QueuePolicy> policy_;
-  ClusterState state_;
+  std::unique_ptr<ClusterState> state_;
   absl::node_hash_map<JobId, SchedJob> jobs_;
   // Per preempting job, how many of its victims are still stopping.
   absl::flat_hash_map<JobId, int> awaiting_victims_;
