@@ -26,6 +26,18 @@ std::string ClusterPresetSummary(std::string_view name);
 // Returns the built-in preset `name`, or NotFound.
 absl::StatusOr<Cluster> ClusterPreset(std::string_view name);
 
+// A cluster spec's text and where it came from ("preset:small" or the
+// path), the `source` that `ParseClusterSpec` names in errors.
+struct ClusterSpecText {
+  std::string text;
+  std::string source;
+};
+
+// Reads what a user passes as `--cluster` or `-f`: a preset's YAML, else
+// the file at that path (NotFound, InvalidArgument for a directory, or the
+// read error, naming it).
+absl::StatusOr<ClusterSpecText> ReadClusterSpec(std::string_view name_or_path);
+
 // Resolves what a user passes as `--cluster`: a preset name, else a path to
 // a YAML file that is read and parsed.
 absl::StatusOr<Cluster> LoadCluster(std::string_view name_or_path);

@@ -246,4 +246,16 @@ int Topology::LowestCommonLevel(const std::vector<int>& nodes) const {
   return num_levels_;
 }
 
+TreeSpec Topology::ToSpec() const {
+  std::function<TreeSpec(int)> build = [&](int index) {
+    const Switch& sw = switches_[index];
+    TreeSpec spec;
+    spec.name = sw.name;
+    spec.nodes = sw.nodes;
+    for (int child : sw.children) spec.children.push_back(build(child));
+    return spec;
+  };
+  return root_ < 0 ? TreeSpec{} : build(root_);
+}
+
 }  // namespace loom

@@ -63,6 +63,9 @@ class Topology {
   // The level of the lowest switch that has every node of `nodes` below it;
   // 0 when all are the same node (or `nodes` is empty).
   int LowestCommonLevel(const std::vector<int>& nodes) const;
+  // The tree as a spec from the root down (`Explicit` of it gives the same
+  // tree); an empty spec for an empty topology.
+  TreeSpec ToSpec() const;
 
  private:
   absl::Status Finish();
