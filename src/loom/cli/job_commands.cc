@@ -7,6 +7,7 @@
 #include "loom/cli/image_verbs.h"
 #include "loom/cli/job_verbs.h"
 #include "loom/cli/node_verbs.h"
+#include "loom/cli/spec_verbs.h"
 #include "loom/cli/token_verbs.h"
 #include "loom/cli/verb.h"
 
@@ -31,6 +32,7 @@ void AddJobCommands(CLI::App& app, JobCommandFlags* f) {
   cli::AddClusterVerbs(app, f);
   cli::AddTokenVerbs(app, f);
   cli::AddImageVerbs(app, f);
+  cli::AddSpecVerbs(app, f);
   for (const auto& [name, verb] : f->verbs) {
     if (name != "run") verb->footer(kExitFooter);
   }
@@ -40,7 +42,8 @@ int RunJobCommand(std::string_view verb, const JobCommandFlags& flags,
                   const CommandContext& context) {
   const cli::Verb v{std::string(verb), flags, context};
   for (auto run : {cli::RunJobVerb, cli::RunNodeVerb, cli::RunClusterVerb,
-                   cli::RunTokenVerb, cli::RunImageVerb}) {
+                   cli::RunTokenVerb, cli::RunImageVerb,
+                   cli::RunSpecVerb}) {
     if (std::optional<int> rc = run(v)) return *rc;
   }
   return v.Fail(cli::kExitUsage, "unknown verb");

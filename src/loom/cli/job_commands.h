@@ -85,6 +85,11 @@ struct JobCommandFlags {
   std::string token_node;
   std::string token_description;
 
+  // plan, apply, rollback: the live revision planned against (-1: not
+  // given), rollback --to (0: the one before the live one)
+  int64_t spec_revision = -1;
+  int64_t rollback_to = 0;
+
   // Filled by `AddJobCommands`: each verb's name and subcommand.
   std::vector<std::pair<std::string, CLI::App*>> verbs;
 };

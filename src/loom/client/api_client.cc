@@ -620,6 +620,29 @@ absl::StatusOr<nlohmann::json> ApiClient::PullImage(
   return Call("POST", "/v1/images/pull", request.dump());
 }
 
+absl::StatusOr<nlohmann::json> ApiClient::PlanCluster(
+    const nlohmann::json& request) {
+  return Call("POST", "/v1/cluster/plan", request.dump());
+}
+
+absl::StatusOr<nlohmann::json> ApiClient::ApplyCluster(
+    const nlohmann::json& request) {
+  return Call("POST", "/v1/cluster/apply", request.dump());
+}
+
+absl::StatusOr<nlohmann::json> ApiClient::RollbackCluster(
+    const nlohmann::json& request) {
+  return Call("POST", "/v1/cluster/rollback", request.dump());
+}
+
+absl::StatusOr<nlohmann::json> ApiClient::ClusterRevisions() {
+  return Call("GET", "/v1/cluster/revisions", "");
+}
+
+absl::StatusOr<nlohmann::json> ApiClient::ClusterRevision(int64_t revision) {
+  return Call("GET", absl::StrCat("/v1/cluster/revisions/", revision), "");
+}
+
 absl::StatusOr<nlohmann::json> ApiClient::ListNodes() {
   return Call("GET", "/v1/nodes", "");
 }

@@ -155,6 +155,15 @@ class ApiClient {
   absl::StatusOr<nlohmann::json> RevokeNode(std::string_view node);
   absl::StatusOr<nlohmann::json> WhoAmI();
 
+  // The cluster as code (docs/api.md): POST /v1/cluster/plan, /apply and
+  // /rollback with `request` as documented; GET /v1/cluster/revisions and
+  // /v1/cluster/revisions/{n}.
+  absl::StatusOr<nlohmann::json> PlanCluster(const nlohmann::json& request);
+  absl::StatusOr<nlohmann::json> ApplyCluster(const nlohmann::json& request);
+  absl::StatusOr<nlohmann::json> RollbackCluster(const nlohmann::json& request);
+  absl::StatusOr<nlohmann::json> ClusterRevisions();
+  absl::StatusOr<nlohmann::json> ClusterRevision(int64_t revision);
+
   const std::vector<std::string>& server_urls() const { return urls_; }
 
  private:

@@ -210,6 +210,9 @@ absl::StatusOr<Scheduler::ClusterChange> Scheduler::UpdateCluster(
   }
   cluster_ = std::move(next);
   state_ = std::move(state);
+  // Claims are node masks of the old numbering; preemptions in flight go
+  // on, unclaimed.
+  claims_.clear();
   for (JobId id : ids) {
     SchedJob& job = jobs_.at(id);
     const bool was_moved = std::binary_search(moved.begin(), moved.end(), id);

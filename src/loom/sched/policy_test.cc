@@ -316,6 +316,41 @@ TEST(Fair, ProjectWithinItsQuotaReclaimsBorrowedGpus) {
   EXPECT_FALSE(Running(*s, 4));
 }
 
+TEST(Fair, FreedNodeGoesToThePreemptorNotBackToItsVictim) {
+  // One node. "search" (quota 8) has used far more than "research" (no
+  // quota): once its victim is queued again, fair share alone would give the
+  // victim the node back first, and it would be preempted again, and so on.
+  Cluster c = MakeCluster({{1, 0}}, 2, 8);
+  c.projects = {{"search", 8, 1.0, {}}, {"research", 0, 1.0, {}}};
+  auto s = Make(c, "fair");
+  JobRequest old = MakeJob(1, 1, 8, T(0));
+  old.project = "search";
+  ASSERT_TRUE(s->Submit(old, T(0)).ok());
+  s->Schedule(T(0));
+  ASSERT_TRUE(s->Finish(1, T(1000)).ok());
+  JobRequest spot = MakeJob(2, 1, 8, T(1000));
+  spot.project = "research";
+  spot.preemptible = true;
+  ASSERT_TRUE(s->Submit(spot, T(1000)).ok());
+  s->Schedule(T(1000));
+  ASSERT_TRUE(Running(*s, 2));
+  JobRequest mine = MakeJob(3, 1, 8, T(1001));
+  mine.project = "search";
+  ASSERT_TRUE(s->Submit(mine, T(1001)).ok());
+  PassResult r = s->Schedule(T(1001));
+  ASSERT_EQ(r.preempted.size(), 1u);
+  ASSERT_TRUE(s->Requeue(2, T(1002)).ok());
+  r = s->Schedule(T(1002));
+  EXPECT_EQ(r.started, std::vector<JobId>{3});
+  EXPECT_TRUE(r.preempted.empty());
+  EXPECT_FALSE(Running(*s, 2));
+  // Once the preemptor runs, the claim is gone: the victim gets the node
+  // when it frees.
+  ASSERT_TRUE(s->Finish(3, T(1010)).ok());
+  EXPECT_EQ(s->Schedule(T(1010)).started, std::vector<JobId>{2});
+  EXPECT_TRUE(s->state().CheckInvariants().ok());
+}
+
 TEST(Fair, StarvingGangGetsTheReservation) {
   // Two nodes. A light project keeps sending 1-node jobs; a heavy project's
   // 2-node gang must still start once it has waited past the starvation age.

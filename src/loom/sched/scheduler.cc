@@ -89,8 +89,13 @@ class Scheduler::Context : public SchedulingContext {
                 PendingReason* why_out) override {
     SchedJob& job = s_->jobs_.at(id);
     const JobShape& shape = job.request.shape;
+    // Nodes claimed for other jobs' preemptions are out of bounds; a mask
+    // made for this job alone is not remembered across jobs.
+    NodeMask scratch;
+    avoid = s_->AvoidClaimed(id, avoid, &scratch);
+    const bool own_mask = avoid == &scratch;
     ShapeKey key = KeyOf(shape, avoid);
-    if (auto it = failed_.find(key); it != failed_.end()) {
+    if (auto it = failed_.find(key); !own_mask && it != failed_.end()) {
       SetReason(id, it->second);
       if (why_out != nullptr) *why_out = it->second;
       return false;
@@ -101,7 +106,7 @@ class Scheduler::Context : public SchedulingContext {
     std::optional<Placement> p = FindPlacement(
         *s_->state_, shape, avoid, s_->NodesWithImage(job.request.image), &why);
     if (!p.has_value()) {
-      failed_.emplace(key, why);
+      if (!own_mask) failed_.emplace(key, why);
       SetReason(id, why);
       if (why_out != nullptr) *why_out = why;
       return false;
@@ -139,6 +144,7 @@ class Scheduler::Context : public SchedulingContext {
 
  private:
   void Start(SchedJob& job, Placement placement) {
+    s_->claims_.erase(job.request.id);
     s_->Accrue(job.project, now_);
     job.placement = std::move(placement);
     job.phase = JobPhase::kRunning;
@@ -168,6 +174,10 @@ Reservation Scheduler::Context::Reserve(JobId id) {
   const ClusterState& st = *s_->state_;
   Reservation best;
   best.nodes = NodeMask(st.num_nodes());
+  // Nodes claimed for another job's preemption are not this job's to
+  // reserve.
+  NodeMask scratch;
+  const NodeMask* claimed = s_->AvoidClaimed(id, nullptr, &scratch);
   for (GpuModelId model : CandidateModels(*s_->cluster_, shape)) {
     const int max_node = st.MaxNodeGpus(model);
     if (max_node < shape.gpus_per_task || !st.tracks_ready_times()) continue;
@@ -179,6 +189,7 @@ Reservation Scheduler::Context::Reserve(JobId id) {
     if (shape.OnOneNode(max_node)) {
       // One node that will have all the GPUs free.
       for (const ReadyKey& k : st.ReadyIndex(model, shape.TotalGpus())) {
+        if (claimed != nullptr && claimed->Contains(k.node)) continue;
         const NodeSpec& n = s_->cluster_->nodes[k.node];
         if (int64_t{shape.tasks} * shape.cpus_milli_per_task > n.cpus_milli ||
             int64_t{shape.tasks} * shape.memory_bytes_per_task >
@@ -194,6 +205,7 @@ Reservation Scheduler::Context::Reserve(JobId id) {
       // Whole nodes, in the order they are expected to become free.
       int tasks = 0;
       for (const ReadyKey& k : st.ReadyIndex(model, max_node)) {
+        if (claimed != nullptr && claimed->Contains(k.node)) continue;
         const NodeSpec& n = s_->cluster_->nodes[k.node];
         int fit = n.gpus / shape.gpus_per_task;
         if (shape.cpus_milli_per_task > 0) {
@@ -340,7 +352,13 @@ bool Scheduler::Context::PreemptFor(JobId for_job,
     result_->preempted.push_back({vj->request.id, for_job});
     ++victims;
   }
-  if (victims > 0) s_->awaiting_victims_[for_job] += victims;
+  if (victims > 0) {
+    s_->awaiting_victims_[for_job] += victims;
+    Claim& claim = s_->claims_[for_job];
+    claim.nodes = NodeMask(st.num_nodes());
+    claim.released = 0;
+    for (const TaskPlacement& t : found->tasks) claim.nodes.Insert(t.node);
+  }
   PendingReason why;
   why.code = PendingReason::Code::kWaitingForPreemption;
   why.other = victims;
@@ -420,6 +438,9 @@ void Scheduler::StopRunning(SchedJob& job, absl::Time now) {
   if (job.preempted_by != 0) {
     auto it = awaiting_victims_.find(job.preempted_by);
     if (it != awaiting_victims_.end() && --it->second <= 0) {
+      if (auto c = claims_.find(job.preempted_by); c != claims_.end()) {
+        c->second.released = pass_;
+      }
       awaiting_victims_.erase(it);
     }
   }
@@ -447,6 +468,7 @@ absl::Status Scheduler::Cancel(JobId id, absl::Time now) {
   if (it == jobs_.end()) {
     return absl::NotFoundError(absl::StrCat("job ", id, " is not live"));
   }
+  claims_.erase(id);
   if (it->second.phase == JobPhase::kPending) {
     if (it->second.infeasible.empty()) policy_->Remove(it->second);
     pending_count_ -= 1;
@@ -595,8 +617,39 @@ std::vector<JobId> Scheduler::JobsOnNode(int node) const {
   return jobs;
 }
 
+const NodeMask* Scheduler::AvoidClaimed(JobId id, const NodeMask* avoid,
+                                        NodeMask* scratch) {
+  if (claims_.empty()) return avoid;
+  auto mine = claims_.find(id);
+  if (mine == claims_.end()) {
+    auto [it, inserted] = with_claims_.try_emplace(avoid);
+    if (inserted) {
+      it->second = claimed_;
+      if (avoid != nullptr) it->second.InsertAll(*avoid);
+    }
+    return &it->second;
+  }
+  if (claims_.size() == 1) return avoid;
+  *scratch = avoid != nullptr ? *avoid : NodeMask(state_->num_nodes());
+  for (const auto& [holder, claim] : claims_) {
+    if (holder != id) scratch->InsertAll(claim.nodes);
+  }
+  return scratch;
+}
+
 PassResult Scheduler::Schedule(absl::Time now) {
   ++pass_;
+  // A claim lasts through the first pass after its last victim stopped.
+  for (auto it = claims_.begin(); it != claims_.end();) {
+    if (it->second.released != 0 && pass_ > it->second.released + 1) {
+      it = claims_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  with_claims_.clear();
+  claimed_ = NodeMask(state_->num_nodes());
+  for (const auto& [holder, claim] : claims_) claimed_.InsertAll(claim.nodes);
   last_pass_time_ = now;
   default_reason_ = PendingReason{};
   PassResult result;

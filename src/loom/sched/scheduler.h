@@ -1,5 +1,6 @@
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -183,6 +184,24 @@ class Scheduler {
   absl::node_hash_map<JobId, SchedJob> jobs_;
   // Per preempting job, how many of its victims are still stopping.
   absl::flat_hash_map<JobId, int> awaiting_victims_;
+  // The nodes a preemption frees, claimed for the job it was for: no other
+  // job starts on them while its victims stop, nor in the first pass after
+  // (else a victim queued again could take its GPUs back first, and be
+  // preempted again, round after round). `released` is the pass after
+  // which the last victim stopped (0: some still stop).
+  struct Claim {
+    NodeMask nodes;
+    uint64_t released = 0;
+  };
+  std::map<JobId, Claim> claims_;
+  // Per pass: the union of the claims, and `avoid` masks with it added
+  // (by the policy's mask; null: none).
+  NodeMask claimed_;
+  absl::node_hash_map<const NodeMask*, NodeMask> with_claims_;
+  // The mask a job that holds no claim must avoid: `avoid` plus every
+  // claim (`avoid` itself when there is none).
+  const NodeMask* AvoidClaimed(JobId id, const NodeMask* avoid,
+                               NodeMask* scratch);
   std::vector<ProjectUsage> projects_;
   absl::flat_hash_map<std::string, int> project_index_;
   // Image locality: per digest the nodes holding it (only digests some node

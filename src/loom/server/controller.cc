@@ -22,15 +22,12 @@ constexpr const char* kNodePrefix = "/nodes/";
 
 Controller::Controller(Cluster cluster, StateStore* store,
                        ControllerOptions options)
-    : cluster_(std::move(cluster)),
-      store_(store),
+    : store_(store),
       options_(options),
+      cluster_(std::make_shared<const Cluster>(std::move(cluster))),
+      target_(cluster_),
       requests_(options.idempotency_key_lifetime),
-      checkpoint_throttle_(options.checkpoint_write_interval) {
-  for (size_t i = 0; i < cluster_.nodes.size(); ++i) {
-    node_index_[cluster_.nodes[i].name] = static_cast<int>(i);
-  }
-}
+      checkpoint_throttle_(options.checkpoint_write_interval) {}
 
 absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
     Cluster cluster, StateStore* store, ControllerOptions options,
@@ -48,9 +45,13 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
       {0.01, 0.1, 1, 10, 60, 300, 900, 3600, 4 * 3600, 24 * 3600});
   c->image_pull_ =
       *Histogram::Create({0.1, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600});
-  c->scheduler_ = std::make_unique<Scheduler>(c->cluster_, *std::move(policy),
+  if (absl::Status st = c->LoadClusterRevision(now); !st.ok()) return st;
+  for (size_t i = 0; i < c->cluster_->nodes.size(); ++i) {
+    c->node_index_[c->cluster_->nodes[i].name] = static_cast<int>(i);
+  }
+  c->scheduler_ = std::make_unique<Scheduler>(*c->cluster_, *std::move(policy),
                                               options.scheduler_options);
-  c->nodes_.resize(c->cluster_.nodes.size());
+  c->nodes_.resize(c->cluster_->nodes.size());
   // Nodes are not schedulable until their agent registers.
   for (size_t n = 0; n < c->nodes_.size(); ++n) {
     c->scheduler_->SetNodeSchedulable(static_cast<int>(n), false);
@@ -108,7 +109,7 @@ absl::Status Controller::Load(absl::Time now) {
     if (IsFinal(job.state)) continue;
     user_jobs_.Add(job.spec.user, job.id);
     absl::StatusOr<JobRequest> req =
-        ToJobRequest(job.spec, cluster_, job.id, job.submit_time);
+        ToJobRequest(job.spec, *cluster_, job.id, job.submit_time);
     if (!req.ok()) {
       // The cluster changed under the job: it can no longer be described.
       job.state = JobState::kFailed;
@@ -121,6 +122,19 @@ absl::Status Controller::Load(absl::Time now) {
       backoff_.insert(job.id);  // queued again by Tick when it is due
     } else if (job.state == JobState::kPending) {
       (void)scheduler_->Submit(*req, now);
+    } else if ((job.state == JobState::kRunning ||
+                job.state == JobState::kStopping) &&
+               std::any_of(job.tasks.begin(), job.tasks.end(),
+                           [&](const TaskRecord& t) {
+                             return NodeIndex(t.node) < 0;
+                           })) {
+      // Its node left the cluster (a revision removed it while it drained):
+      // not the job's fault; it runs again elsewhere.
+      job.AddEvent(now, "its node is no longer in the cluster; queued again");
+      job.state = JobState::kPending;
+      job.tasks.clear();
+      job.start_time.reset();
+      (void)scheduler_->Submit(*req, now);
     } else if (job.state == JobState::kRunning ||
                job.state == JobState::kStopping) {
       Placement p;
@@ -131,7 +145,7 @@ absl::Status Controller::Load(absl::Time now) {
         for (int g : t.gpus) mask |= 1u << g;
         if (n >= 0) {
           p.tasks.push_back({n, mask});
-          p.gpu_model = cluster_.nodes[n].gpu_model;
+          p.gpu_model = cluster_->nodes[n].gpu_model;
           nodes_[n].master_ports.insert(job.master_port);
         }
       }
@@ -190,7 +204,7 @@ absl::Status Controller::PersistNode(int node) {
                       {"unhealthy", n.unhealthy},
                       {"reason", n.reason}};
   absl::StatusOr<int64_t> rev = store_->Commit(
-      {}, {Mutation::Put(absl::StrCat(kNodePrefix, cluster_.nodes[node].name),
+      {}, {Mutation::Put(absl::StrCat(kNodePrefix, cluster_->nodes[node].name),
                          JobStoreText(j))});
   return rev.ok() ? absl::OkStatus() : rev.status();
 }

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "loom/common/metrics_text.h"
 #include "loom/core/cluster.h"
+#include "loom/core/cluster_spec.h"
 #include "loom/core/job_spec.h"
 #include "loom/sched/scheduler.h"
 #include "loom/server/idempotency_keys.h"
@@ -58,6 +59,10 @@ struct ControllerOptions {
   // An idempotency key holds this long after its first use; then it is
   // purged and a submission with it makes a new job.
   absl::Duration idempotency_key_lifetime = absl::Hours(24);
+  // The text of the cluster spec given at start (`loom server --cluster`):
+  // written as revision 1 when the store has none; empty: none is written
+  // and the first `ApplyCluster` makes revision 1.
+  ClusterSpecText cluster_spec;
 };
 
 // Something the controller wants an agent to do. The server carries these
@@ -212,7 +217,44 @@ class Controller {
   // project and user, scheduling decisions, failures and recovery times.
   void WriteMetrics(MetricsWriter& out, absl::Time now) const;
 
-  const Cluster& cluster() const { return cluster_; }
+  // The cluster as the scheduler sees it now (a snapshot: `ApplyCluster`
+  // replaces it, and this one stays valid while held).
+  std::shared_ptr<const Cluster> cluster() const {
+    absl::MutexLock lock(&mu_);
+    return cluster_;
+  }
+
+  // The cluster as code (controller_cluster.cc, docs/cluster-as-code.md).
+  // `PlanCluster` compares the spec `text` (named `source` in errors)
+  // against the live revision: the objects that differ and the effect on
+  // work. InvalidArgument for a spec that does not parse
+  // (`file:line:col: field: reason`), FailedPrecondition for a change that
+  // would break the cluster's invariants (a project removed while it has
+  // unfinished jobs, a GPU model removed that one asks for).
+  absl::StatusOr<nlohmann::json> PlanCluster(const std::string& text,
+                                             const std::string& source,
+                                             absl::Time now) const;
+  // Applies it as one new revision, written to the store before it takes
+  // effect, without a restart. `expected_revision` (>= 0) is the live
+  // revision the plan was made against: Aborted when the live one is
+  // another. Nodes it removes (or changes under their jobs) are drained
+  // first: their jobs get the checkpoint signal and are queued again, and
+  // the nodes are forgotten once empty. The same plan as `PlanCluster` in
+  // the reply, with `revision`; no new revision when nothing changes.
+  absl::StatusOr<nlohmann::json> ApplyCluster(const std::string& text,
+                                              const std::string& source,
+                                              int64_t expected_revision,
+                                              const std::string& author,
+                                              absl::Time now);
+  // The stored revisions, newest first (without their text), and one with
+  // its text (NotFound).
+  absl::StatusOr<nlohmann::json> ClusterHistory() const;
+  absl::StatusOr<nlohmann::json> ClusterRevision(int64_t revision) const;
+  // Applies the text of revision `to` (0: the one before the live one).
+  absl::StatusOr<nlohmann::json> RollbackCluster(int64_t to,
+                                                 int64_t expected_revision,
+                                                 const std::string& author,
+                                                 absl::Time now);
 
   // Structured log lines (JSON) about what `Create` found while loading:
   // one per record that could not be read (see `ReadStoredJob`), which is
@@ -249,6 +291,27 @@ class Controller {
   };
 
   Controller(Cluster cluster, StateStore* store, ControllerOptions options);
+
+  // At start: the live revision of the cluster spec from the store, which
+  // replaces the cluster given; without one, the given cluster's spec
+  // (`options_.cluster_spec`) is written as revision 1.
+  absl::Status LoadClusterRevision(absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What taking `next` would do (the `effects` of a plan), and the checks
+  // that refuse it.
+  nlohmann::json ClusterEffects(const Cluster& next,
+                                const Scheduler::ClusterChange& change) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckClusterChange(const Cluster& next) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes `effective` the scheduler's and the controller's cluster: node
+  // state follows the nodes by name; nodes new to it are unknown until
+  // their agent registers.
+  absl::Status TakeCluster(std::shared_ptr<const Cluster> effective,
+                           absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Nodes kept until drained (`retiring_`) that have no job left are
+  // forgotten (from `Tick`).
+  void ForgetDrainedNodes(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Status Load(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes what changed of `jobs` (records, histories) in one commit.
@@ -328,18 +391,27 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // up, suspect, cordoned, draining, drained, down or unknown.
   std::string NodeStateName(int node) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int NodeIndex(const std::string& name) const;
+  int NodeIndex(const std::string& name) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The host of node `node`'s agent ("" when unknown).
   std::string NodeHost(const std::string& node) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const Cluster cluster_;
   StateStore* const store_;
   const ControllerOptions options_;
   absl::Time created_ = absl::InfinitePast();
-  absl::flat_hash_map<std::string, int> node_index_;
 
   mutable absl::Mutex mu_;
+  // The cluster the scheduler has: the live revision's (`target_`) plus
+  // the nodes it removed that still run jobs (`retiring_`).
+  std::shared_ptr<const Cluster> cluster_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const Cluster> target_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> retiring_ ABSL_GUARDED_BY(mu_);
+  // The live revision of the cluster spec (0: none stored) and the store
+  // version of its pointer key, for the conditional write of the next.
+  int64_t revision_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t revision_key_version_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<std::string, int> node_index_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Scheduler> scheduler_ ABSL_GUARDED_BY(mu_);
   std::map<JobId, JobRecord> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<Node> nodes_ ABSL_GUARDED_BY(mu_);

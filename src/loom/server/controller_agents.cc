@@ -203,7 +203,7 @@ absl::StatusOr<nlohmann::json> Controller::Register(const nlohmann::json& body,
     return absl::InvalidArgumentError(absl::StrCat(
         "name: node '", name, "' is not in the cluster spec of this server"));
   }
-  const NodeSpec& spec = cluster_.nodes[n];
+  const NodeSpec& spec = cluster_->nodes[n];
   const nlohmann::json gpus = body.value("gpus", nlohmann::json::array());
   if (!gpus.is_array() || static_cast<int>(gpus.size()) != spec.gpus) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -211,11 +211,11 @@ absl::StatusOr<nlohmann::json> Controller::Register(const nlohmann::json& body,
         " GPUs; the cluster spec says ", spec.gpus));
   }
   for (const nlohmann::json& g : gpus) {
-    if (g.value("model", "") != cluster_.gpu_models[spec.gpu_model].name) {
+    if (g.value("model", "") != cluster_->gpu_models[spec.gpu_model].name) {
       return absl::InvalidArgumentError(
           absl::StrCat("gpus: node ", name, " has a ", g.value("model", "?"),
                        " GPU; the cluster spec says ",
-                       cluster_.gpu_models[spec.gpu_model].name));
+                       cluster_->gpu_models[spec.gpu_model].name));
     }
   }
   const std::string address = body.value("address", "");
@@ -410,7 +410,7 @@ void Controller::ApplyHealth(int n, const nlohmann::json& body, absl::Time now,
   node.reason = absl::StrCat("unhealthy: ", absl::StrJoin(problems, "; "));
   (void)PersistNode(n);
   UpdateSchedulable(n);
-  const std::string& name = cluster_.nodes[n].name;
+  const std::string& name = cluster_->nodes[n].name;
   for (auto& [id, job] : jobs_) {
     if (job.state != JobState::kRunning) continue;
     if (std::none_of(job.tasks.begin(), job.tasks.end(),

@@ -93,7 +93,7 @@ absl::StatusOr<json> Controller::ListImages(const std::string& name) const {
   json out = json::array();
   int found = -1;
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    const std::string& node = cluster_.nodes[i].name;
+    const std::string& node = cluster_->nodes[i].name;
     if (!name.empty() && node != name) continue;
     found = static_cast<int>(i);
     int64_t bytes = 0;
@@ -101,7 +101,7 @@ absl::StatusOr<json> Controller::ListImages(const std::string& name) const {
       bytes += image.value("bytes", int64_t{0});
     }
     out.push_back({{"node", node},
-                   {"pool", cluster_.pools[cluster_.nodes[i].pool].name},
+                   {"pool", cluster_->pools[cluster_->nodes[i].pool].name},
                    {"up", nodes_[i].state == Node::State::kUp},
                    {"bytes", bytes},
                    {"images", nodes_[i].images},
@@ -131,19 +131,19 @@ absl::StatusOr<json> Controller::PullImage(
   } else {
     int pool_index = -1;
     if (!pool.empty()) {
-      for (size_t p = 0; p < cluster_.pools.size(); ++p) {
-        if (cluster_.pools[p].name == pool) pool_index = static_cast<int>(p);
+      for (size_t p = 0; p < cluster_->pools.size(); ++p) {
+        if (cluster_->pools[p].name == pool) pool_index = static_cast<int>(p);
       }
       if (pool_index < 0) {
         std::vector<std::string> known;
-        for (const PoolSpec& p : cluster_.pools) known.push_back(p.name);
+        for (const PoolSpec& p : cluster_->pools) known.push_back(p.name);
         return absl::InvalidArgumentError(
             absl::StrCat("pool: no pool '", pool, "' (the cluster has ",
                          absl::StrJoin(known, ", "), ")"));
       }
     }
-    for (size_t i = 0; i < cluster_.nodes.size(); ++i) {
-      if (pool_index < 0 || cluster_.nodes[i].pool == pool_index) {
+    for (size_t i = 0; i < cluster_->nodes.size(); ++i) {
+      if (pool_index < 0 || cluster_->nodes[i].pool == pool_index) {
         targets.push_back(static_cast<int>(i));
       }
     }
@@ -151,7 +151,7 @@ absl::StatusOr<json> Controller::PullImage(
   json asked = json::array();
   json skipped = json::array();
   for (int n : targets) {
-    const std::string& name = cluster_.nodes[n].name;
+    const std::string& name = cluster_->nodes[n].name;
     if (nodes_[n].state != Node::State::kUp || nodes_[n].address.empty()) {
       skipped.push_back({{"node", name}, {"reason", "not up"}});
       continue;

@@ -81,10 +81,10 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
         "container.image: not resolved to a digest before submit");
   }
   // Checks need no lock (the cluster is constant).
-  absl::StatusOr<JobRequest> req = ToJobRequest(spec, cluster_, 0, now);
+  absl::StatusOr<JobRequest> req = ToJobRequest(spec, *cluster_, 0, now);
   if (!req.ok()) return req.status();
   std::string why;
-  if (!CouldEverRun(cluster_, req->shape, &why)) {
+  if (!CouldEverRun(*cluster_, req->shape, &why)) {
     return absl::FailedPreconditionError(absl::StrCat("infeasible: ", why));
   }
   JobId id;
@@ -242,7 +242,7 @@ void Controller::ReleaseMany(const std::vector<JobId>& ids, absl::Time now,
       continue;
     }
     absl::StatusOr<JobRequest> req =
-        ToJobRequest(job.spec, cluster_, job.id, job.submit_time);
+        ToJobRequest(job.spec, *cluster_, job.id, job.submit_time);
     if (!req.ok()) {
       (*errors)[i] = req.status();
       continue;
@@ -445,7 +445,7 @@ nlohmann::json Controller::JobJson(const JobRecord& job, absl::Time now) const {
     }
   }
   const SchedJob* sj = scheduler_->Find(job.id);
-  return JobApiJson(job, cluster_, reason, sj ? &sj->request.shape : nullptr,
+  return JobApiJson(job, *cluster_, reason, sj ? &sj->request.shape : nullptr,
                     [this](const std::string& node) { return NodeHost(node); });
 }
 

@@ -48,7 +48,7 @@ std::string Controller::NodeStateName(int n) const {
 }
 
 nlohmann::json Controller::NodeJson(int n, absl::Time now) const {
-  const NodeSpec& spec = cluster_.nodes[n];
+  const NodeSpec& spec = cluster_->nodes[n];
   const Node& node = nodes_[n];
   const std::vector<JobId> jobs = scheduler_->JobsOnNode(n);
   const std::string state = NodeStateName(n);
@@ -61,13 +61,13 @@ nlohmann::json Controller::NodeJson(int n, absl::Time now) const {
           {"health", node.health},
           {"address", node.address},
           {"hostname", node.hostname},
-          {"pool", cluster_.pools[spec.pool].name},
-          {"gpu_model", cluster_.gpu_models[spec.gpu_model].name},
+          {"pool", cluster_->pools[spec.pool].name},
+          {"gpu_model", cluster_->gpu_models[spec.gpu_model].name},
           {"gpus", spec.gpus},
           {"gpus_allocated", spec.gpus - scheduler_->state().FreeGpus(n)},
           {"cpus", spec.cpus_milli / 1000.0},
           {"memory_bytes", spec.memory_bytes},
-          {"leaf", cluster_.topology.sw(cluster_.topology.leaf_of(n)).name},
+          {"leaf", cluster_->topology.sw(cluster_->topology.leaf_of(n)).name},
           {"emulated", node.emulated},
           {"last_heartbeat",
            node.last_heartbeat == absl::InfinitePast()

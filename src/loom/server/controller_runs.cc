@@ -42,7 +42,7 @@ void Controller::StartJob(JobRecord& job, absl::Time now) {
   }
   job.switch_level = p.switch_level;
   job.switch_name =
-      p.switch_index >= 0 ? cluster_.topology.sw(p.switch_index).name : "";
+      p.switch_index >= 0 ? cluster_->topology.sw(p.switch_index).name : "";
   // MASTER_PORT: a port of the rank-0 node not used by another live job.
   Node& master = nodes_[p.tasks[0].node];
   int port = options_.master_port_base +
@@ -59,7 +59,7 @@ void Controller::StartJob(JobRecord& job, absl::Time now) {
   for (size_t i = 0; i < p.tasks.size(); ++i) {
     TaskRecord t;
     t.index = static_cast<int>(i);
-    t.node = cluster_.nodes[p.tasks[i].node].name;
+    t.node = cluster_->nodes[p.tasks[i].node].name;
     for (int g = 0; g < kMaxGpusPerNode; ++g) {
       if (p.tasks[i].gpu_mask & (1u << g)) t.gpus.push_back(g);
     }

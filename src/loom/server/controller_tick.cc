@@ -21,6 +21,8 @@ void Controller::Tick(absl::Time now) {
   }
   unsaved_.clear();
   PurgeRequests(now);
+  // Nodes a cluster revision removed go once their jobs have moved.
+  ForgetDrainedNodes(now);
   // Checkpoint reports held back by the throttle.
   for (JobId id : checkpoint_throttle_.TakeDue(now)) {
     auto it = jobs_.find(id);
@@ -37,7 +39,7 @@ void Controller::Tick(absl::Time now) {
       continue;
     }
     absl::StatusOr<JobRequest> req =
-        ToJobRequest(job.spec, cluster_, job.id, job.submit_time);
+        ToJobRequest(job.spec, *cluster_, job.id, job.submit_time);
     absl::StatusOr<SubmitOutcome> out =
         req.ok() ? scheduler_->Submit(*req, now)
                  : absl::StatusOr<SubmitOutcome>(req.status());
@@ -137,7 +139,7 @@ void Controller::NodeLost(int n, absl::Time now,
   ++failures_["node_down"];
   for (auto& [id, job] : jobs_) {
     for (TaskRecord& t : job.tasks) {
-      if (t.node != cluster_.nodes[n].name || !TaskLive(t)) continue;
+      if (t.node != cluster_->nodes[n].name || !TaskLive(t)) continue;
       t.state = TaskRecord::State::kLost;
       TaskEnded(job, t, now);
       dirty->push_back(&job);

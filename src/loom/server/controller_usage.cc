@@ -15,8 +15,8 @@ Controller::Utilization Controller::CurrentUtilization() const {
   absl::MutexLock lock(&mu_);
   Utilization u;
   for (size_t n = 0; n < nodes_.size(); ++n) {
-    u.total_gpus += cluster_.nodes[n].gpus;
-    u.allocated_gpus += cluster_.nodes[n].gpus -
+    u.total_gpus += cluster_->nodes[n].gpus;
+    u.allocated_gpus += cluster_->nodes[n].gpus -
                         scheduler_->state().FreeGpus(static_cast<int>(n));
   }
   u.pending_jobs =
@@ -84,11 +84,11 @@ void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
   }
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const int n = static_cast<int>(i);
-    const NodeSpec& spec = cluster_.nodes[n];
+    const NodeSpec& spec = cluster_->nodes[n];
     const std::string state = NodeStateName(n);
     ++nodes[state];
-    Gpus& g = gpus[{cluster_.pools[spec.pool].name,
-                    cluster_.gpu_models[spec.gpu_model].name}];
+    Gpus& g = gpus[{cluster_->pools[spec.pool].name,
+                    cluster_->gpu_models[spec.gpu_model].name}];
     const int free = scheduler_->state().FreeGpus(n);
     g.total += spec.gpus;
     g.allocated += spec.gpus - free;
@@ -174,7 +174,7 @@ nlohmann::json Controller::ListProjects(absl::Time now) const {
     }
   }
   std::map<std::string, nlohmann::json> out;
-  for (const ProjectSpec& p : cluster_.projects) {
+  for (const ProjectSpec& p : cluster_->projects) {
     out[p.name] = {{"name", p.name},
                    {"quota_gpus", p.quota_gpus},
                    {"weight", p.weight},

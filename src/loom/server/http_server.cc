@@ -29,6 +29,7 @@ void HttpServer::Routes() {
   JobRoutes();
   NodeRoutes();
   ImageRoutes();
+  SpecRoutes();
 }
 
 absl::StatusOr<int> HttpServer::Start() {

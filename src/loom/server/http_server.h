@@ -97,6 +97,7 @@ class HttpServer {
   void NodeRoutes();     // node_routes.cc: /v1/nodes..., /v1/agents/...
   void ImageRoutes();    // image_routes.cc: /v1/images...
   void TokenRoutes();    // token_routes.cc: /v1/tokens..., /v1/whoami
+  void SpecRoutes();     // spec_routes.cc: /v1/cluster/... (plan, apply)
   void ClusterRoutes();  // cluster_routes.cc: the rest
   // Registers a route of `RouteTable()` (aborts for one that is not there:
   // a programming error that every test run would show).

@@ -60,20 +60,19 @@ void HttpServer::ImageRoutes() {
     JobSpec spec;
     spec.container.emplace();
     spec.container->image = image->get<std::string>();
-    if (absl::Status st = ResolveContainer(controller_->cluster(),
+    if (absl::Status st = ResolveContainer(*controller_->cluster(),
                                            options_.image_resolver, &spec);
         !st.ok()) {
       return ReplyError(
-          res, absl::Status(st.code(), absl::StrReplaceAll(
-                                           st.message(),
-                                           {{"container.image", "image"}})));
+          res, absl::Status(st.code(),
+                            absl::StrReplaceAll(
+                                st.message(), {{"container.image", "image"}})));
     }
     const std::string pinned =
         ContainerLaunchJson(*spec.container)["image"].get<std::string>();
-    ReplyResult(res,
-                controller_->PullImage(pinned, spec.container->image, nodes,
-                                       pool),
-                202);
+    ReplyResult(
+        res, controller_->PullImage(pinned, spec.container->image, nodes, pool),
+        202);
     Wake();
   });
 }

@@ -28,7 +28,7 @@ void HttpServer::JobRoutes() {
     // Without authentication, everyone is an admin (X-Loom-User
     // names the user).
     const Principal p = PrincipalOf(req);
-    if (absl::Status st = CheckSubmission(p, controller_->cluster(), &*spec);
+    if (absl::Status st = CheckSubmission(p, *controller_->cluster(), &*spec);
         !st.ok()) {
       return ReplyError(res, st);
     }
@@ -52,7 +52,7 @@ void HttpServer::JobRoutes() {
     // registry again.
     if (spec->container.has_value() &&
         !controller_->KnowsRequest(key, absl::Now())) {
-      if (absl::Status st = ResolveContainer(controller_->cluster(),
+      if (absl::Status st = ResolveContainer(*controller_->cluster(),
                                              options_.image_resolver, &*spec);
           !st.ok()) {
         return ReplyError(res, st);

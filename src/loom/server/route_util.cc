@@ -84,6 +84,10 @@ nlohmann::json ErrorJson(const absl::Status& st, int* http_status) {
         code = "failed_precondition";
       }
       break;
+    case absl::StatusCode::kAborted:
+      status = 409;  // a conflict: the state moved on since the caller read it
+      code = "conflict";
+      break;
     case absl::StatusCode::kPermissionDenied:
       status = 403;
       code = "permission_denied";

@@ -321,11 +321,16 @@ int RunServer(const ServerFlags& f) {
       return Fail(std::string(st.message()));
     }
   }
+  absl::StatusOr<ClusterSpecText> spec = ReadClusterSpec(f.cluster);
+  if (!spec.ok()) {
+    return Fail(absl::StrCat("--cluster: ", spec.status().message()));
+  }
   absl::StatusOr<Cluster> cluster = LoadCluster(f.cluster);
   if (!cluster.ok()) {
     return Fail(absl::StrCat("--cluster: ", cluster.status().message()));
   }
   ControllerOptions copts;
+  copts.cluster_spec = *std::move(spec);
   copts.policy = f.policy;
   if (!(f.heartbeat_timeout_s > 0) || f.heartbeat_timeout_s > 3600) {
     return Fail(
@@ -422,8 +427,8 @@ int RunServer(const ServerFlags& f) {
   if (!bound.ok()) return Fail(std::string(bound.status().message()));
   std::cerr << "loom server: listening on "
             << (hopts.tls_cert.empty() ? "http://" : "https://") << hopts.host
-            << ":" << *bound << " (cluster " << (*controller)->cluster().name
-            << ", " << (*controller)->cluster().nodes.size() << " nodes, data "
+            << ":" << *bound << " (cluster " << (*controller)->cluster()->name
+            << ", " << (*controller)->cluster()->nodes.size() << " nodes, data "
             << f.data_dir << ")" << std::endl;
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::cerr << "loom server: stopping" << std::endl;

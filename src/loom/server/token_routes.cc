@@ -35,7 +35,7 @@ void HttpServer::TokenRoutes() {
     absl::StatusOr<nlohmann::json> body = JsonBody(req);
     if (!body.ok()) return ReplyError(res, body.status());
     absl::StatusOr<TokenRequest> t =
-        ParseTokenRequest(*body, controller_->cluster());
+        ParseTokenRequest(*body, *controller_->cluster());
     if (!t.ok()) return ReplyError(res, t.status());
     absl::StatusOr<std::pair<TokenRecord, std::string>> made =
         options_.auth->Create(*t, absl::Now());
