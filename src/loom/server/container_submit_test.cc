@@ -306,7 +306,7 @@ TEST(ContainerController, TheLaunchBodyPinsTheDigest) {
       "container: {image: 'localhost:5000/team/train:1.4', mounts: "
       "['/data:/data:ro', '/scratch/a:/s'], workdir: /w, writable: true, "
       "shm_size: 2Gi}\n");
-  ASSERT_TRUE(ResolveContainer((*c)->cluster(), nullptr, &spec).code() ==
+  ASSERT_TRUE(ResolveContainer(*(*c)->cluster(), nullptr, &spec).code() ==
               absl::StatusCode::kFailedPrecondition);
   spec.container->image_digest = kDigest;
   ASSERT_TRUE((*c)->Submit(spec, "alice", T(2)).ok());
