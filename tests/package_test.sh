@@ -7,7 +7,7 @@
 # (connection local) into a scratch prefix with the agent started directly
 # (no systemd here): the node joins the loopback server with a single-use
 # join token, and takes a job. A second run of the playbook changes
-# nothing and leaves the agent running.
+# nothing and leaves the agent running; a changed config restarts it.
 # Usage: tests/package_test.sh PATH_TO_LOOM
 set -u
 LOOM="$(realpath "$1")"
@@ -201,4 +201,19 @@ grep -Eq 'h200-0 +: ok=[0-9]+ +changed=0 +unreachable=0 +failed=0' "$W/ansible2.
 [ "$(cat "$P/run/loom-agent.pid")" = "$agent_pid" ] && kill -0 "$agent_pid" 2> /dev/null ||
   fail "the second run restarted or stopped the agent"
 echo "ok: a second run of the playbook changes nothing"
+
+# 8. A changed config: the playbook restarts the agent, which comes back
+# with its credential (the single-use join token is spent).
+sed -i 's/health-interval: 1s/health-interval: 2s/' "$W/inventory.yml"
+ansible-playbook -i "$W/inventory.yml" -c local deploy/ansible/site.yml > "$W/ansible3.log" 2>&1 ||
+  fail "third ansible-playbook: $(tail -30 "$W/ansible3.log")"
+grep -qx 'health-interval = "2s"' "$P/etc/loom/agent.toml" || fail "agent.toml was not rewritten"
+new_pid=$(cat "$P/run/loom-agent.pid")
+[ "$new_pid" != "$agent_pid" ] && kill -0 "$new_pid" 2> /dev/null || fail "the agent was not restarted for its new config"
+PIDS+=("$new_pid")
+! kill -0 "$agent_pid" 2> /dev/null || fail "the old agent $agent_pid still runs"
+node_up() { "$LOOM" nodes -o json 2> /dev/null | jq -e '.nodes[] | select(.name == "h200-0" and .state == "up")' > /dev/null; }
+wait_for 10 node_up || fail "h200-0 is not up after the restart"
+out=$("$LOOM" run -g 1 --wait -- /bin/echo again 2>&1) || fail "a job after the restart: $out"
+echo "ok: a changed config restarts the agent (pid $agent_pid -> $new_pid), which rejoins with its credential and runs a job"
 echo "PASS"
