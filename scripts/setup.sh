@@ -7,7 +7,8 @@
 # for the etcd store and HA tests, clang and its libFuzzer runtime for
 # scripts/fuzz.sh, a registry and the tools that build and push a test image
 # for the image tests: docker-registry, umoci, skopeo, jq, busybox-static,
-# and runc for running tasks in images).
+# and runc for running tasks in images, ansible-core for the playbook in
+# deploy/ansible that tests/package_test.sh runs).
 set -euo pipefail
 
 SUDO=""
@@ -24,7 +25,7 @@ PACKAGES=(
 if [ "${1:-}" = "--test" ]; then
   PACKAGES+=(python3-torch prometheus chromium etcd-server etcd-client
              clang libclang-rt-dev
-             docker-registry umoci skopeo jq busybox-static runc)
+             docker-registry umoci skopeo jq busybox-static runc ansible-core)
 fi
 
 missing=()

@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "loom/agent/api_guard.h"
+#include "loom/common/config_file_option.h"
 #include "loom/common/units.h"
 #include "loom/core/job_spec.h"
 
@@ -47,6 +48,7 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentFlags* f) {
       "  loom agent --server 127.0.0.1:7000 --listen 127.0.0.3:0 "
       "--emulate 8xH200 --emulate-nodes 2000 --name-prefix h200 "
       "--fake-tasks --data-dir /tmp/fleet\n"
+      "  loom agent --config /etc/loom/agent.toml   # the packaged unit\n"
       "See docs/agent.md.");
   agent
       ->add_option("--server", f->servers,
@@ -157,6 +159,7 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentFlags* f) {
                    "The node is unhealthy with less free space under "
                    "--data-dir")
       ->capture_default_str();
+  AddConfigFileOption(agent);
   return agent;
 }
 

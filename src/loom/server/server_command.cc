@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "loom/common/atomic_file.h"
+#include "loom/common/config_file_option.h"
 #include "loom/core/cluster_spec.h"
 #include "loom/core/job_spec.h"
 #include "loom/server/auth.h"
@@ -300,6 +301,7 @@ CLI::App* AddServerCommand(CLI::App& app, ServerFlags* f) {
                   "more submissions get 429 (0: no limit)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  AddConfigFileOption(cmd);
   return cmd;
 }
 
