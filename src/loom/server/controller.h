@@ -333,9 +333,11 @@ class Controller {
   // The launch request of task `t` of `job`, rebuilt from the job record.
   AgentAction LaunchAction(const JobRecord& job, const TaskRecord& t) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Asks every live task of `job` to stop.
+  // Asks every live task of `job` to stop; `StopTask` one of them.
   void StopTasks(JobRecord& job, int signal, absl::Duration grace)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StopTask(const JobRecord& job, const TaskRecord& t, int signal,
+                absl::Duration grace) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Called when a task of `job` ended; finishes the job when all have.
   // `why`, when given, is the job's reason if this ending stops the gang
   // (else one is made from the task's exit).

@@ -347,6 +347,16 @@ void Controller::ActionDone(const AgentAction& action,
   JobRecord& job = it->second;
   for (TaskRecord& t : job.tasks) {
     if (t.task_id != action.task_id || !TaskLive(t)) continue;
+    if (status.ok() && job.state != JobState::kRunning) {
+      // The job began stopping while this launch was on its way, and the
+      // stop may have reached the agent first (actions go out on several
+      // threads), finding no task: ask again now that the task is there.
+      if (job.preempted) {
+        StopTask(job, t, job.spec.checkpoint.signal, job.spec.checkpoint.grace);
+      } else {
+        StopTask(job, t, job.spec.cancel_signal, job.spec.cancel_grace);
+      }
+    }
     if (status.ok() && !started) {
       // Accepted (202): the node pulls the task's image first; heartbeats
       // say how far it is, and when it runs.

@@ -129,20 +129,22 @@ AgentAction Controller::LaunchAction(const JobRecord& job,
 }
 
 void Controller::StopTasks(JobRecord& job, int signal, absl::Duration grace) {
-  for (const TaskRecord& t : job.tasks) {
-    if (!TaskLive(t)) continue;
-    const int n = NodeIndex(t.node);
-    if (n < 0 || nodes_[n].state == Node::State::kDown) continue;
-    AgentAction a;
-    a.kind = AgentAction::Kind::kStop;
-    a.node = t.node;
-    a.address = nodes_[n].address;
-    a.task_id = t.task_id;
-    a.job = job.id;
-    a.body = {{"signal", signal},
-              {"grace_ms", absl::ToInt64Milliseconds(grace)}};
-    actions_.push_back(std::move(a));
-  }
+  for (const TaskRecord& t : job.tasks) StopTask(job, t, signal, grace);
+}
+
+void Controller::StopTask(const JobRecord& job, const TaskRecord& t, int signal,
+                          absl::Duration grace) {
+  if (!TaskLive(t)) return;
+  const int n = NodeIndex(t.node);
+  if (n < 0 || nodes_[n].state == Node::State::kDown) return;
+  AgentAction a;
+  a.kind = AgentAction::Kind::kStop;
+  a.node = t.node;
+  a.address = nodes_[n].address;
+  a.task_id = t.task_id;
+  a.job = job.id;
+  a.body = {{"signal", signal}, {"grace_ms", absl::ToInt64Milliseconds(grace)}};
+  actions_.push_back(std::move(a));
 }
 
 void Controller::TaskEnded(JobRecord& job, TaskRecord& task, absl::Time now,
