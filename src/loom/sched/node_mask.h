@@ -25,6 +25,11 @@ class NodeMask {
     }
     return true;
   }
+  // Adds the members of `other` (of the same size).
+  void UnionWith(const NodeMask& other) {
+    const size_t n = std::min(words_.size(), other.words_.size());
+    for (size_t w = 0; w < n; ++w) words_[w] |= other.words_[w];
+  }
   int Count() const {
     int c = 0;
     for (uint64_t w : words_) c += std::popcount(w);

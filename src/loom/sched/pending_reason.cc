@@ -39,12 +39,16 @@ const char* PendingReasonCodeName(PendingReason::Code code) {
       return "waiting_for_preemption";
     case C::kHigherQueuesFirst:
       return "higher_queues_first";
+    case C::kNoNodeMatchesSelector:
+      return "no_node_matches_selector";
+    case C::kNoMatchingNodeFits:
+      return "no_matching_node_fits";
   }
   return "unknown";
 }
 
 std::string FormatPendingReason(const PendingReason& r, const Cluster& cluster,
-                                absl::Time now) {
+                                absl::Time now, const std::string& selector) {
   using C = PendingReason::Code;
   const std::string model = ModelName(cluster, r.gpu_model);
   switch (r.code) {
@@ -90,6 +94,15 @@ std::string FormatPendingReason(const PendingReason& r, const Cluster& cluster,
     case C::kHigherQueuesFirst:
       return absl::StrCat("in LAS queue ", r.level,
                           "; jobs of higher queues take the free GPUs first");
+    case C::kNoNodeMatchesSelector:
+      return absl::StrCat("no node matches node_selector ", selector, " (0 of ",
+                          cluster.nodes.size(), " nodes)");
+    case C::kNoMatchingNodeFits:
+      return absl::StrCat(
+          "waiting for ", r.need, " free ", model, "GPUs on nodes matching ",
+          selector, "; ", r.have, " of ", cluster.nodes.size(), " nodes match",
+          r.usable < r.have ? absl::StrCat(", ", r.usable, " schedulable")
+                            : std::string());
   }
   return "pending";
 }

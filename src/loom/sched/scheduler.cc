@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "loom/core/labels.h"
 #include "loom/sched/placement.h"
 
 namespace loom {
@@ -89,6 +90,9 @@ class Scheduler::Context : public SchedulingContext {
                 PendingReason* why_out) override {
     SchedJob& job = s_->jobs_.at(id);
     const JobShape& shape = job.request.shape;
+    // Jobs with different selectors avoid different nodes, so they never
+    // share a memo entry (the key holds the combined mask's address).
+    avoid = AvoidFor(job, avoid);
     ShapeKey key = KeyOf(shape, avoid);
     if (auto it = failed_.find(key); it != failed_.end()) {
       SetReason(id, it->second);
@@ -101,6 +105,7 @@ class Scheduler::Context : public SchedulingContext {
     std::optional<Placement> p = FindPlacement(
         s_->state_, shape, avoid, s_->NodesWithImage(job.request.image), &why);
     if (!p.has_value()) {
+      if (job.selector != 0) why = SelectorReason(job);
       failed_.emplace(key, why);
       SetReason(id, why);
       if (why_out != nullptr) *why_out = why;
@@ -122,6 +127,41 @@ class Scheduler::Context : public SchedulingContext {
 
   void SetDefaultReason(const PendingReason& reason) override {
     s_->default_reason_ = reason;
+  }
+
+  // The nodes `job` must not use: those its node selector rules out and
+  // `avoid` (either may be null). The union of both lives as long as this
+  // pass.
+  const NodeMask* AvoidFor(const SchedJob& job, const NodeMask* avoid) {
+    const NodeMask* excluded = s_->node_labels_.Excluded(job.selector);
+    if (excluded == nullptr) return avoid;
+    if (avoid == nullptr) return excluded;
+    auto [it, inserted] = combined_.try_emplace({job.selector, avoid});
+    if (inserted) {
+      it->second = *excluded;
+      it->second.UnionWith(*avoid);
+    }
+    return &it->second;
+  }
+
+  // Why a job with a node selector does not fit: no node matches it, or
+  // the matching ones (so many, so many of them schedulable) lack room.
+  PendingReason SelectorReason(const SchedJob& job) const {
+    PendingReason why;
+    why.gpu_model = job.request.shape.gpu_model;
+    const int matching = s_->node_labels_.Matching(job.selector);
+    if (matching == 0) {
+      why.code = PendingReason::Code::kNoNodeMatchesSelector;
+      return why;
+    }
+    why.code = PendingReason::Code::kNoMatchingNodeFits;
+    why.need = job.request.shape.TotalGpus();
+    why.have = matching;
+    const NodeMask* excluded = s_->node_labels_.Excluded(job.selector);
+    for (int n = 0; n < s_->state_.num_nodes(); ++n) {
+      if (!excluded->Contains(n) && s_->state_.Schedulable(n)) ++why.usable;
+    }
+    return why;
   }
 
   int QuotaGpus(int project) const override {
@@ -160,12 +200,18 @@ class Scheduler::Context : public SchedulingContext {
   absl::Time now_;
   PassResult* result_;
   absl::flat_hash_map<ShapeKey, PendingReason> failed_;
+  // (selector, policy's avoid) -> both combined (`AvoidFor`).
+  absl::node_hash_map<std::pair<int, const NodeMask*>, NodeMask> combined_;
 };
 
 Reservation Scheduler::Context::Reserve(JobId id) {
   const SchedJob& job = s_->jobs_.at(id);
   const JobShape& shape = job.request.shape;
   const ClusterState& st = s_->state_;
+  const NodeMask* excluded = s_->node_labels_.Excluded(job.selector);
+  auto ruled_out = [&](int node) {
+    return excluded != nullptr && excluded->Contains(node);
+  };
   Reservation best;
   best.nodes = NodeMask(st.num_nodes());
   for (GpuModelId model : CandidateModels(s_->cluster_, shape)) {
@@ -179,6 +225,7 @@ Reservation Scheduler::Context::Reserve(JobId id) {
     if (shape.OnOneNode(max_node)) {
       // One node that will have all the GPUs free.
       for (const ReadyKey& k : st.ReadyIndex(model, shape.TotalGpus())) {
+        if (ruled_out(k.node)) continue;
         const NodeSpec& n = s_->cluster_.nodes[k.node];
         if (int64_t{shape.tasks} * shape.cpus_milli_per_task > n.cpus_milli ||
             int64_t{shape.tasks} * shape.memory_bytes_per_task >
@@ -194,6 +241,7 @@ Reservation Scheduler::Context::Reserve(JobId id) {
       // Whole nodes, in the order they are expected to become free.
       int tasks = 0;
       for (const ReadyKey& k : st.ReadyIndex(model, max_node)) {
+        if (ruled_out(k.node)) continue;
         const NodeSpec& n = s_->cluster_.nodes[k.node];
         int fit = n.gpus / shape.gpus_per_task;
         if (shape.cpus_milli_per_task > 0) {
@@ -247,6 +295,8 @@ bool Scheduler::Context::PreemptFor(JobId for_job,
   const JobRequest& request = s_->jobs_.at(for_job).request;
   const JobShape& shape = request.shape;
   const NodeMask* prefer = s_->NodesWithImage(request.image);
+  const NodeMask* excluded =
+      s_->node_labels_.Excluded(s_->jobs_.at(for_job).selector);
   ClusterState& st = s_->state_;
   const std::vector<GpuModelId> models = CandidateModels(s_->cluster_, shape);
   auto usable = [&](GpuModelId m) {
@@ -284,7 +334,8 @@ bool Scheduler::Context::PreemptFor(JobId for_job,
   };
   std::vector<Plan> plans;
   for (const auto& [node, list] : on_node) {
-    if (!st.Schedulable(node) || !usable(st.NodeModel(node)) ||
+    if ((excluded != nullptr && excluded->Contains(node)) ||
+        !st.Schedulable(node) || !usable(st.NodeModel(node)) ||
         st.NodeGpus(node) < shape.gpus_per_task) {
       continue;
     }
@@ -321,7 +372,7 @@ bool Scheduler::Context::PreemptFor(JobId for_job,
       st.Release(cand[idx]->request.id, cand[idx]->placement,
                  cand[idx]->request.shape);
     }
-    found = FindPlacement(st, shape, nullptr, prefer, nullptr);
+    found = FindPlacement(st, shape, excluded, prefer, nullptr);
     if (found.has_value()) break;
   }
   // Undo the trial; victims keep their GPUs until they actually stop.
@@ -354,7 +405,8 @@ Scheduler::Scheduler(const Cluster& cluster,
     : cluster_(cluster),
       options_(options),
       policy_(std::move(policy)),
-      state_(cluster, policy_->UsesReservations()) {
+      state_(cluster, policy_->UsesReservations()),
+      node_labels_(cluster) {
   for (const ProjectSpec& p : cluster.projects) {
     int i = InternProject(p.name);
     projects_[i].weight = p.weight > 0 ? p.weight : 1.0;
@@ -393,9 +445,13 @@ absl::StatusOr<SubmitOutcome> Scheduler::Submit(const JobRequest& job,
   if (!CouldEverRun(cluster_, job.shape, &why)) {
     return SubmitOutcome{SubmitOutcome::Kind::kInfeasible, why};
   }
+  // A selector no node matches now is not infeasible: agents report labels
+  // as they register, so the job waits with its reason
+  // (docs/scheduling.md).
   SchedJob& sj = jobs_[job.id];
   sj.request = job;
   sj.project = InternProject(job.project);
+  sj.selector = node_labels_.Intern(job.node_selector);
   sj.queued_since = now;
   pending_count_ += 1;
   policy_->Enqueue(sj);
@@ -429,6 +485,7 @@ absl::Status Scheduler::Finish(JobId id, absl::Time now) {
         absl::StrCat("job ", id, " is pending, not running"));
   }
   StopRunning(it->second, now);
+  node_labels_.Release(it->second.selector);
   jobs_.erase(it);
   return absl::OkStatus();
 }
@@ -444,6 +501,7 @@ absl::Status Scheduler::Cancel(JobId id, absl::Time now) {
   } else {
     StopRunning(it->second, now);
   }
+  node_labels_.Release(it->second.selector);
   jobs_.erase(it);
   return absl::OkStatus();
 }
@@ -512,6 +570,7 @@ absl::Status Scheduler::Restore(const JobRequest& job,
   SchedJob& sj = jobs_[job.id];
   sj.request = job;
   sj.project = InternProject(job.project);
+  sj.selector = node_labels_.Intern(job.node_selector);
   sj.placement = placement;
   std::vector<int> nodes;
   for (const TaskPlacement& t : placement.tasks) nodes.push_back(t.node);
@@ -566,6 +625,11 @@ void Scheduler::SetNodeImages(int node,
     it->second.Insert(node);
   }
   held = std::move(next);
+}
+
+void Scheduler::SetNodeLabels(int node,
+                              std::map<std::string, std::string> labels) {
+  node_labels_.Set(node, std::move(labels));
 }
 
 const NodeMask* Scheduler::NodesWithImage(const std::string& digest) const {
@@ -624,7 +688,8 @@ std::string Scheduler::ExplainPending(JobId id, absl::Time now) const {
   if (job->phase == JobPhase::kStopping) {
     return absl::StrCat("stopping: preempted for job ", job->preempted_by);
   }
-  return FormatPendingReason(ReasonFor(*job), cluster_, now);
+  return FormatPendingReason(ReasonFor(*job), cluster_, now,
+                             FormatSelector(job->request.node_selector));
 }
 
 std::vector<ProjectUsage> Scheduler::Usage(absl::Time now) const {
