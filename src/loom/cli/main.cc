@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
 #endif
   CLI::App app{"loom: a GPU cluster scheduler and orchestrator", "loom"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("loom ") + kLoomVersion);
+  app.set_version_flag("--version", std::string("loom ") + loom::kLoomVersion);
   loom::SimFlags sim_flags;
   CLI::App* sim = loom::AddSimCommand(app, &sim_flags);
   loom::ServerFlags server_flags;

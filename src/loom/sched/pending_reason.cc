@@ -99,8 +99,9 @@ std::string FormatPendingReason(const PendingReason& r, const Cluster& cluster,
                           cluster.nodes.size(), " nodes)");
     case C::kNoMatchingNodeFits:
       return absl::StrCat(
-          "waiting for ", r.need, " free ", model, "GPUs on nodes matching ",
-          selector, "; ", r.have, " of ", cluster.nodes.size(), " nodes match",
+          "waiting for ", r.need, " free ", model, r.need == 1 ? "GPU" : "GPUs",
+          " on nodes matching ", selector, "; ", r.have, " of ",
+          cluster.nodes.size(), " nodes match",
           r.usable < r.have ? absl::StrCat(", ", r.usable, " schedulable")
                             : std::string());
   }
