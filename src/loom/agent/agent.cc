@@ -81,6 +81,8 @@ class Agent::Impl {
   int expected_gpus_ = 0;
   // The NVML library the probe loaded ("" for emulated GPUs).
   std::string nvml_loaded_;
+  // The driver's versions NVML reported (real GPUs).
+  GpuSoftware real_software_;
   // Who may call the API (the server's keys; `--insecure`).
   ApiGuard guard_{options_.insecure};
   HeartbeatStats stats_;
@@ -172,6 +174,7 @@ absl::Status Agent::Impl::ProbeGpus(std::vector<GpuDevice>* real_gpus) {
   }
   *real_gpus = std::move(*gpus);
   nvml_loaded_ = probe->LoadedLibrary();
+  real_software_ = probe->Software();
   if (options_.gpu_probe == nullptr) {
     owned_probe_ = std::make_unique<NvmlGpuProbe>(options_.nvml_library);
     probe_ = owned_probe_.get();
@@ -242,6 +245,7 @@ absl::Status Agent::Impl::Init() {
   table.data_dir = options_.data_dir;
   table.fleet = options_.fleet;
   table.emulation = options_.emulation;
+  table.real_software = real_software_;
   table.fake_tasks = options_.fake_tasks;
   table.use_cgroups = options_.use_cgroups;
   table.launcher_factory = options_.launcher_factory;

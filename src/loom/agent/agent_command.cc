@@ -6,9 +6,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <tuple>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -76,6 +78,13 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentFlags* f) {
   agent->add_option("--emulate-memory", f->emulate_memory,
                     "Memory to report with --emulate (default: 2Ti for "
                     "h200, 1Ti for a100, else the host's)");
+  agent->add_option("--emulate-driver", f->emulate_driver,
+                    "GPU driver version emulated nodes report, in the "
+                    "gpu.driver label and the node's stack (default: "
+                    "550.54.15)");
+  agent->add_option("--emulate-cuda", f->emulate_cuda,
+                    "CUDA version emulated nodes report (gpu.cuda; default: "
+                    "12.4)");
   agent->add_option("--emulate-nodes", f->emulate_nodes,
                     "Fleet emulator: register N emulated nodes named "
                     "PREFIX-K .. PREFIX-(K+N-1), sharing one listener");
@@ -221,10 +230,30 @@ absl::StatusOr<AgentOptions> AgentOptionsFromFlags(const AgentFlags& f) {
       }
       emulation->memory_bytes = *bytes;
     }
+    for (const auto& [flag, text, out] :
+         {std::tuple{"--emulate-driver", &f.emulate_driver,
+                     &emulation->driver_version},
+          std::tuple{"--emulate-cuda", &f.emulate_cuda,
+                     &emulation->cuda_version}}) {
+      if (text->empty()) continue;
+      if (text->size() > 64 ||
+          !std::all_of(text->begin(), text->end(), [](char c) {
+            return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+                   c == '.' || c == '-' || c == '_' || c == '+';
+          })) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, ": '", *text,
+                         "' is not a version (letters, digits, '.', '-', "
+                         "'_', '+'; at most 64)"));
+      }
+      *out = *text;
+    }
     options.emulation = *emulation;
-  } else if (f.emulate_cpus != 0 || !f.emulate_memory.empty()) {
+  } else if (f.emulate_cpus != 0 || !f.emulate_memory.empty() ||
+             !f.emulate_driver.empty() || !f.emulate_cuda.empty()) {
     return absl::InvalidArgumentError(
-        "--emulate-cpus and --emulate-memory need --emulate");
+        "--emulate-cpus, --emulate-memory, --emulate-driver and "
+        "--emulate-cuda need --emulate");
   }
 
   const std::string name = f.name.empty() ? Hostname() : f.name;

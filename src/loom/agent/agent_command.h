@@ -24,6 +24,8 @@ struct AgentFlags {
   int emulate_cpus = 0;            // --emulate-cpus (0: the model's default)
   std::string emulate_memory;      // --emulate-memory ("": the model's default)
   int emulate_nodes = 0;           // --emulate-nodes N (fleet emulator)
+  std::string emulate_driver;      // --emulate-driver ("": 550.54.15)
+  std::string emulate_cuda;        // --emulate-cuda ("": 12.4)
   std::string name_prefix;         // --name-prefix (default: --name)
   int names_from = 0;              // --names-from K
   bool fake_tasks = false;         // --fake-tasks

@@ -44,6 +44,9 @@ struct AgentNode {
   std::string logs_dir;
   HostInfo host;
   std::vector<GpuDevice> gpus;
+  // The GPU driver and CUDA versions (emulated: `GpuEmulation`'s), for the
+  // node's labels and stack.
+  GpuSoftware software;
   bool emulated = false;
   std::unique_ptr<CgroupManager> cgroups;
   // A cgroup v2 group per task (task_group.h); null: process groups only.

@@ -115,6 +115,16 @@ int nvmlDeviceGetClockInfo(void* device, int type, unsigned int* mhz) {
 }
 
 // Minor numbers that are not the indices (as on hosts where they differ):
+// The driver 550.54.15, supporting CUDA 12.4.
+int nvmlSystemGetDriverVersion(char* version, unsigned int length) {
+  return CopyString("550.54.15", version, length);
+}
+int nvmlSystemGetCudaDriverVersion_v2(int* version) {
+  if (version == nullptr) return 2;
+  *version = 12040;
+  return 0;
+}
+
 // GPU i is /dev/nvidia(i + 4).
 int nvmlDeviceGetMinorNumber(void* device, unsigned int* minor) {
   if (device == nullptr || minor == nullptr) return 2;

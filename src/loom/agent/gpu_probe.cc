@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <limits.h>
 #include <link.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -264,6 +265,29 @@ absl::StatusOr<std::vector<GpuDevice>> NvmlGpuProbe::Probe() {
     }
     gpus.push_back(std::move(gpu));
   }
+  // The driver's versions, for the node's labels and stack (optional: old
+  // libraries lack them).
+  software_ = GpuSoftware{};
+  using DriverVersionFn = NvmlReturn (*)(char*, unsigned int);
+  using CudaVersionFn = NvmlReturn (*)(int*);
+  auto get_driver =
+      Symbol<DriverVersionFn>(lib.get(), "nvmlSystemGetDriverVersion");
+  auto get_cuda =
+      Symbol<CudaVersionFn>(lib.get(), "nvmlSystemGetCudaDriverVersion_v2");
+  if (get_cuda == nullptr) {
+    get_cuda =
+        Symbol<CudaVersionFn>(lib.get(), "nvmlSystemGetCudaDriverVersion");
+  }
+  char version[96] = {};
+  if (get_driver != nullptr &&
+      get_driver(version, sizeof(version)) == kNvmlSuccess) {
+    version[sizeof(version) - 1] = '\0';
+    software_.driver = version;
+  }
+  int cuda = 0;
+  if (get_cuda != nullptr && get_cuda(&cuda) == kNvmlSuccess && cuda > 0) {
+    software_.cuda = CudaVersionText(cuda);
+  }
   shutdown();
   loaded_ = LoadedPathOf(lib.get());
   return gpus;
@@ -474,6 +498,10 @@ absl::StatusOr<std::vector<GpuDevice>> EmulatedGpuProbe::Probe() {
   return gpus;
 }
 
+std::string CudaVersionText(int version) {
+  return absl::StrCat(version / 1000, ".", (version % 1000) / 10);
+}
+
 std::string GpuModelFromName(std::string_view name) {
   std::vector<std::string> words;
   for (absl::string_view w :
@@ -511,6 +539,8 @@ absl::StatusOr<HostInfo> ProbeHost(const std::string& meminfo_path) {
     return absl::ErrnoToStatus(errno, "gethostname");
   }
   host.hostname = name;
+  struct utsname uts {};
+  if (uname(&uts) == 0) host.kernel = uts.release;
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   if (cpus <= 0) return absl::ErrnoToStatus(errno, "sysconf(ONLN)");
   host.cpus = static_cast<int>(cpus);

@@ -38,6 +38,17 @@ struct GpuDevice {
   double sm_clock_mhz = -1;   // nvmlDeviceGetClockInfo (SM)
 };
 
+// The GPU software of a host, as NVML reports it: the driver's version
+// ("550.54.15") and the CUDA version it supports ("12.4"). Empty where not
+// known.
+struct GpuSoftware {
+  std::string driver;
+  std::string cuda;
+};
+
+// "12.4" for NVML's CUDA driver version 12040.
+std::string CudaVersionText(int version);
+
 // Finds the GPUs of this host.
 //
 // Thread-safety: implementations are thread-compatible; `Probe` may be called
@@ -55,6 +66,9 @@ class GpuProbe {
   // absolute path, as the dynamic loader found it): the driver's user-space
   // files are next to it (gpu_driver_files.h). "" where there is none.
   virtual std::string LoadedLibrary() const { return ""; }
+
+  // The driver's versions the last successful `Probe` found.
+  virtual GpuSoftware Software() const { return {}; }
 };
 
 // Real GPUs through NVML: `dlopen`s `library` (default
@@ -76,10 +90,14 @@ class NvmlGpuProbe : public GpuProbe {
   // fails.
   absl::StatusOr<std::vector<GpuDevice>> Probe() override;
   std::string LoadedLibrary() const override { return loaded_; }
+  // `nvmlSystemGetDriverVersion` and `nvmlSystemGetCudaDriverVersion_v2`
+  // (empty where the library lacks them).
+  GpuSoftware Software() const override { return software_; }
 
  private:
   const std::string library_;
   std::string loaded_;
+  GpuSoftware software_;
 };
 
 // Watches NVML's Xid critical-error events (`nvmlEventSetCreate`,
@@ -121,6 +139,10 @@ struct GpuEmulation {
   int64_t gpu_memory_bytes = 0;
   int cpus = 0;              // 0: the host's
   int64_t memory_bytes = 0;  // 0: the host's
+  // The driver and CUDA versions the node reports (`--emulate-driver`,
+  // `--emulate-cuda`), for labels and drift (docs/agent.md).
+  std::string driver_version = "550.54.15";
+  std::string cuda_version = "12.4";
 };
 
 // Parses "8xH200", "8xa100", "4xL4:24Gi" (count 1..1024; the model is lower
@@ -141,6 +163,9 @@ class EmulatedGpuProbe : public GpuProbe {
 
   // Never fails.
   absl::StatusOr<std::vector<GpuDevice>> Probe() override;
+  GpuSoftware Software() const override {
+    return {emulation_.driver_version, emulation_.cuda_version};
+  }
 
  private:
   const GpuEmulation emulation_;
@@ -160,9 +185,11 @@ struct HostInfo {
   std::string hostname;
   int cpus = 0;              // online CPUs (sysconf)
   int64_t memory_bytes = 0;  // MemTotal of `meminfo_path`
+  std::string kernel;        // uname's release ("6.1.0-18-amd64"); "" unknown
 };
 
-// Reads the hostname, the online CPU count and `MemTotal` from
+// Reads the hostname, the kernel release, the online CPU count and
+// `MemTotal` from
 // `meminfo_path`. `Internal` when one of them cannot be read.
 absl::StatusOr<HostInfo> ProbeHost(
     const std::string& meminfo_path = "/proc/meminfo");

@@ -57,9 +57,11 @@ TEST(GpuProbeTest, NvmlReportsAMissingLibraryOrFunction) {
 }
 
 TEST(GpuProbeTest, NvmlReadsDevicesThroughTheLibrary) {
-  absl::StatusOr<std::vector<GpuDevice>> gpus =
-      NvmlGpuProbe(LOOM_FAKE_NVML_PATH).Probe();
+  NvmlGpuProbe probe(LOOM_FAKE_NVML_PATH);
+  absl::StatusOr<std::vector<GpuDevice>> gpus = probe.Probe();
   ASSERT_TRUE(gpus.ok()) << gpus.status();
+  EXPECT_EQ(probe.Software().driver, "550.54.15");
+  EXPECT_EQ(probe.Software().cuda, "12.4");
   ASSERT_EQ(gpus->size(), 2u);
   EXPECT_EQ((*gpus)[1].index, 1);
   EXPECT_EQ((*gpus)[0].minor, 4);  // nvmlDeviceGetMinorNumber
@@ -156,6 +158,12 @@ TEST(GpuProbeTest, Emulation) {
   EXPECT_NE(a[0].uuid, a[1].uuid);
   EXPECT_EQ(a[0].uuid, a2[0].uuid);
   EXPECT_EQ(a[0].uuid.size(), 40u);  // GPU- and 36 characters
+  GpuEmulation other = *ParseGpuEmulation("2xH200");
+  EXPECT_EQ(EmulatedGpuProbe(other, "n-0").Software().driver, "550.54.15");
+  other.driver_version = "535.161.08";
+  EXPECT_EQ(EmulatedGpuProbe(other, "n-0").Software().driver, "535.161.08");
+  EXPECT_EQ(EmulatedGpuProbe(other, "n-0").Software().cuda, "12.4");
+  EXPECT_EQ(CudaVersionText(12020), "12.2");
 }
 
 TEST(GpuProbeTest, HostInfo) {
@@ -164,6 +172,7 @@ TEST(GpuProbeTest, HostInfo) {
   EXPECT_GT(host->cpus, 0);
   EXPECT_GT(host->memory_bytes, 0);
   EXPECT_FALSE(host->hostname.empty());
+  EXPECT_FALSE(host->kernel.empty());
   EXPECT_FALSE(ProbeHost("/nonexistent/meminfo").ok());
 }
 

@@ -17,6 +17,8 @@
 #include "loom/agent/lease.h"
 #include "loom/common/atomic_file.h"
 #include "loom/common/units.h"
+#include "loom/common/version.h"
+#include "loom/core/labels.h"
 
 namespace loom {
 namespace {
@@ -349,6 +351,33 @@ NodeSession::ServerReply NodeSession::Post(Worker& worker,
   return reply;
 }
 
+namespace {
+
+// What the node says of itself for selectors (docs/agent.md): its GPU model,
+// driver and CUDA versions and kernel. Empty values are left out.
+json NodeLabelsJson(const AgentNode& node) {
+  json labels = json::object();
+  auto add = [&](const char* key, const std::string& value) {
+    if (!value.empty()) labels[key] = value;
+  };
+  add(kLabelGpuModel, node.gpus.empty() ? "" : node.gpus.front().model);
+  add(kLabelGpuDriver, node.software.driver);
+  add(kLabelGpuCuda, node.software.cuda);
+  add(kLabelKernel, node.host.kernel);
+  return labels;
+}
+
+// The node's software stack, which the server compares with its pool's
+// `stack` (drift).
+json NodeStackJson(const AgentNode& node) {
+  json stack = {{"loom", kLoomVersion}};
+  if (!node.software.driver.empty()) stack["driver"] = node.software.driver;
+  if (!node.software.cuda.empty()) stack["cuda"] = node.software.cuda;
+  return stack;
+}
+
+}  // namespace
+
 json NodeSession::RegistrationBody(Link& link,
                                    std::vector<std::string>* ended_ids) {
   AgentNode& node = *link.node;
@@ -367,6 +396,8 @@ json NodeSession::RegistrationBody(Link& link,
       {"memory_bytes", node.host.memory_bytes},
       {"gpus", std::move(gpus)},
       {"emulated", node.emulated},
+      {"labels", NodeLabelsJson(node)},
+      {"stack", NodeStackJson(node)},
       {"health", health_.HealthJson(node)},
       {"tasks", runner_.Statuses(node, ended_ids)},
       {"images", node.images ? NodeImagesJson(*node.images) : json::array()},
@@ -503,6 +534,7 @@ void NodeSession::Heartbeat(Worker& worker, Link& link) {
   }
   std::vector<std::string> ended;
   json body = {{"name", node.name},
+               {"stack", NodeStackJson(node)},
                {"health", health_.HealthJson(node)},
                {"tasks", runner_.Statuses(node, &ended)}};
   // The node's images and pulls only when they changed since the server

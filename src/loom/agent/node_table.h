@@ -25,6 +25,8 @@ struct NodeTableOptions {
   bool fleet = false;
   // Emulated GPUs; unset: the host's (`real_gpus` of `Create`).
   std::optional<GpuEmulation> emulation;
+  // The host's GPU driver and CUDA versions (real GPUs only).
+  GpuSoftware real_software;
   // `FakeTaskLauncher` instead of `ShimTaskLauncher`; no unit files.
   bool fake_tasks = false;
   // cgroup v1 limits and a cgroup v2 group per task, where the host allows.

@@ -57,6 +57,8 @@ struct JobCommandFlags {
   bool stderr_stream = false;
   // cordon, uncordon, drain; images --node
   std::string node;
+  // nodes --drifted
+  bool drifted = false;
   // image pull REF [--pool P | --nodes N1,N2] [--no-wait] [--timeout]
   std::string image_action;
   std::string image_ref;

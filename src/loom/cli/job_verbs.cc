@@ -378,6 +378,10 @@ void AddJobVerbs(CLI::App& app, JobCommandFlags* f) {
   run->add_option("--gpu-model", r->gpu_model, "GPU model: h200, a100, any");
   run->add_option("--name", r->name,
                   "Job name (default: the command's basename)");
+  run->add_option("--constraint", r->constraints,
+                  "KEY=VALUE: run only on nodes with this label (KEY alone: "
+                  "with any value); repeatable, all must match, e.g. "
+                  "--constraint gpu.driver=550.54.15");
   run->add_option("--time-limit", r->time_limit,
                   "Time limit, e.g. 30m, 12h, 1h30m (lets backfill plan)");
   run->add_option("-e,--env", r->env,

@@ -9,6 +9,7 @@
 #include "loom/cli/dev_command.h"
 #include "loom/cli/job_commands.h"
 #include "loom/cli/sim_command.h"
+#include "loom/common/version.h"
 #include "loom/server/server_command.h"
 
 int main(int argc, char** argv) {
@@ -21,7 +22,7 @@ int main(int argc, char** argv) {
 #endif
   CLI::App app{"loom: a GPU cluster scheduler and orchestrator", "loom"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "loom 0.1.0");
+  app.set_version_flag("--version", std::string("loom ") + loom::kLoomVersion);
   loom::SimFlags sim_flags;
   CLI::App* sim = loom::AddSimCommand(app, &sim_flags);
   loom::ServerFlags server_flags;

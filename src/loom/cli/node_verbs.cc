@@ -29,7 +29,7 @@ std::string FormatNodeTable(const nlohmann::json& nodes, bool wide,
                                      "MODEL", "ADDRESS", "JOBS"};
   if (wide) {
     header.insert(header.end(),
-                  {"POOL", "LEAF", "CPUS", "MEMORY", "HEARTBEAT"});
+                  {"POOL", "LEAF", "DRIVER", "CPUS", "MEMORY", "HEARTBEAT"});
   }
   header.push_back("REASON");
   std::vector<std::vector<std::string>> rows;
@@ -50,9 +50,11 @@ std::string FormatNodeTable(const nlohmann::json& nodes, bool wide,
     if (wide) {
       std::optional<int64_t> memory = Int(node, "memory_bytes");
       std::optional<absl::Time> beat = TimeField(node, "last_heartbeat");
+      const Json* labels = Field(node, "labels");
       row.insert(row.end(),
-                 {Cell(node, "pool"), Cell(node, "leaf"), Cell(node, "cpus"),
-                  memory ? FormatBytes(*memory) : "-",
+                 {Cell(node, "pool"), Cell(node, "leaf"),
+                  labels != nullptr ? Cell(*labels, "gpu.driver") : "-",
+                  Cell(node, "cpus"), memory ? FormatBytes(*memory) : "-",
                   beat ? FormatAgo(*beat, now) : "-"});
     }
     row.push_back(Cell(node, "reason"));
@@ -64,9 +66,30 @@ std::string FormatNodeTable(const nlohmann::json& nodes, bool wide,
 namespace cli {
 namespace {
 
+// Only the nodes whose software stack differs from their pool's (a
+// non-empty `drift`), whatever their state.
+Json DriftedOnly(Json answer) {
+  Json kept = Json::array();
+  for (const Json& node : Items(answer, "nodes")) {
+    const Json* drift = Field(node, "drift");
+    if (drift != nullptr && drift->is_array() && !drift->empty()) {
+      kept.push_back(node);
+    }
+  }
+  answer["nodes"] = std::move(kept);
+  return answer;
+}
+
 int Nodes(const Verb& v) {
   return RequestAndPrint(
-      v, [](ApiClient& client) { return client.ListNodes(); },
+      v,
+      [&](ApiClient& client) -> absl::StatusOr<Json> {
+        absl::StatusOr<Json> nodes = client.ListNodes();
+        if (!nodes.ok() || !v.flags.drifted || !nodes->is_object()) {
+          return nodes;
+        }
+        return DriftedOnly(*std::move(nodes));
+      },
       [&](const Json& nodes) {
         return FormatNodeTable(nodes, v.flags.output == "wide", v.ctx.now());
       });
@@ -108,6 +131,9 @@ int NodeAction(const Verb& v) {
 void AddNodeVerbs(CLI::App& app, JobCommandFlags* f) {
   CLI::App* nodes = AddVerb(app, f, "nodes", "List nodes");
   AddOutputFlag(nodes, f, {"json", "yaml", "wide"});
+  nodes->add_flag("--drifted", f->drifted,
+                  "Only nodes whose software stack (driver, CUDA, loom) "
+                  "differs from their pool's `stack`");
 
   for (const auto& [name, text] :
        std::vector<std::pair<std::string, std::string>>{

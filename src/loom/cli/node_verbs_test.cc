@@ -23,6 +23,7 @@ TEST(FormatNodeTable, ListsNodes) {
                          {"cpus", 192},
                          {"memory_bytes", int64_t{2199023255552}},
                          {"leaf", "leaf0"},
+                         {"labels", {{"gpu.driver", "550.54.15"}}},
                          {"last_heartbeat", Rfc3339(kNow - absl::Seconds(1))},
                          {"jobs", {41, 43}}},
                         {{"name", "a100-0"},
@@ -40,8 +41,11 @@ TEST(FormatNodeTable, ListsNodes) {
             "a100-0  cordoned  8     0      a100   127.0.0.3:7100  -      "
             "driver upgrade\n");
   const std::string wide = FormatNodeTable(nodes, true, kNow);
-  EXPECT_THAT(wide, HasSubstr("POOL  LEAF   CPUS  MEMORY  HEARTBEAT  REASON"));
-  EXPECT_THAT(wide, HasSubstr("h200  leaf0  192   2Ti     1s ago     -"));
+  EXPECT_THAT(wide,
+              HasSubstr("POOL  LEAF   DRIVER     CPUS  MEMORY  HEARTBEAT  "
+                        "REASON"));
+  EXPECT_THAT(wide,
+              HasSubstr("h200  leaf0  550.54.15  192   2Ti     1s ago     -"));
 }
 
 TEST_F(VerbTest, DrainSaysWhatHappens) {

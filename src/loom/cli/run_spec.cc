@@ -13,6 +13,7 @@
 #include "loom/cli/reply_fields.h"
 #include "loom/common/units.h"
 #include "loom/core/job_spec.h"
+#include "loom/core/labels.h"
 
 namespace loom {
 
@@ -148,6 +149,16 @@ absl::StatusOr<nlohmann::json> BuildRunSpec(const RunFlags& f) {
     }
     spec.env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
+  for (const std::string& c : f.constraints) {
+    absl::StatusOr<std::pair<std::string, std::string>> kv = ParseConstraint(c);
+    if (!kv.ok()) return kv.status();
+    auto [it, inserted] = spec.node_selector.insert(*kv);
+    if (!inserted && it->second != kv->second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--constraint: '", kv->first,
+                       "' is given twice with different values"));
+    }
+  }
   spec.hold = f.hold;
   spec.command = f.command;
   if (absl::Status st = AddContainer(f, &spec); !st.ok()) return st;
@@ -171,6 +182,7 @@ absl::StatusOr<nlohmann::json> BuildRunSpec(const RunFlags& f) {
         {"resources.nodes: ", "--nodes: "},
         {"resources.processes_per_task: ", "--procs-per-node: "},
         {"env.", "--env "},
+        {"node_selector.", "--constraint "},
         {"time_limit: ", "--time-limit: "},
         {"container.image: ", "--image: "},
         {"container.mounts", "--mount"},

@@ -22,6 +22,8 @@ struct RunFlags {
   std::string name;              // empty: from the command's basename
   std::string time_limit;        // a duration ("2h"), empty: none
   std::vector<std::string> env;  // -e NAME=VALUE
+  // --constraint KEY=VALUE or KEY (repeatable): the job's node_selector.
+  std::vector<std::string> constraints;
   bool hold = false;
   bool wait = false;
   // The image to run in (--image), its mounts (--mount SRC:DST[:ro]), its

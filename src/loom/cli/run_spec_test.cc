@@ -35,6 +35,24 @@ TEST(BuildRunSpec, OneNodeOrLessSendsTheTotal) {
   EXPECT_FALSE(spec->contains("time_limit"));
 }
 
+TEST(BuildRunSpec, ConstraintsBecomeTheNodeSelector) {
+  RunFlags f = Flags(1, {"true"});
+  f.constraints = {"gpu.driver=550.54.15", "nvme", "rack=a=b"};
+  absl::StatusOr<Json> spec = BuildRunSpec(f);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ((*spec)["node_selector"],
+            Json({{"gpu.driver", "550.54.15"}, {"nvme", ""}, {"rack", "a=b"}}));
+  EXPECT_FALSE(BuildRunSpec(Flags(1, {"true"}))->contains("node_selector"));
+  for (const char* bad : {"", "=x", "bad key=1", "k="}) {
+    f.constraints = {bad};
+    absl::StatusOr<Json> refused = BuildRunSpec(f);
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_THAT(refused.status().message(), HasSubstr("--constraint")) << bad;
+  }
+  f.constraints = {"k=1", "k=2"};
+  EXPECT_THAT(BuildRunSpec(f).status().message(), HasSubstr("twice"));
+}
+
 TEST(BuildRunSpec, NodesSpreadTheGpus) {
   RunFlags f = Flags(16, {"torchrun", "train.py"});
   f.nodes = 2;

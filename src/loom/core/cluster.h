@@ -38,6 +38,11 @@ struct PoolSpec {
   int64_t nvme_bytes = 0;
   int nics = 0;
   std::map<std::string, std::string> labels;
+  // The software stack the pool's nodes must run (`stack:`): "driver",
+  // "cuda", "loom" (loom/core/labels.h `kStackKeys`) to versions. A node
+  // whose agent reports another is drifted and gets no new work
+  // (`StackDrift`). Empty: not checked.
+  std::map<std::string, std::string> stack;
 };
 
 // One concrete node. Nodes are numbered densely from 0 in pool order; the

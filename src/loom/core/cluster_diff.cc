@@ -29,21 +29,24 @@ void Field(std::vector<std::string>& out, const char* field, const T& a,
     out.push_back(absl::StrCat(field, " ", format(a), " -> ", format(b)));
 }
 
+// Appends "labels.rack \"a\" -> \"b\"" (or `prefix` instead of labels)
+// for every key that differs.
 void Labels(std::vector<std::string>& out,
             const std::map<std::string, std::string>& a,
-            const std::map<std::string, std::string>& b) {
+            const std::map<std::string, std::string>& b,
+            const char* prefix = "labels") {
   for (const auto& [k, v] : a) {
     auto it = b.find(k);
     if (it == b.end()) {
-      out.push_back(absl::StrCat("labels.", k, " \"", v, "\" -> (none)"));
+      out.push_back(absl::StrCat(prefix, ".", k, " \"", v, "\" -> (none)"));
     } else if (it->second != v) {
       out.push_back(
-          absl::StrCat("labels.", k, " \"", v, "\" -> \"", it->second, "\""));
+          absl::StrCat(prefix, ".", k, " \"", v, "\" -> \"", it->second, "\""));
     }
   }
   for (const auto& [k, v] : b) {
     if (!a.contains(k)) {
-      out.push_back(absl::StrCat("labels.", k, " (none) -> \"", v, "\""));
+      out.push_back(absl::StrCat(prefix, ".", k, " (none) -> \"", v, "\""));
     }
   }
 }
@@ -173,6 +176,7 @@ std::vector<ClusterDiffLine> DiffClusters(const Cluster& from,
         Field(d, "nvme", a.nvme_bytes, b.nvme_bytes, FormatBytes);
         Field(d, "nics", a.nics, b.nics, [](int n) { return absl::StrCat(n); });
         Labels(d, a.labels, b.labels);
+        Labels(d, a.stack, b.stack, "stack");
         return d;
       },
       [&](const PoolSpec& p, bool in_to) {

@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "loom/common/units.h"
 #include "loom/core/container_spec_yaml.h"
+#include "loom/core/pool_stack_yaml.h"
 #include "loom/core/yaml_util.h"
 #include "yaml-cpp/yaml.h"
 
@@ -322,9 +323,10 @@ absl::Status SpecParser::ParsePools(const Field& field,
   NameLines seen;
   int64_t total_nodes = 0;
   for (size_t i = 0; i < items->size(); ++i) {
-    absl::StatusOr<MapNode> map = ReadMap(
-        (*items)[i], ElementPath(path, i),
-        {"name", "nodes", "gpu", "cpus", "memory", "nvme", "nics", "labels"});
+    absl::StatusOr<MapNode> map =
+        ReadMap((*items)[i], ElementPath(path, i),
+                {"name", "nodes", "gpu", "cpus", "memory", "nvme", "nics",
+                 "labels", "stack"});
     if (!map.ok()) return map.status();
     PoolSpec pool;
 
@@ -434,6 +436,13 @@ absl::Status SpecParser::ParsePools(const Field& field,
       absl::Status st =
           ParseLabels(*labels, ChildPath(map->path, "labels"), &pool.labels);
       if (!st.ok()) return st;
+    }
+    if (const Field* stack = map->Find("stack"); stack != nullptr) {
+      absl::StatusOr<std::map<std::string, std::string>> parsed =
+          internal::ParsePoolStack(*this, *stack,
+                                   ChildPath(map->path, "stack"));
+      if (!parsed.ok()) return parsed.status();
+      pool.stack = *std::move(parsed);
     }
     cluster->pools.push_back(std::move(pool));
   }

@@ -608,3 +608,48 @@ TEST(LoadCluster, PresetFileAndErrors) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+TEST(ParseClusterSpec, PoolStack) {
+  constexpr std::string_view kYaml = R"(pools:
+  - name: h200
+    nodes: 2
+    gpu: {model: h200, count: 8}
+    cpus: 192
+    memory: 2Ti
+    stack: {driver: 550.54.15, cuda: 12.4, loom: 0.1.0}
+  - {name: a100, nodes: 1, gpu: {model: a100, count: 8}, cpus: 96, memory: 1Ti}
+)";
+  absl::StatusOr<Cluster> c = ParseClusterSpec(kYaml, "spec.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->pools[0].stack.at("driver"), "550.54.15");
+  EXPECT_EQ(c->pools[0].stack.at("cuda"), "12.4");
+  EXPECT_EQ(c->pools[0].stack.at("loom"), "0.1.0");
+  EXPECT_TRUE(c->pools[1].stack.empty());
+}
+
+TEST(ParseClusterSpec, PoolStackErrorsNameTheField) {
+  constexpr std::string_view kUnknown = R"(pools:
+  - {name: h200, nodes: 1, gpu: {model: h200, count: 8}, cpus: 1, memory: 1Gi, stack: {drivers: "1"}}
+)";
+  absl::StatusOr<Cluster> c = ParseClusterSpec(kUnknown, "spec.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("spec.yaml:2:"), std::string::npos)
+      << c.status();
+  EXPECT_NE(c.status().message().find("pools[0].stack.drivers: unknown field"),
+            std::string::npos)
+      << c.status();
+  constexpr std::string_view kList = R"(pools:
+  - {name: h200, nodes: 1, gpu: {model: h200, count: 8}, cpus: 1, memory: 1Gi, stack: {driver: [1]}}
+)";
+  c = ParseClusterSpec(kList, "spec.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("pools[0].stack.driver:"),
+            std::string::npos)
+      << c.status();
+}
+
+}  // namespace
+}  // namespace loom

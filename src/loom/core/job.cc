@@ -1,6 +1,7 @@
 #include "loom/core/job.h"
 
 #include "absl/strings/str_cat.h"
+#include "loom/core/labels.h"
 
 namespace loom {
 
@@ -70,6 +71,12 @@ absl::StatusOr<JobShape> ShapeFromTotalGpus(int total_gpus, int gpus_per_node,
 }
 
 absl::Status ValidateJobRequest(const JobRequest& job, const Cluster& cluster) {
+  for (const auto& [key, value] : job.node_selector) {
+    if (!IsValidLabelKey(key)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("node_selector: '", key, "' is not a valid label name"));
+    }
+  }
   const JobShape& s = job.shape;
   if (s.tasks <= 0) {
     return absl::InvalidArgumentError(

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -70,6 +71,9 @@ struct JobRequest {
   // (`Scheduler::SetNodeImages`), a soft preference that never changes the
   // fit or the topology of the placement.
   std::string image;
+  // Only nodes whose labels match this (`MatchesSelector`,
+  // loom/core/labels.h; `Scheduler::SetNodeLabels`); empty: any node.
+  std::map<std::string, std::string> node_selector;
 };
 
 // Checks a request for values that are wrong on any cluster: counts that are

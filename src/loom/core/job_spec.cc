@@ -22,6 +22,7 @@
 #include "absl/strings/strip.h"
 #include "loom/common/utf8.h"
 #include "loom/core/container_spec_yaml.h"
+#include "loom/core/labels.h"
 #include "loom/core/yaml_util.h"
 #include "nlohmann/json.hpp"
 #include "yaml-cpp/yaml.h"
@@ -183,19 +184,6 @@ bool IsShellIdentifier(absl::string_view name) {
   });
 }
 
-// True for a label key: letters, digits, '-', '_', '.', '/', starting with a
-// letter or digit.
-bool IsValidLabelKey(absl::string_view key) {
-  if (key.empty() || key.size() > kMaxLabelKeyLength ||
-      !absl::ascii_isalnum(static_cast<unsigned char>(key[0]))) {
-    return false;
-  }
-  return std::all_of(key.begin(), key.end(), [](char c) {
-    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-' ||
-           c == '_' || c == '.' || c == '/';
-  });
-}
-
 // Rounds a duration to the nearest millisecond.
 absl::Duration RoundToMillis(absl::Duration d) {
   if (d == absl::InfiniteDuration() || d == -absl::InfiniteDuration()) {
@@ -341,7 +329,10 @@ class JobSpecParser : public yaml::Reader {
                               JobSpec* spec) const;
   absl::Status ParseCommand(const Field& field, JobSpec* spec);
   absl::Status ParseEnv(const Field& field, JobSpec* spec);
-  absl::Status ParseLabels(const Field& field, JobSpec* spec) const;
+  // A map of label names to strings: a job's `labels`, or its
+  // `node_selector` (where an empty value means "any value").
+  absl::Status ParseLabels(const Field& field,
+                           std::map<std::string, std::string>* out) const;
   absl::Status ParseCheckpoint(const Field& field, JobSpec* spec) const;
   // `restart` and `requeue`: {max, backoff}; `requeue.max` may also be
   // "unlimited" (-1).
@@ -711,8 +702,8 @@ absl::Status JobSpecParser::ParseEnv(const Field& field, JobSpec* spec) {
   return absl::OkStatus();
 }
 
-absl::Status JobSpecParser::ParseLabels(const Field& field,
-                                        JobSpec* spec) const {
+absl::Status JobSpecParser::ParseLabels(
+    const Field& field, std::map<std::string, std::string>* out) const {
   const std::string& path = field.key;
   const YAML::Node& node = field.value;
   if (!node.IsMap()) {
@@ -758,7 +749,7 @@ absl::Status JobSpecParser::ParseLabels(const Field& field,
           value, label_path,
           absl::StrCat("is longer than ", kMaxLabelValueLength, " bytes"));
     }
-    spec->labels[name] = *std::move(text);
+    (*out)[name] = *std::move(text);
   }
   return absl::OkStatus();
 }
@@ -859,10 +850,11 @@ absl::StatusOr<JobSpec> JobSpecParser::Parse(const YAML::Node& root) {
     }
   }
   absl::StatusOr<MapNode> map = ReadFields(
-      root, "",
-      {"name", "project", "user", "kind", "priority", "preemptible", "tasks",
-       "resources", "command", "env", "working_dir", "container", "time_limit",
-       "checkpoint", "restart", "requeue", "cancel", "hold", "labels"});
+      root, "", {"name",       "project",     "user",        "kind",
+                 "priority",   "preemptible", "tasks",       "resources",
+                 "command",    "env",         "working_dir", "container",
+                 "time_limit", "checkpoint",  "restart",     "requeue",
+                 "cancel",     "hold",        "labels",      "node_selector"});
   if (!map.ok()) return map.status();
 
   JobSpec spec;
@@ -974,7 +966,12 @@ absl::StatusOr<JobSpec> JobSpecParser::Parse(const YAML::Node& root) {
     spec.hold = *b;
   }
   if (const Field* f = map->Find("labels"); f != nullptr) {
-    if (absl::Status st = ParseLabels(*f, &spec); !st.ok()) return st;
+    if (absl::Status st = ParseLabels(*f, &spec.labels); !st.ok()) return st;
+  }
+  if (const Field* f = map->Find("node_selector"); f != nullptr) {
+    if (absl::Status st = ParseLabels(*f, &spec.node_selector); !st.ok()) {
+      return st;
+    }
   }
   return spec;
 }
@@ -1074,6 +1071,7 @@ absl::StatusOr<JobRequest> ToJobRequest(const JobSpec& spec,
   job.preemptible = spec.preemptible;
   // Image locality (docs/scheduling.md): the digest the server pinned.
   if (spec.container.has_value()) job.image = spec.container->image_digest;
+  job.node_selector = spec.node_selector;
   job.submit_time = submit_time;
   job.time_limit = spec.time_limit.value_or(absl::InfiniteDuration());
 
@@ -1213,6 +1211,12 @@ std::string JobSpecToJson(const JobSpec& spec) {
   j["hold"] = spec.hold;
   j["labels"] = Json::object();
   for (const auto& [k, v] : spec.labels) j["labels"][k] = v;
+  // Only when set, so that the canonical form of specs without one is what
+  // it was before selectors.
+  if (!spec.node_selector.empty()) {
+    j["node_selector"] = Json::object();
+    for (const auto& [k, v] : spec.node_selector) j["node_selector"][k] = v;
+  }
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 

@@ -100,6 +100,10 @@ struct JobSpec {
   absl::Duration cancel_grace = absl::Seconds(30);
   bool hold = false;  // submitted held: not scheduled until released
   std::map<std::string, std::string> labels;
+  // Only nodes whose labels match (loom/core/labels.h `MatchesSelector`):
+  // every key with the same value, an empty value matching any. As
+  // Kubernetes' nodeSelector; `loom run --constraint KEY=VALUE`.
+  std::map<std::string, std::string> node_selector;
 
   bool operator==(const JobSpec&) const = default;
 };

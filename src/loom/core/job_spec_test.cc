@@ -128,6 +128,7 @@ JobSpec EverythingSpec() {
   spec.cancel_grace = absl::Hours(24);
   spec.hold = true;
   spec.labels = {{"team", "nlp"}, {"example.com/tier", ""}};
+  spec.node_selector = {{"gpu.driver", "550.54.15"}, {"nvme", ""}};
   return spec;
 }
 
@@ -562,6 +563,10 @@ TEST(ParseJobSpec, FieldErrors) {
        "labels.-x: '-x' is not a valid label name"},
       {Minimal("labels: {x: {y: z}}\n"), "{y", 0,
        "labels.x: must be a string, got a map"},
+      {Minimal("node_selector: {\"-x\": y}\n"), "\"-x\"", 0,
+       "node_selector.-x: '-x' is not a valid label name"},
+      {Minimal("node_selector: [gpu.driver=1]\n"), "[gpu", 0,
+       "node_selector: must be a map of strings, got a list"},
       {Minimal("time_limit: forever\n"), "forever", 0,
        "time_limit: 'forever' is not a duration"},
       {Minimal("time_limit: 0s\n"), "0s", 0,
@@ -952,6 +957,38 @@ TEST(IsValidUserName, PortableUnixNamesOnly) {
     EXPECT_FALSE(IsValidProjectName(bad)) << bad;
   }
   EXPECT_FALSE(IsValidProjectName(std::string_view("a\0b", 3)));
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+TEST(ParseJobSpec, NodeSelectorReachesTheJobRequest) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(
+      "name: j\ncommand: [x]\nnode_selector: {gpu.driver: 550.54.15, "
+      "gpu.cuda: 12.4, nvme: \"\"}\n",
+      "spec.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->node_selector.at("gpu.cuda"), "12.4");
+  EXPECT_EQ(spec->node_selector.at("nvme"), "");
+  Cluster c;
+  c.gpu_models = DefaultGpuModels();
+  c.priority_classes = DefaultPriorityClasses();
+  PoolSpec pool;
+  pool.name = "h200";
+  c.pools.push_back(pool);
+  NodeSpec node;
+  node.name = "h200-0";
+  c.nodes.push_back(node);
+  absl::StatusOr<JobRequest> req = ToJobRequest(*spec, c, 1, absl::Now());
+  ASSERT_TRUE(req.ok()) << req.status();
+  EXPECT_EQ(req->node_selector, spec->node_selector);
+  // Only written when set.
+  EXPECT_NE(JobSpecToJson(*spec).find("\"node_selector\""), std::string::npos);
+  spec->node_selector.clear();
+  EXPECT_EQ(JobSpecToJson(*spec).find("node_selector"), std::string::npos);
 }
 
 }  // namespace

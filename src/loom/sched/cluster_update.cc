@@ -213,6 +213,13 @@ absl::StatusOr<Scheduler::ClusterChange> Scheduler::UpdateCluster(
   // Claims are node masks of the old numbering; preemptions in flight go
   // on, unclaimed.
   claims_.clear();
+  {
+    std::vector<int> old_of_new(cluster_->nodes.size(), -1);
+    for (size_t i = 0; i < map.node.size(); ++i) {
+      if (map.node[i] >= 0) old_of_new[map.node[i]] = static_cast<int>(i);
+    }
+    node_labels_.Remap(*cluster_, old_of_new);
+  }
   for (JobId id : ids) {
     SchedJob& job = jobs_.at(id);
     const bool was_moved = std::binary_search(moved.begin(), moved.end(), id);

@@ -22,7 +22,7 @@ class EasyBackfillPolicy : public QueuePolicy {
 
  private:
   static GroupedQueue::GroupKey KeyOf(const SchedJob& job) {
-    return {0, 0, job.request.shape};
+    return {0, 0, job.request.shape, job.selector};
   }
   GroupedQueue queue_;
 };

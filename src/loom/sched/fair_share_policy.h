@@ -35,7 +35,8 @@ class FairSharePolicy : public QueuePolicy {
 
  private:
   static GroupedQueue::GroupKey KeyOf(const SchedJob& job) {
-    return {-job.request.priority, job.project, job.request.shape};
+    return {-job.request.priority, job.project, job.request.shape,
+            job.selector};
   }
 
   static constexpr size_t kMaxVictimCandidates = 64;

@@ -13,9 +13,9 @@
 
 namespace loom {
 
-// Pending jobs grouped by (class, project, resource shape), each group in
-// arrival order, visited in one merged order per pass. Why: within a pass
-// capacity only shrinks, so once a job of some shape fails to fit, every
+// Pending jobs grouped by (class, project, resource shape, node selector), each
+// group in arrival order, visited in one merged order per pass. Why: within a
+// pass capacity only shrinks, so once a job of some shape fails to fit, every
 // later job of the same shape fails too. Grouping lets a policy skip the rest
 // of a group in O(1) instead of rescanning a long queue on every pass; the
 // cost of a pass is then about the number of jobs started plus the number of
@@ -39,6 +39,9 @@ class GroupedQueue {
     int cls = 0;
     int project = 0;
     JobShape shape;
+    // The job's interned node selector (`SchedJob::selector`): jobs of one
+    // shape but different selectors fit different nodes.
+    int selector = 0;
     friend bool operator==(const GroupKey& a, const GroupKey& b) {
       return a.cls == b.cls && a.project == b.project &&
              a.shape.tasks == b.shape.tasks &&
@@ -46,14 +49,15 @@ class GroupedQueue {
              a.shape.gpu_model == b.shape.gpu_model &&
              a.shape.cpus_milli_per_task == b.shape.cpus_milli_per_task &&
              a.shape.memory_bytes_per_task == b.shape.memory_bytes_per_task &&
-             a.shape.one_task_per_node == b.shape.one_task_per_node;
+             a.shape.one_task_per_node == b.shape.one_task_per_node &&
+             a.selector == b.selector;
     }
     template <typename H>
     friend H AbslHashValue(H h, const GroupKey& k) {
       return H::combine(
           std::move(h), k.cls, k.project, k.shape.tasks, k.shape.gpus_per_task,
           k.shape.gpu_model, k.shape.cpus_milli_per_task,
-          k.shape.memory_bytes_per_task, k.shape.one_task_per_node);
+          k.shape.memory_bytes_per_task, k.shape.one_task_per_node, k.selector);
     }
   };
 

@@ -39,7 +39,8 @@ class LasPolicy : public QueuePolicy {
 
  private:
   GroupedQueue::GroupKey KeyOf(const SchedJob& job) const {
-    return {QueueOf(job.attained_gpu_seconds), 0, job.request.shape};
+    return {QueueOf(job.attained_gpu_seconds), 0, job.request.shape,
+            job.selector};
   }
   // Moves running jobs whose service crossed a threshold to the next queue.
   void Demote(SchedulingContext& ctx);

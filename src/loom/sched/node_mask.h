@@ -19,16 +19,16 @@ class NodeMask {
   void Insert(int n) { words_[n >> 6] |= uint64_t{1} << (n & 63); }
   void Erase(int n) { words_[n >> 6] &= ~(uint64_t{1} << (n & 63)); }
   void Clear() { std::fill(words_.begin(), words_.end(), 0); }
-  // Adds every member of `other` (of the same size).
-  void InsertAll(const NodeMask& other) {
-    const size_t n = std::min(words_.size(), other.words_.size());
-    for (size_t w = 0; w < n; ++w) words_[w] |= other.words_[w];
-  }
   bool Empty() const {
     for (uint64_t w : words_) {
       if (w) return false;
     }
     return true;
+  }
+  // Adds the members of `other` (of the same size).
+  void UnionWith(const NodeMask& other) {
+    const size_t n = std::min(words_.size(), other.words_.size());
+    for (size_t w = 0; w < n; ++w) words_[w] |= other.words_[w];
   }
   int Count() const {
     int c = 0;

@@ -41,12 +41,16 @@ const char* PendingReasonCodeName(PendingReason::Code code) {
       return "higher_queues_first";
     case C::kInfeasible:
       return "infeasible";
+    case C::kNoNodeMatchesSelector:
+      return "no_node_matches_selector";
+    case C::kNoMatchingNodeFits:
+      return "no_matching_node_fits";
   }
   return "unknown";
 }
 
 std::string FormatPendingReason(const PendingReason& r, const Cluster& cluster,
-                                absl::Time now) {
+                                absl::Time now, const std::string& selector) {
   using C = PendingReason::Code;
   const std::string model = ModelName(cluster, r.gpu_model);
   switch (r.code) {
@@ -94,6 +98,16 @@ std::string FormatPendingReason(const PendingReason& r, const Cluster& cluster,
                           "; jobs of higher queues take the free GPUs first");
     case C::kInfeasible:
       return "cannot run on the cluster as it is now";
+    case C::kNoNodeMatchesSelector:
+      return absl::StrCat("no node matches node_selector ", selector, " (0 of ",
+                          cluster.nodes.size(), " nodes)");
+    case C::kNoMatchingNodeFits:
+      return absl::StrCat(
+          "waiting for ", r.need, " free ", model, r.need == 1 ? "GPU" : "GPUs",
+          " on nodes matching ", selector, "; ", r.have, " of ",
+          cluster.nodes.size(), " nodes match",
+          r.usable < r.have ? absl::StrCat(", ", r.usable, " schedulable")
+                            : std::string());
   }
   return "pending";
 }

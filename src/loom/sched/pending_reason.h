@@ -25,6 +25,8 @@ struct PendingReason {
     kWaitingForPreemption,   // victims were told to stop; starts after them
     kHigherQueuesFirst,      // las: higher-priority queues take the GPUs
     kInfeasible,             // cannot run on the cluster as it is now
+    kNoNodeMatchesSelector,  // no node's labels match the job's selector
+    kNoMatchingNodeFits,     // the matching nodes have no room for the job
   };
   Code code = Code::kNew;
   GpuModelId gpu_model = kAnyGpuModel;
@@ -34,12 +36,18 @@ struct PendingReason {
   int level = 0;             // switch level for kNoSwitchFits / kReserved
   bool whole_nodes = false;  // kNoSwitchFits: each task takes a whole node
   JobId other = 0;           // the head or reserved job, or victim count
+  // kNoMatchingNodeFits: `have` nodes match the selector, `usable` of them
+  // schedulable; `need` GPUs.
+  int usable = 0;
   absl::Time when = absl::InfiniteFuture();  // reserved start
 };
 
 // Renders `reason` for people, relative to `now` (for "expected start in").
+// `selector` is the job's node selector as `FormatSelector` writes it, for
+// the selector codes.
 std::string FormatPendingReason(const PendingReason& reason,
-                                const Cluster& cluster, absl::Time now);
+                                const Cluster& cluster, absl::Time now,
+                                const std::string& selector = "{...}");
 
 // A short stable identifier of the code, for metrics and JSON
 // ("no_node_fits", "reserved", ...).

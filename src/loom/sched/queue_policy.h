@@ -28,7 +28,9 @@ enum class JobPhase {
 struct SchedJob {
   JobRequest request;
   JobPhase phase = JobPhase::kPending;
-  int project = 0;      // interned project index
+  int project = 0;  // interned project index
+  // Interned `request.node_selector` (`NodeLabels::Intern`); 0: none.
+  int selector = 0;
   Placement placement;  // valid while running or stopping
   absl::Time start_time = absl::InfinitePast();  // of the current run
   absl::Time expected_end = absl::InfiniteFuture();

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "loom/core/labels.h"
 #include "loom/sched/placement.h"
 
 namespace loom {
@@ -89,8 +90,11 @@ class Scheduler::Context : public SchedulingContext {
                 PendingReason* why_out) override {
     SchedJob& job = s_->jobs_.at(id);
     const JobShape& shape = job.request.shape;
-    // Nodes claimed for other jobs' preemptions are out of bounds; a mask
-    // made for this job alone is not remembered across jobs.
+    // Jobs with different selectors avoid different nodes, so they never
+    // share a memo entry (the key holds the combined mask's address). Nodes
+    // claimed for other jobs' preemptions are out of bounds too; a mask made
+    // for this job alone is not remembered across jobs.
+    avoid = AvoidFor(job, avoid);
     NodeMask scratch;
     avoid = s_->AvoidClaimed(id, avoid, &scratch);
     const bool own_mask = avoid == &scratch;
@@ -106,6 +110,7 @@ class Scheduler::Context : public SchedulingContext {
     std::optional<Placement> p = FindPlacement(
         *s_->state_, shape, avoid, s_->NodesWithImage(job.request.image), &why);
     if (!p.has_value()) {
+      if (job.selector != 0) why = SelectorReason(job);
       if (!own_mask) failed_.emplace(key, why);
       SetReason(id, why);
       if (why_out != nullptr) *why_out = why;
@@ -127,6 +132,41 @@ class Scheduler::Context : public SchedulingContext {
 
   void SetDefaultReason(const PendingReason& reason) override {
     s_->default_reason_ = reason;
+  }
+
+  // The nodes `job` must not use: those its node selector rules out and
+  // `avoid` (either may be null). The union of both lives as long as this
+  // pass.
+  const NodeMask* AvoidFor(const SchedJob& job, const NodeMask* avoid) {
+    const NodeMask* excluded = s_->node_labels_.Excluded(job.selector);
+    if (excluded == nullptr) return avoid;
+    if (avoid == nullptr) return excluded;
+    auto [it, inserted] = combined_.try_emplace({job.selector, avoid});
+    if (inserted) {
+      it->second = *excluded;
+      it->second.UnionWith(*avoid);
+    }
+    return &it->second;
+  }
+
+  // Why a job with a node selector does not fit: no node matches it, or
+  // the matching ones (so many, so many of them schedulable) lack room.
+  PendingReason SelectorReason(const SchedJob& job) const {
+    PendingReason why;
+    why.gpu_model = job.request.shape.gpu_model;
+    const int matching = s_->node_labels_.Matching(job.selector);
+    if (matching == 0) {
+      why.code = PendingReason::Code::kNoNodeMatchesSelector;
+      return why;
+    }
+    why.code = PendingReason::Code::kNoMatchingNodeFits;
+    why.need = job.request.shape.TotalGpus();
+    why.have = matching;
+    const NodeMask* excluded = s_->node_labels_.Excluded(job.selector);
+    for (int n = 0; n < s_->state_->num_nodes(); ++n) {
+      if (!excluded->Contains(n) && s_->state_->Schedulable(n)) ++why.usable;
+    }
+    return why;
   }
 
   int QuotaGpus(int project) const override {
@@ -166,12 +206,18 @@ class Scheduler::Context : public SchedulingContext {
   absl::Time now_;
   PassResult* result_;
   absl::flat_hash_map<ShapeKey, PendingReason> failed_;
+  // (selector, policy's avoid) -> both combined (`AvoidFor`).
+  absl::node_hash_map<std::pair<int, const NodeMask*>, NodeMask> combined_;
 };
 
 Reservation Scheduler::Context::Reserve(JobId id) {
   const SchedJob& job = s_->jobs_.at(id);
   const JobShape& shape = job.request.shape;
   const ClusterState& st = *s_->state_;
+  const NodeMask* excluded = s_->node_labels_.Excluded(job.selector);
+  auto ruled_out = [&](int node) {
+    return excluded != nullptr && excluded->Contains(node);
+  };
   Reservation best;
   best.nodes = NodeMask(st.num_nodes());
   // Nodes claimed for another job's preemption are not this job's to
@@ -189,6 +235,7 @@ Reservation Scheduler::Context::Reserve(JobId id) {
     if (shape.OnOneNode(max_node)) {
       // One node that will have all the GPUs free.
       for (const ReadyKey& k : st.ReadyIndex(model, shape.TotalGpus())) {
+        if (ruled_out(k.node)) continue;
         if (claimed != nullptr && claimed->Contains(k.node)) continue;
         const NodeSpec& n = s_->cluster_->nodes[k.node];
         if (int64_t{shape.tasks} * shape.cpus_milli_per_task > n.cpus_milli ||
@@ -205,6 +252,7 @@ Reservation Scheduler::Context::Reserve(JobId id) {
       // Whole nodes, in the order they are expected to become free.
       int tasks = 0;
       for (const ReadyKey& k : st.ReadyIndex(model, max_node)) {
+        if (ruled_out(k.node)) continue;
         if (claimed != nullptr && claimed->Contains(k.node)) continue;
         const NodeSpec& n = s_->cluster_->nodes[k.node];
         int fit = n.gpus / shape.gpus_per_task;
@@ -259,6 +307,8 @@ bool Scheduler::Context::PreemptFor(JobId for_job,
   const JobRequest& request = s_->jobs_.at(for_job).request;
   const JobShape& shape = request.shape;
   const NodeMask* prefer = s_->NodesWithImage(request.image);
+  const NodeMask* excluded =
+      s_->node_labels_.Excluded(s_->jobs_.at(for_job).selector);
   ClusterState& st = *s_->state_;
   const std::vector<GpuModelId> models = CandidateModels(*s_->cluster_, shape);
   auto usable = [&](GpuModelId m) {
@@ -296,7 +346,8 @@ bool Scheduler::Context::PreemptFor(JobId for_job,
   };
   std::vector<Plan> plans;
   for (const auto& [node, list] : on_node) {
-    if (!st.Schedulable(node) || !usable(st.NodeModel(node)) ||
+    if ((excluded != nullptr && excluded->Contains(node)) ||
+        !st.Schedulable(node) || !usable(st.NodeModel(node)) ||
         st.NodeGpus(node) < shape.gpus_per_task) {
       continue;
     }
@@ -333,7 +384,7 @@ bool Scheduler::Context::PreemptFor(JobId for_job,
       st.Release(cand[idx]->request.id, cand[idx]->placement,
                  cand[idx]->request.shape);
     }
-    found = FindPlacement(st, shape, nullptr, prefer, nullptr);
+    found = FindPlacement(st, shape, excluded, prefer, nullptr);
     if (found.has_value()) break;
   }
   // Undo the trial; victims keep their GPUs until they actually stop.
@@ -373,7 +424,8 @@ Scheduler::Scheduler(const Cluster& cluster,
       options_(options),
       policy_(std::move(policy)),
       state_(std::make_unique<ClusterState>(*cluster_,
-                                            policy_->UsesReservations())) {
+                                            policy_->UsesReservations())),
+      node_labels_(cluster) {
   ApplyProjectSpecs();
 }
 
@@ -420,9 +472,13 @@ absl::StatusOr<SubmitOutcome> Scheduler::Submit(const JobRequest& job,
   if (!CouldEverRun(*cluster_, job.shape, &why)) {
     return SubmitOutcome{SubmitOutcome::Kind::kInfeasible, why};
   }
+  // A selector no node matches now is not infeasible: agents report labels
+  // as they register, so the job waits with its reason
+  // (docs/scheduling.md).
   SchedJob& sj = jobs_[job.id];
   sj.request = job;
   sj.project = InternProject(job.project);
+  sj.selector = node_labels_.Intern(job.node_selector);
   sj.queued_since = now;
   pending_count_ += 1;
   policy_->Enqueue(sj);
@@ -459,6 +515,7 @@ absl::Status Scheduler::Finish(JobId id, absl::Time now) {
         absl::StrCat("job ", id, " is pending, not running"));
   }
   StopRunning(it->second, now);
+  node_labels_.Release(it->second.selector);
   jobs_.erase(it);
   return absl::OkStatus();
 }
@@ -475,6 +532,7 @@ absl::Status Scheduler::Cancel(JobId id, absl::Time now) {
   } else {
     StopRunning(it->second, now);
   }
+  node_labels_.Release(it->second.selector);
   jobs_.erase(it);
   return absl::OkStatus();
 }
@@ -548,6 +606,7 @@ absl::Status Scheduler::Restore(const JobRequest& job,
   SchedJob& sj = jobs_[job.id];
   sj.request = job;
   sj.project = InternProject(job.project);
+  sj.selector = node_labels_.Intern(job.node_selector);
   sj.placement = placement;
   std::vector<int> nodes;
   for (const TaskPlacement& t : placement.tasks) nodes.push_back(t.node);
@@ -604,6 +663,11 @@ void Scheduler::SetNodeImages(int node,
   held = std::move(next);
 }
 
+void Scheduler::SetNodeLabels(int node,
+                              std::map<std::string, std::string> labels) {
+  node_labels_.Set(node, std::move(labels));
+}
+
 const NodeMask* Scheduler::NodesWithImage(const std::string& digest) const {
   if (digest.empty() || image_nodes_.empty()) return nullptr;
   auto it = image_nodes_.find(digest);
@@ -625,7 +689,7 @@ const NodeMask* Scheduler::AvoidClaimed(JobId id, const NodeMask* avoid,
     auto [it, inserted] = with_claims_.try_emplace(avoid);
     if (inserted) {
       it->second = claimed_;
-      if (avoid != nullptr) it->second.InsertAll(*avoid);
+      if (avoid != nullptr) it->second.UnionWith(*avoid);
     }
     return &it->second;
   }
@@ -649,7 +713,7 @@ PassResult Scheduler::Schedule(absl::Time now) {
   }
   with_claims_.clear();
   claimed_ = NodeMask(state_->num_nodes());
-  for (const auto& [holder, claim] : claims_) claimed_.InsertAll(claim.nodes);
+  for (const auto& [holder, claim] : claims_) claimed_.UnionWith(claim.nodes);
   last_pass_time_ = now;
   default_reason_ = PendingReason{};
   PassResult result;
@@ -700,7 +764,8 @@ std::string Scheduler::ExplainPending(JobId id, absl::Time now) const {
     return absl::StrCat("cannot run on the cluster as it is now: ",
                         job->infeasible);
   }
-  return FormatPendingReason(ReasonFor(*job), *cluster_, now);
+  return FormatPendingReason(ReasonFor(*job), *cluster_, now,
+                             FormatSelector(job->request.node_selector));
 }
 
 std::vector<ProjectUsage> Scheduler::Usage(absl::Time now) const {

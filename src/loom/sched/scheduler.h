@@ -13,6 +13,7 @@
 #include "loom/core/cluster.h"
 #include "loom/core/job.h"
 #include "loom/sched/cluster_state.h"
+#include "loom/sched/node_labels.h"
 #include "loom/sched/node_mask.h"
 #include "loom/sched/queue_policy.h"
 
@@ -150,6 +151,15 @@ class Scheduler {
   absl::StatusOr<ClusterChange> UpdateCluster(const Cluster& next,
                                               absl::Time now);
 
+  // Replaces node `node`'s labels (all of them: declared, reported by its
+  // agent, topology; the caller merges them). Jobs with a node selector
+  // (`JobRequest::node_selector`) are placed only on nodes whose labels
+  // match it. Every node starts with its declared labels
+  // (`NodeSpec::labels`). A node id out of range is ignored. Pure state:
+  // nothing is scheduled until the next `Schedule`.
+  void SetNodeLabels(int node, std::map<std::string, std::string> labels);
+  const NodeLabels& node_labels() const { return node_labels_; }
+
   // Runs one scheduling pass at `now`.
   PassResult Schedule(absl::Time now);
 
@@ -208,6 +218,9 @@ class Scheduler {
   // holds), and per node its digests, sorted and unique.
   absl::flat_hash_map<std::string, NodeMask> image_nodes_;
   std::vector<std::vector<std::string>> node_images_;
+  // Per node its labels (indexed by node id), and the node selectors of
+  // live jobs (`SchedJob::selector`) with the nodes each rules out.
+  NodeLabels node_labels_;
   int pending_count_ = 0;
   int running_count_ = 0;
   uint64_t pass_ = 0;

@@ -380,3 +380,137 @@ INSTANTIATE_TEST_SUITE_P(Policies, AllPolicies,
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// Node selectors (docs/scheduling.md, "Labels and selectors").
+class SelectorTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SelectorTest, JobLandsOnlyOnMatchingNodes) {
+  Cluster c = MakeCluster({{4, 0}}, 4, 1);
+  auto s = Make(c, GetParam());
+  s->SetNodeLabels(2, {{"gpu.driver", "550.54.15"}});
+  JobRequest j = MakeJob(1, 1, 2);
+  j.node_selector = {{"gpu.driver", "550.54.15"}};
+  ASSERT_EQ(s->Submit(j, T(0))->kind, SubmitOutcome::Kind::kQueued);
+  PassResult r = s->Schedule(T(1));
+  ASSERT_EQ(r.started.size(), 1u);
+  EXPECT_EQ(s->Find(1)->placement.tasks[0].node, 2);
+}
+
+TEST_P(SelectorTest, WaitsWithReasonWhenNoNodeMatches) {
+  Cluster c = MakeCluster({{4, 0}}, 4, 1);
+  auto s = Make(c, GetParam());
+  JobRequest j = MakeJob(1, 1, 1);
+  j.node_selector = {{"gpu.driver", "999"}};
+  // Not infeasible: the label may be reported later.
+  ASSERT_EQ(s->Submit(j, T(0))->kind, SubmitOutcome::Kind::kQueued);
+  // A job of the same shape without a selector is not held back by it
+  // (except under fifo's strict order).
+  ASSERT_TRUE(s->Submit(MakeJob(2, 1, 1, T(1)), T(1)).ok());
+  PassResult r = s->Schedule(T(2));
+  if (GetParam() != "fifo") {
+    ASSERT_EQ(r.started, std::vector<JobId>{2});
+  }
+  EXPECT_EQ(s->ReasonFor(*s->Find(1)).code,
+            PendingReason::Code::kNoNodeMatchesSelector);
+  EXPECT_EQ(s->ExplainPending(1, T(2)),
+            "no node matches node_selector {gpu.driver: 999} (0 of 4 nodes)");
+  // The label appears: the job starts there.
+  s->SetNodeLabels(3, {{"gpu.driver", "999"}});
+  r = s->Schedule(T(3));
+  ASSERT_EQ(r.started.front(), 1);
+  EXPECT_EQ(s->Find(1)->placement.tasks[0].node, 3);
+}
+
+TEST_P(SelectorTest, KeyAloneMatchesAnyValue) {
+  Cluster c = MakeCluster({{3, 0}}, 3, 1);
+  auto s = Make(c, GetParam());
+  s->SetNodeLabels(1, {{"nvme", "fast"}});
+  JobRequest j = MakeJob(1, 1, 1);
+  j.node_selector = {{"nvme", ""}};
+  ASSERT_TRUE(s->Submit(j, T(0)).ok());
+  ASSERT_EQ(s->Schedule(T(1)).started.size(), 1u);
+  EXPECT_EQ(s->Find(1)->placement.tasks[0].node, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, SelectorTest,
+                         ::testing::Values("fifo", "fair", "backfill", "las"));
+
+// Under policies without reservations (a reserving policy says the job holds
+// the next reservation instead).
+TEST(Scheduler, SelectorReasonSaysHowManyNodesMatch) {
+  Cluster c = MakeCluster({{4, 0}}, 4, 1);
+  auto s = Make(c, "las");
+  s->SetNodeLabels(0, {{"rack", "a"}});
+  s->SetNodeLabels(1, {{"rack", "a"}});
+  s->SetNodeSchedulable(1, false);
+  JobRequest big = MakeJob(1, 1, 8);
+  ASSERT_TRUE(s->Submit(big, T(0)).ok());
+  ASSERT_EQ(s->Schedule(T(1)).started.size(), 1u);
+  // Job 1 may have taken node 0 or another: fill node 0 for sure.
+  if (s->Find(1)->placement.tasks[0].node != 0) {
+    JobRequest filler = MakeJob(2, 1, 8);
+    filler.node_selector = {{"rack", "a"}};
+    ASSERT_TRUE(s->Submit(filler, T(1)).ok());
+    ASSERT_EQ(s->Schedule(T(2)).started.size(), 1u);
+  }
+  JobRequest j = MakeJob(3, 1, 2, T(3));
+  j.node_selector = {{"rack", "a"}};
+  ASSERT_TRUE(s->Submit(j, T(3)).ok());
+  EXPECT_TRUE(s->Schedule(T(4)).started.empty());
+  EXPECT_EQ(s->ReasonFor(*s->Find(3)).code,
+            PendingReason::Code::kNoMatchingNodeFits);
+  EXPECT_EQ(s->ExplainPending(3, T(4)),
+            "waiting for 2 free GPUs on nodes matching {rack: a}; 2 of 4 "
+            "nodes match, 1 schedulable");
+}
+
+TEST(Scheduler, GangWithSelectorUsesOnlyMatchingNodes) {
+  Cluster c = MakeCluster({{8, 0}}, 4, 2);
+  auto s = Make(c, "fair");
+  for (int n : {1, 3, 6}) s->SetNodeLabels(n, {{"ib", "yes"}});
+  JobRequest j = MakeJob(1, 3, 8);
+  j.node_selector = {{"ib", "yes"}};
+  ASSERT_TRUE(s->Submit(j, T(0)).ok());
+  ASSERT_EQ(s->Schedule(T(1)).started.size(), 1u);
+  std::set<int> nodes;
+  for (const TaskPlacement& t : s->Find(1)->placement.tasks) {
+    nodes.insert(t.node);
+  }
+  EXPECT_EQ(nodes, (std::set<int>{1, 3, 6}));
+}
+
+TEST(Scheduler, PreemptionForSelectorJobFreesOnlyMatchingNodes) {
+  Cluster c = MakeCluster({{2, 0}}, 2, 1);
+  auto s = Make(c, "fair");
+  s->SetNodeLabels(1, {{"zone", "b"}});
+  for (JobId id : {1, 2}) {
+    JobRequest low = MakeJob(id, 1, 8);
+    low.preemptible = true;
+    low.priority = 0;
+    ASSERT_TRUE(s->Submit(low, T(0)).ok());
+  }
+  ASSERT_EQ(s->Schedule(T(1)).started.size(), 2u);
+  const JobId on_b = s->Find(1)->placement.tasks[0].node == 1 ? 1 : 2;
+  JobRequest high = MakeJob(3, 1, 8, T(2));
+  high.priority = 1000;
+  high.node_selector = {{"zone", "b"}};
+  ASSERT_TRUE(s->Submit(high, T(2)).ok());
+  PassResult r = s->Schedule(T(3));
+  ASSERT_EQ(r.preempted.size(), 1u);
+  EXPECT_EQ(r.preempted[0].victim, on_b);
+}
+
+TEST(Scheduler, SelectorMustNameValidLabels) {
+  Cluster c = MakeCluster({{1, 0}}, 1, 1);
+  auto s = Make(c, "fifo");
+  JobRequest j = MakeJob(1, 1, 1);
+  j.node_selector = {{"bad key", "x"}};
+  EXPECT_EQ(s->Submit(j, T(0)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace loom

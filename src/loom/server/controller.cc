@@ -52,9 +52,12 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
   c->scheduler_ = std::make_unique<Scheduler>(*c->cluster_, *std::move(policy),
                                               options.scheduler_options);
   c->nodes_.resize(c->cluster_->nodes.size());
-  // Nodes are not schedulable until their agent registers.
+  // Nodes are not schedulable until their agent registers. Their labels
+  // are the declared ones and the topology's until then.
   for (size_t n = 0; n < c->nodes_.size(); ++n) {
     c->scheduler_->SetNodeSchedulable(static_cast<int>(n), false);
+    c->scheduler_->SetNodeLabels(static_cast<int>(n),
+                                 c->EffectiveLabels(static_cast<int>(n)));
   }
   if (absl::Status st = c->Load(now); !st.ok()) return st;
   return c;
@@ -213,7 +216,7 @@ void Controller::UpdateSchedulable(int node) {
   const Node& n = nodes_[node];
   scheduler_->SetNodeSchedulable(node, n.state == Node::State::kUp &&
                                            !n.suspect && !n.cordoned &&
-                                           !n.draining);
+                                           !n.draining && n.drift.empty());
 }
 
 std::vector<AgentAction> Controller::TakeActions() {

@@ -88,8 +88,9 @@ struct AgentAction {
 // controller_jobs.cc (the job API), controller_runs.cc (a job's runs:
 // start, stop, end, restart), controller_agents.cc (the agent protocol),
 // controller_tick.cc (liveness and scheduling rounds), controller_nodes.cc
-// (nodes), controller_usage.cc (utilisation, projects, metrics) and
-// controller_history.cc (job histories on load).
+// (nodes), controller_labels.cc (node labels and drift), controller_usage.cc
+// (utilisation, projects, metrics) and controller_history.cc (job histories on
+// load).
 class Controller {
  public:
   // Loads jobs and node settings from `store` (which must outlive the
@@ -288,6 +289,13 @@ class Controller {
     // error}].
     nlohmann::json images = nlohmann::json::array();
     nlohmann::json image_pulls = nlohmann::json::array();
+    // What the agent says of itself (not persisted either): its labels
+    // (gpu.model, gpu.driver, ...) and its software stack (driver, cuda,
+    // loom); and how that stack differs from its pool's `stack`
+    // (`StackDrift`). A node with drift is `drifted`: no new work.
+    std::map<std::string, std::string> reported_labels;
+    std::map<std::string, std::string> stack;
+    std::vector<std::string> drift;
   };
 
   Controller(Cluster cluster, StateStore* store, ControllerOptions options);
@@ -371,6 +379,18 @@ class Controller {
   // the image already), else 202 (pulling) or the failure to deliver.
   void ImagePullDelivered(const AgentAction& action, const absl::Status& status,
                           bool started) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The `labels` and `stack` of an agent's registration or heartbeat
+  // (controller_labels.cc; checked, what is malformed is dropped; absent
+  // from a registration: none). Gives the scheduler the node's labels
+  // (`EffectiveLabels`) and makes the node drifted, or not.
+  void ApplyLabels(int n, const nlohmann::json& body, bool registering)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Node `n`'s labels for selectors: what its agent reported, its pool,
+  // leaf and spine, and its declared labels (which win).
+  std::map<std::string, std::string> EffectiveLabels(int n) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // "drifted: driver 535.161.08 (pool wants 550.54.15)".
+  std::string DriftReason(int n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyHealth(int n, const nlohmann::json& body, absl::Time now,
                    std::vector<const JobRecord*>* dirty)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -391,7 +411,7 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   nlohmann::json NodeJson(int node, absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // up, suspect, cordoned, draining, drained, down or unknown.
+  // up, suspect, cordoned, draining, drained, drifted, down or unknown.
   std::string NodeStateName(int node) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int NodeIndex(const std::string& name) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

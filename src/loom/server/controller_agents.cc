@@ -237,6 +237,7 @@ absl::StatusOr<nlohmann::json> Controller::Register(const nlohmann::json& body,
   nlohmann::json reply = TaskReports(
       name, body.value("tasks", nlohmann::json::array()), true, now, &dirty);
   UpdateSchedulable(n);
+  ApplyLabels(n, body, /*registering=*/true);
   ApplyHealth(n, body, now, &dirty);
   ApplyImages(n, body);
   (void)Persist(dirty);
@@ -270,6 +271,7 @@ absl::StatusOr<nlohmann::json> Controller::Heartbeat(const nlohmann::json& body,
   std::vector<const JobRecord*> dirty;
   nlohmann::json reply = TaskReports(
       name, body.value("tasks", nlohmann::json::array()), false, now, &dirty);
+  ApplyLabels(n, body, /*registering=*/false);
   ApplyHealth(n, body, now, &dirty);
   ApplyImages(n, body);
   if (absl::Status st = Persist(dirty); !st.ok()) {

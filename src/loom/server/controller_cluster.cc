@@ -367,6 +367,9 @@ absl::Status Controller::TakeCluster(std::shared_ptr<const Cluster> effective,
   cluster_ = std::move(effective);
   for (size_t n = 0; n < nodes_.size(); ++n) {
     UpdateSchedulable(static_cast<int>(n));
+    // Declared labels, the pool and the switches may have changed.
+    scheduler_->SetNodeLabels(static_cast<int>(n),
+                              EffectiveLabels(static_cast<int>(n)));
   }
   return absl::OkStatus();
 }

@@ -44,6 +44,7 @@ std::string Controller::NodeStateName(int n) const {
     return scheduler_->JobsOnNode(n).empty() ? "drained" : "draining";
   }
   if (node.cordoned) return "cordoned";
+  if (!node.drift.empty()) return "drifted";
   return "up";
 }
 
@@ -52,12 +53,16 @@ nlohmann::json Controller::NodeJson(int n, absl::Time now) const {
   const Node& node = nodes_[n];
   const std::vector<JobId> jobs = scheduler_->JobsOnNode(n);
   const std::string state = NodeStateName(n);
+  std::string reason = node.reason;
+  if (node.suspect) {
+    reason = absl::StrCat("no heartbeat for ",
+                          FormatDurationShort(now - node.last_heartbeat));
+  } else if (state == "drifted") {
+    reason = DriftReason(n);
+  }
   return {{"name", spec.name},
           {"state", state},
-          {"reason", node.suspect ? absl::StrCat("no heartbeat for ",
-                                                 FormatDurationShort(
-                                                     now - node.last_heartbeat))
-                                  : node.reason},
+          {"reason", reason},
           {"health", node.health},
           {"address", node.address},
           {"hostname", node.hostname},
@@ -69,6 +74,9 @@ nlohmann::json Controller::NodeJson(int n, absl::Time now) const {
           {"memory_bytes", spec.memory_bytes},
           {"leaf", cluster_->topology.sw(cluster_->topology.leaf_of(n)).name},
           {"emulated", node.emulated},
+          {"labels", EffectiveLabels(n)},
+          {"stack", node.stack},
+          {"drift", node.drift},
           {"last_heartbeat",
            node.last_heartbeat == absl::InfinitePast()
                ? nlohmann::json(nullptr)

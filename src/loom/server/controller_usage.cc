@@ -79,7 +79,7 @@ void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
   std::map<std::pair<std::string, std::string>, Gpus> gpus;
   std::map<std::string, int> nodes;
   for (const char* s : {"up", "suspect", "cordoned", "draining", "drained",
-                        "down", "unknown"}) {
+                        "drifted", "down", "unknown"}) {
     nodes[s] = 0;
   }
   for (size_t i = 0; i < nodes_.size(); ++i) {
@@ -97,7 +97,7 @@ void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
   out.Family("loom_gpus",
              "GPUs by pool, model and state: allocated to jobs, free (on "
              "nodes that take work) or unavailable (free, on nodes that are "
-             "down, suspect, cordoned or drained).",
+             "down, suspect, cordoned, drained or drifted).",
              MetricType::kGauge);
   for (const auto& [key, g] : gpus) {
     for (const auto& [state, v] :
@@ -115,6 +115,14 @@ void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
   for (const auto& [state, n] : nodes) {
     out.Sample("loom_nodes", {{"state", state}}, n);
   }
+  int drifted = 0;
+  for (const Node& node : nodes_) drifted += node.drift.empty() ? 0 : 1;
+  out.Family("loom_nodes_drifted",
+             "Nodes whose reported software stack (driver, CUDA, loom) "
+             "differs from their pool's declared stack, whatever their "
+             "state.",
+             MetricType::kGauge);
+  out.Sample("loom_nodes_drifted", {}, drifted);
   // Decisions, failures, recovery.
   out.Family("loom_scheduling_decisions_total",
              "Scheduling decisions since the server started: job starts and "

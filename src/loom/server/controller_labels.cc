@@ -1,0 +1,99 @@
+// Node labels and software drift (docs/scheduling.md, "Labels and
+// selectors"; docs/cluster-spec.md, "stack"): what an agent reports of
+// itself, merged with what the cluster spec declares and the topology, for
+// the scheduler's node selectors; and the node's software stack against its
+// pool's, which makes a node `drifted` (no new work) when they differ.
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "loom/core/labels.h"
+#include "loom/server/controller.h"
+
+namespace loom {
+namespace {
+
+// The most of what an agent says of itself that the server keeps.
+constexpr size_t kMaxReportedLabels = 64;
+constexpr size_t kMaxLabelValue = 256;
+constexpr size_t kMaxStackValue = 64;
+
+// The string entries of a JSON object whose key `valid_key` accepts, at
+// most `max_entries` of at most `max_value` bytes; anything else is
+// dropped.
+template <typename ValidKey>
+std::map<std::string, std::string> StringMap(const nlohmann::json& j,
+                                             ValidKey valid_key,
+                                             size_t max_entries,
+                                             size_t max_value) {
+  std::map<std::string, std::string> out;
+  if (!j.is_object()) return out;
+  for (auto it = j.begin(); it != j.end() && out.size() < max_entries; ++it) {
+    if (!it.value().is_string() || !valid_key(it.key())) continue;
+    const std::string& value = it.value().get_ref<const std::string&>();
+    if (value.size() > max_value) continue;
+    out[it.key()] = value;
+  }
+  return out;
+}
+
+bool IsStackKey(const std::string& key) {
+  for (std::string_view k : kStackKeys) {
+    if (k == key) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> Controller::EffectiveLabels(int n) const {
+  const NodeSpec& spec = cluster_->nodes[n];
+  const Topology& topo = cluster_->topology;
+  std::map<std::string, std::string> labels = nodes_[n].reported_labels;
+  labels[kLabelPool] = cluster_->pools[spec.pool].name;
+  if (n < topo.num_nodes()) {
+    labels[kLabelLeaf] = topo.sw(topo.leaf_of(n)).name;
+    if (topo.num_levels() >= 2) {
+      labels[kLabelSpine] = topo.sw(topo.AncestorAt(n, 2)).name;
+    }
+  }
+  // What the operator declared wins over what the node says.
+  for (const auto& [key, value] : spec.labels) labels[key] = value;
+  return labels;
+}
+
+void Controller::ApplyLabels(int n, const nlohmann::json& body,
+                             bool registering) {
+  Node& node = nodes_[n];
+  auto labels = body.find("labels");
+  if (labels != body.end()) {
+    node.reported_labels = StringMap(
+        *labels, [](const std::string& k) { return IsValidLabelKey(k); },
+        kMaxReportedLabels, kMaxLabelValue);
+  } else if (registering) {
+    node.reported_labels.clear();
+  }
+  auto stack = body.find("stack");
+  if (stack != body.end()) {
+    node.stack =
+        StringMap(*stack, IsStackKey, std::size(kStackKeys), kMaxStackValue);
+  } else if (registering) {
+    node.stack.clear();
+  }
+  scheduler_->SetNodeLabels(n, EffectiveLabels(n));
+  std::vector<std::string> drift =
+      StackDrift(cluster_->pools[cluster_->nodes[n].pool].stack, node.stack);
+  if (drift != node.drift) {
+    node.drift = std::move(drift);
+    UpdateSchedulable(n);
+  }
+}
+
+std::string Controller::DriftReason(int n) const {
+  return absl::StrCat("drifted: ", absl::StrJoin(nodes_[n].drift, "; "));
+}
+
+}  // namespace loom
