@@ -696,7 +696,7 @@ const NodeMask* Scheduler::AvoidClaimed(JobId id, const NodeMask* avoid,
   if (claims_.size() == 1) return avoid;
   *scratch = avoid != nullptr ? *avoid : NodeMask(state_->num_nodes());
   for (const auto& [holder, claim] : claims_) {
-    if (holder != id) scratch->InsertAll(claim.nodes);
+    if (holder != id) scratch->UnionWith(claim.nodes);
   }
   return scratch;
 }
