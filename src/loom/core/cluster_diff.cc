@@ -14,27 +14,27 @@ namespace {
 
 using Op = ClusterDiffLine::Op;
 
-std::string Cpus(int64_t milli) {
+std::string CpusText(int64_t milli) {
   if (milli % 1000 == 0) return absl::StrCat(milli / 1000);
   return absl::StrCat(static_cast<double>(milli) / 1000.0);
 }
 
-std::string Number(double v) { return absl::StrCat(v); }
+std::string NumberText(double v) { return absl::StrCat(v); }
 
 // Appends "field a -> b" when the values differ.
 template <typename T, typename F>
-void Field(std::vector<std::string>& out, const char* field, const T& a,
-           const T& b, F format) {
+void DiffField(std::vector<std::string>& out, const char* field, const T& a,
+               const T& b, F format) {
   if (a != b)
     out.push_back(absl::StrCat(field, " ", format(a), " -> ", format(b)));
 }
 
 // Appends "labels.rack \"a\" -> \"b\"" (or `prefix` instead of labels)
 // for every key that differs.
-void Labels(std::vector<std::string>& out,
-            const std::map<std::string, std::string>& a,
-            const std::map<std::string, std::string>& b,
-            const char* prefix = "labels") {
+void DiffLabels(std::vector<std::string>& out,
+                const std::map<std::string, std::string>& a,
+                const std::map<std::string, std::string>& b,
+                const char* prefix = "labels") {
   for (const auto& [k, v] : a) {
     auto it = b.find(k);
     if (it == b.end()) {
@@ -51,7 +51,7 @@ void Labels(std::vector<std::string>& out,
   }
 }
 
-std::string List(const std::vector<std::string>& v) {
+std::string ListText(const std::vector<std::string>& v) {
   return absl::StrCat("[", absl::StrJoin(v, ", "), "]");
 }
 
@@ -82,7 +82,7 @@ void DiffByName(std::vector<ClusterDiffLine>& out, const char* kind,
   }
 }
 
-std::string ModelName(const Cluster& c, GpuModelId id) {
+std::string ModelNameOf(const Cluster& c, GpuModelId id) {
   return id >= 0 && id < static_cast<int>(c.gpu_models.size())
              ? c.gpu_models[id].name
              : "?";
@@ -147,8 +147,8 @@ std::vector<ClusterDiffLine> DiffClusters(const Cluster& from,
       [](const GpuModel& m) { return m.name; },
       [](const GpuModel& a, const GpuModel& b) {
         std::vector<std::string> d;
-        Field(d, "speed", a.speed, b.speed, Number);
-        Field(d, "memory", a.memory_bytes, b.memory_bytes, FormatBytes);
+        DiffField(d, "speed", a.speed, b.speed, NumberText);
+        DiffField(d, "memory", a.memory_bytes, b.memory_bytes, FormatBytes);
         return d;
       },
       [](const GpuModel& m, bool) {
@@ -162,28 +162,29 @@ std::vector<ClusterDiffLine> DiffClusters(const Cluster& from,
       [](const PoolSpec& p) { return p.name; },
       [&](const PoolSpec& a, const PoolSpec& b) {
         std::vector<std::string> d;
-        Field(d, "nodes", a.node_count, b.node_count,
-              [](int n) { return absl::StrCat(n); });
-        Field(d, "gpu.model", ModelName(from, a.gpu_model),
-              ModelName(to, b.gpu_model),
-              [](const std::string& s) { return s; });
-        Field(d, "gpu.count", a.gpus_per_node, b.gpus_per_node,
-              [](int n) { return absl::StrCat(n); });
-        Field(d, "gpu.memory", a.gpu_memory_bytes, b.gpu_memory_bytes,
-              FormatBytes);
-        Field(d, "cpus", a.cpus_milli, b.cpus_milli, Cpus);
-        Field(d, "memory", a.memory_bytes, b.memory_bytes, FormatBytes);
-        Field(d, "nvme", a.nvme_bytes, b.nvme_bytes, FormatBytes);
-        Field(d, "nics", a.nics, b.nics, [](int n) { return absl::StrCat(n); });
-        Labels(d, a.labels, b.labels);
-        Labels(d, a.stack, b.stack, "stack");
+        DiffField(d, "nodes", a.node_count, b.node_count,
+                  [](int n) { return absl::StrCat(n); });
+        DiffField(d, "gpu.model", ModelNameOf(from, a.gpu_model),
+                  ModelNameOf(to, b.gpu_model),
+                  [](const std::string& s) { return s; });
+        DiffField(d, "gpu.count", a.gpus_per_node, b.gpus_per_node,
+                  [](int n) { return absl::StrCat(n); });
+        DiffField(d, "gpu.memory", a.gpu_memory_bytes, b.gpu_memory_bytes,
+                  FormatBytes);
+        DiffField(d, "cpus", a.cpus_milli, b.cpus_milli, CpusText);
+        DiffField(d, "memory", a.memory_bytes, b.memory_bytes, FormatBytes);
+        DiffField(d, "nvme", a.nvme_bytes, b.nvme_bytes, FormatBytes);
+        DiffField(d, "nics", a.nics, b.nics,
+                  [](int n) { return absl::StrCat(n); });
+        DiffLabels(d, a.labels, b.labels);
+        DiffLabels(d, a.stack, b.stack, "stack");
         return d;
       },
       [&](const PoolSpec& p, bool in_to) {
         const Cluster& c = in_to ? to : from;
         return std::vector<std::string>{absl::StrCat(
             p.node_count, p.node_count == 1 ? " node" : " nodes", " of ",
-            p.gpus_per_node, "x ", ModelName(c, p.gpu_model))};
+            p.gpus_per_node, "x ", ModelNameOf(c, p.gpu_model))};
       });
   {
     std::set<std::string> pools_from, pools_to;
@@ -207,8 +208,8 @@ std::vector<ClusterDiffLine> DiffClusters(const Cluster& from,
         out, "node", a, b, [](const NodeSpec& n) { return n.name; },
         [&](const NodeSpec& x, const NodeSpec& y) {
           std::vector<std::string> d;
-          Field(d, "pool", pool_of(from, x), pool_of(to, y),
-                [](const std::string& s) { return s; });
+          DiffField(d, "pool", pool_of(from, x), pool_of(to, y),
+                    [](const std::string& s) { return s; });
           return d;
         },
         [](const NodeSpec&, bool) { return std::vector<std::string>{}; });
@@ -220,11 +221,11 @@ std::vector<ClusterDiffLine> DiffClusters(const Cluster& from,
       [](const ProjectSpec& p) { return p.name; },
       [](const ProjectSpec& a, const ProjectSpec& b) {
         std::vector<std::string> d;
-        Field(d, "quota_gpus", a.quota_gpus, b.quota_gpus,
-              [](int n) { return absl::StrCat(n); });
-        Field(d, "weight", a.weight, b.weight, Number);
-        Field(d, "priority_classes", a.priority_classes, b.priority_classes,
-              List);
+        DiffField(d, "quota_gpus", a.quota_gpus, b.quota_gpus,
+                  [](int n) { return absl::StrCat(n); });
+        DiffField(d, "weight", a.weight, b.weight, NumberText);
+        DiffField(d, "priority_classes", a.priority_classes, b.priority_classes,
+                  ListText);
         return d;
       },
       [](const ProjectSpec& p, bool) {
@@ -236,19 +237,20 @@ std::vector<ClusterDiffLine> DiffClusters(const Cluster& from,
       [](const PriorityClass& p) { return p.name; },
       [](const PriorityClass& a, const PriorityClass& b) {
         std::vector<std::string> d;
-        Field(d, "value", a.value, b.value,
-              [](int n) { return absl::StrCat(n); });
+        DiffField(d, "value", a.value, b.value,
+                  [](int n) { return absl::StrCat(n); });
         return d;
       },
       [](const PriorityClass& p, bool) {
         return std::vector<std::string>{absl::StrCat("value ", p.value)};
       });
   if (from.containers.allowed_mounts != to.containers.allowed_mounts) {
-    out.push_back({Op::kChange,
-                   "containers",
-                   "allowed_mounts",
-                   {absl::StrCat(List(from.containers.allowed_mounts), " -> ",
-                                 List(to.containers.allowed_mounts))}});
+    out.push_back(
+        {Op::kChange,
+         "containers",
+         "allowed_mounts",
+         {absl::StrCat(ListText(from.containers.allowed_mounts), " -> ",
+                       ListText(to.containers.allowed_mounts))}});
   }
   return out;
 }

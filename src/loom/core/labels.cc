@@ -8,12 +8,12 @@
 namespace loom {
 namespace {
 
-constexpr size_t kMaxLabelKeyLength = 128;
+constexpr size_t kMaxKeyLength = 128;
 
 }  // namespace
 
 bool IsValidLabelKey(std::string_view key) {
-  if (key.empty() || key.size() > kMaxLabelKeyLength ||
+  if (key.empty() || key.size() > kMaxKeyLength ||
       !absl::ascii_isalnum(static_cast<unsigned char>(key[0]))) {
     return false;
   }

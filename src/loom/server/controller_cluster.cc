@@ -19,7 +19,7 @@ namespace {
 
 constexpr const char* kLiveKey = "/cluster/live";
 constexpr const char* kRevisionPrefix = "/cluster/revisions/";
-constexpr const char* kNodePrefix = "/nodes/";
+constexpr const char* kNodeKeyPrefix = "/nodes/";
 
 std::string RevisionKey(int64_t revision) {
   return absl::StrFormat("%s%020d", kRevisionPrefix, revision);
@@ -401,7 +401,7 @@ void Controller::ForgetDrainedNodes(absl::Time now) {
       node.draining = false;
       node.reason = "";
     } else {
-      forget.push_back(Mutation::Delete(absl::StrCat(kNodePrefix, name)));
+      forget.push_back(Mutation::Delete(absl::StrCat(kNodeKeyPrefix, name)));
     }
   }
   if (!TakeCluster(effective, now).ok()) return;
