@@ -135,6 +135,11 @@ absl::Status Controller::LoadClusterRevision(absl::Time now) {
       {{kLiveKey, Condition::kMustNotExist}},
       {Mutation::Put(RevisionKey(1), JobStoreText(record)),
        Mutation::Put(kLiveKey, JobStoreText({{"revision", 1}}))});
+  if (!at.ok() && absl::IsFailedPrecondition(at.status()) &&
+      store_->Get(kLiveKey).ok()) {
+    // Another server seeded it first (both started on an empty etcd).
+    return LoadClusterRevision(now);
+  }
   if (!at.ok()) return at.status();
   revision_ = 1;
   revision_key_version_ = *at;
@@ -298,6 +303,16 @@ absl::StatusOr<nlohmann::json> Controller::ApplyCluster(
         "revision ", revision, " is stored but could not be taken live: ",
         st.message(), "; restart the server"));
   }
+  // Nodes an earlier revision was draining away that this one keeps (a
+  // rollback while they drained) are back in service.
+  for (const std::string& name : retiring_) {
+    if (std::find(busy.begin(), busy.end(), name) != busy.end()) continue;
+    if (const int n = NodeIndex(name); n >= 0) {
+      nodes_[n].draining = false;
+      nodes_[n].reason = "";
+      UpdateSchedulable(n);
+    }
+  }
   retiring_ = busy;
   std::vector<const JobRecord*> dirty;
   for (const std::string& name : busy) {
@@ -341,7 +356,9 @@ absl::StatusOr<nlohmann::json> Controller::ApplyCluster(
         now, absl::StrCat("can run again on cluster revision ", revision));
     dirty.push_back(&it->second);
   }
-  (void)Persist(dirty);
+  if (!Persist(dirty).ok()) {
+    for (const JobRecord* j : dirty) unsaved_.insert(j->id);  // Tick retries
+  }
   reply["revision"] = revision;
   reply["applied"] = true;
   reply["retiring"] = retiring_;
