@@ -380,6 +380,12 @@ void Controller::ActionDone(const AgentAction& action,
       return;
     }
     t.state = TaskRecord::State::kLost;
+    // Aborted: the agent was not ready for it (HTTP 503, as just after it
+    // registered): not the job's fault, so it is queued again as a moved
+    // job is, without using up a restart.
+    if (absl::IsAborted(status) && job.state == JobState::kRunning) {
+      job.preempted = true;
+    }
     // InvalidArgument: the agent refused the task as specified (HTTP 400),
     // so another run would be refused too; anything else (no answer, an
     // agent error) may pass.

@@ -439,6 +439,27 @@ TEST_F(ControllerTest, LaunchThatFailedOtherwiseIsRestarted) {
       << job["reason"];
 }
 
+TEST_F(ControllerTest, LaunchAnAgentWasNotReadyForIsQueuedAgainAsAMove) {
+  // 503 (Aborted): the agent registered but has not taken in its server's
+  // key yet. Not the job's fault: no restart is used, even with none left.
+  Register(0, nlohmann::json::array(), 1);
+  ASSERT_TRUE(c_->Submit(Gang(8), "alice", T(2)).ok());
+  c_->Tick(T(2));
+  auto launch = c_->TakeActions();
+  ASSERT_EQ(launch.size(), 1u);
+  c_->ActionDone(launch[0],
+                 absl::AbortedError("agent h200-0 answered 503: \"this agent "
+                                    "does not know its loom server's key "
+                                    "yet\""),
+                 T(2.1));
+  auto job = *c_->GetJob(1, T(2.1));
+  EXPECT_EQ(job["state"], "pending") << job.dump();
+  EXPECT_EQ(job["restart_count"], 1);
+  EXPECT_EQ(job["requeues"], 1);
+  c_->Tick(T(3));
+  EXPECT_EQ(State(1), "running");
+}
+
 TEST_F(ControllerTest, AgentThatLostItsTasksFailsTheJob) {
   Register(0, nlohmann::json::array(), 1);
   ASSERT_TRUE(c_->Submit(Gang(8), "a", T(2)).ok());

@@ -463,8 +463,11 @@ void HttpServer::DispatchLoop() {
       // unknown user, say), which the controller does not retry.
       const std::string message =
           absl::StrCat("agent ", a.node, " answered ", r->status, ": ", what);
-      st = r->status == 400 ? absl::InvalidArgumentError(message)
-                            : absl::InternalError(message);
+      // 503: the agent is not ready (it has registered, but not yet taken
+      // in its server's key): the task can go again as it is.
+      st = r->status == 400   ? absl::InvalidArgumentError(message)
+           : r->status == 503 ? absl::AbortedError(message)
+                              : absl::InternalError(message);
     }
     try {
       controller_->ActionDone(a, st, absl::Now(),
