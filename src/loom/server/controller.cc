@@ -75,12 +75,27 @@ absl::Status Controller::Load(absl::Time now) {
     const int n = NodeIndex(kv.key.substr(std::string(kNodePrefix).size()));
     if (n < 0) continue;  // a node no longer in the cluster spec
     nlohmann::json j = nlohmann::json::parse(kv.value, nullptr, false);
-    if (j.is_discarded()) continue;
-    nodes_[n].cordoned = j.value("cordoned", false);
-    nodes_[n].draining = j.value("draining", false);
-    nodes_[n].reason = j.value("reason", "");
-    nodes_[n].unhealthy = j.value("unhealthy", false);
+    if (!j.is_object()) continue;
+    // A field of another type is taken as absent (never an exception).
+    auto flag = [&j](const char* key) {
+      auto it = j.find(key);
+      return it != j.end() && it->is_boolean() && it->get<bool>();
+    };
+    nodes_[n].cordoned = flag("cordoned");
+    nodes_[n].draining = flag("draining");
+    nodes_[n].unhealthy = flag("unhealthy");
+    if (auto it = j.find("reason"); it != j.end() && it->is_string()) {
+      nodes_[n].reason = it->get<std::string>();
+    }
+    if (auto it = j.find("stack_accepted"); it != j.end() && it->is_object()) {
+      for (auto e = it->begin(); e != it->end(); ++e) {
+        if (e.value().is_string()) {
+          nodes_[n].accepted_stack[e.key()] = e.value().get<std::string>();
+        }
+      }
+    }
   }
+  if (absl::Status st = LoadMaintenances(); !st.ok()) return st;
   // Histories first: a job submitted meanwhile then has its record listed
   // (its history is written later) rather than a history without a record.
   absl::StatusOr<std::vector<KeyValue>> histories = store_->List(kEventsPrefix);
@@ -206,6 +221,7 @@ absl::Status Controller::PersistNode(int node) {
                       {"draining", n.draining},
                       {"unhealthy", n.unhealthy},
                       {"reason", n.reason}};
+  if (!n.accepted_stack.empty()) j["stack_accepted"] = n.accepted_stack;
   absl::StatusOr<int64_t> rev = store_->Commit(
       {}, {Mutation::Put(absl::StrCat(kNodePrefix, cluster_->nodes[node].name),
                          JobStoreText(j))});

@@ -21,6 +21,7 @@
 #include "loom/server/job_events_store.h"
 #include "loom/server/job_limits.h"
 #include "loom/server/job_record.h"
+#include "loom/server/maintenance.h"
 #include "loom/server/stored_job.h"
 #include "loom/store/state_store.h"
 #include "nlohmann/json.hpp"
@@ -68,14 +69,16 @@ struct ControllerOptions {
 // Something the controller wants an agent to do. The server carries these
 // out over HTTP outside the controller's lock; tests inspect them.
 struct AgentAction {
-  enum class Kind { kLaunch, kStop, kPullImage };
+  // kMaintain: a maintenance command (`task_id` is its id).
+  enum class Kind { kLaunch, kStop, kPullImage, kMaintain };
   Kind kind = Kind::kLaunch;
   std::string node;
   std::string address;  // the agent's host:port
   std::string task_id;
   JobId job = 0;
   int run = 0;  // kLaunch: the job's restart count (its run)
-  // POST /v1/tasks, /v1/tasks/{id}/stop or /v1/images/pull body
+  // POST /v1/tasks, /v1/tasks/{id}/stop, /v1/images/pull or
+  // /v1/maintenance body
   nlohmann::json body;
 };
 
@@ -257,6 +260,23 @@ class Controller {
                                                  const std::string& author,
                                                  absl::Time now);
 
+  // Rolling maintenance (controller_maintenance.cc, docs/maintenance.md).
+  // `StartMaintenance` takes a `POST /v1/maintenance` body
+  // (`ParseMaintenanceRequest`): InvalidArgument naming the field, Aborted
+  // while another run is active (one at a time). The run goes on in `Tick`.
+  absl::StatusOr<nlohmann::json> StartMaintenance(const nlohmann::json& body,
+                                                  const std::string& author,
+                                                  absl::Time now);
+  // The runs, newest first, without their nodes; one run (NotFound).
+  nlohmann::json ListMaintenances() const;
+  absl::StatusOr<nlohmann::json> GetMaintenance(int64_t id) const;
+  // `op`: "pause", "resume" or "abort"; Aborted when the run's state does
+  // not allow it.
+  absl::StatusOr<nlohmann::json> ChangeMaintenance(int64_t id,
+                                                   const std::string& op,
+                                                   const std::string& who,
+                                                   absl::Time now);
+
   // Structured log lines (JSON) about what `Create` found while loading:
   // one per record that could not be read (see `ReadStoredJob`), which is
   // then a failed job and its bytes are under `QuarantineKey`. The server
@@ -296,6 +316,22 @@ class Controller {
     std::map<std::string, std::string> reported_labels;
     std::map<std::string, std::string> stack;
     std::vector<std::string> drift;
+    // The declared part of the stack the node had when it last matched its
+    // pool's (persisted). A node still on it when the pool's declared
+    // stack changes is `outdated`, not drifted: an upgrade is due, and it
+    // keeps working until a maintenance upgrades it (`outdated` says how
+    // it differs).
+    std::map<std::string, std::string> accepted_stack;
+    std::vector<std::string> outdated;
+    // The agent's last report of a maintenance command (not persisted:
+    // agents say it in every heartbeat).
+    struct CommandReport {
+      std::string id;
+      std::string state;  // running | exited | lost
+      std::optional<int> exit_code;
+      std::string output;
+    };
+    CommandReport command;
   };
 
   Controller(Cluster cluster, StateStore* store, ControllerOptions options);
@@ -322,6 +358,34 @@ class Controller {
   void ForgetDrainedNodes(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Status Load(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Maintenance (controller_maintenance.cc): the runs from the store, one
+  // written (kept to write again at the next step when the store fails),
+  // each tick's step, what the agent says of its command, and the facts a
+  // step works on.
+  absl::Status LoadMaintenances() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status PersistMaintenance(const Maintenance& m)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StepMaintenances(absl::Time now, std::vector<const JobRecord*>* dirty)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyMaintenanceReport(int n, const nlohmann::json& body)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  MaintenanceFacts MaintenanceFactsOf(const std::string& name) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Puts back node `name`'s mode from before run `m` cordoned it.
+  void RestoreNodeMode(const Maintenance& m, const std::string& name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The agent's answer to a command sent: refused (not unreachable, not
+  // "not ready"), the node fails.
+  void MaintenanceDelivered(const AgentAction& action,
+                            const absl::Status& status, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves every running job with a task on node `n` off it (`Evict`).
+  void EvictJobsOn(int n, const std::string& why, absl::Time now,
+                   std::vector<const JobRecord*>* dirty)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Node `n`'s drift and outdatedness against its pool's declared stack,
+  // from what it reported (`stack`) and `accepted_stack`.
+  void UpdateDrift(int n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes what changed of `jobs` (records, histories) in one commit.
   absl::Status Persist(const std::vector<const JobRecord*>& jobs)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -469,6 +533,11 @@ class Controller {
   Histogram image_pull_ ABSL_GUARDED_BY(mu_);
   int64_t image_pulls_ok_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t image_pulls_failed_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Maintenance runs by id, and those whose last write failed.
+  std::map<int64_t, Maintenance> maintenances_ ABSL_GUARDED_BY(mu_);
+  int64_t next_maintenance_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_set<int64_t> maintenance_unsaved_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace loom

@@ -239,6 +239,7 @@ absl::StatusOr<nlohmann::json> Controller::Register(const nlohmann::json& body,
   UpdateSchedulable(n);
   ApplyLabels(n, body, /*registering=*/true);
   ApplyHealth(n, body, now, &dirty);
+  ApplyMaintenanceReport(n, body);
   ApplyImages(n, body);
   (void)Persist(dirty);
   reply["heartbeat_interval_ms"] =
@@ -273,6 +274,7 @@ absl::StatusOr<nlohmann::json> Controller::Heartbeat(const nlohmann::json& body,
       name, body.value("tasks", nlohmann::json::array()), false, now, &dirty);
   ApplyLabels(n, body, /*registering=*/false);
   ApplyHealth(n, body, now, &dirty);
+  ApplyMaintenanceReport(n, body);
   ApplyImages(n, body);
   if (absl::Status st = Persist(dirty); !st.ok()) {
     // Do not acknowledge exits that are not on disk: the agent reports
@@ -340,6 +342,11 @@ void Controller::ActionDone(const AgentAction& action,
   if (action.kind == AgentAction::Kind::kPullImage) {
     absl::MutexLock lock(&mu_);
     ImagePullDelivered(action, status, started);
+    return;
+  }
+  if (action.kind == AgentAction::Kind::kMaintain) {
+    absl::MutexLock lock(&mu_);
+    MaintenanceDelivered(action, status, now);
     return;
   }
   if (action.kind != AgentAction::Kind::kLaunch) return;
@@ -428,19 +435,9 @@ void Controller::ApplyHealth(int n, const nlohmann::json& body, absl::Time now,
   node.reason = absl::StrCat("unhealthy: ", absl::StrJoin(problems, "; "));
   (void)PersistNode(n);
   UpdateSchedulable(n);
-  const std::string& name = cluster_->nodes[n].name;
-  for (auto& [id, job] : jobs_) {
-    if (job.state != JobState::kRunning) continue;
-    if (std::none_of(job.tasks.begin(), job.tasks.end(),
-                     [&](const TaskRecord& t) {
-                       return t.node == name && TaskLive(t);
-                     })) {
-      continue;
-    }
-    job.preempted_by = 0;
-    Evict(job, absl::StrCat("moved off ", name, ": ", node.reason), now);
-    dirty->push_back(&job);
-  }
+  EvictJobsOn(
+      n, absl::StrCat("moved off ", cluster_->nodes[n].name, ": ", node.reason),
+      now, dirty);
 }
 
 }  // namespace loom

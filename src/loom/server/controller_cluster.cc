@@ -383,6 +383,8 @@ absl::Status Controller::TakeCluster(std::shared_ptr<const Cluster> effective,
   node_index_ = std::move(index);
   cluster_ = std::move(effective);
   for (size_t n = 0; n < nodes_.size(); ++n) {
+    // The pool's declared stack may have changed: drifted, or outdated.
+    UpdateDrift(static_cast<int>(n));
     UpdateSchedulable(static_cast<int>(n));
     // Declared labels, the pool and the switches may have changed.
     scheduler_->SetNodeLabels(static_cast<int>(n),

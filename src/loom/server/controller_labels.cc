@@ -4,6 +4,7 @@
 // the scheduler's node selectors; and the node's software stack against its
 // pool's, which makes a node `drifted` (no new work) when they differ.
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -84,8 +85,38 @@ void Controller::ApplyLabels(int n, const nlohmann::json& body,
     node.stack.clear();
   }
   scheduler_->SetNodeLabels(n, EffectiveLabels(n));
-  std::vector<std::string> drift =
-      StackDrift(cluster_->pools[cluster_->nodes[n].pool].stack, node.stack);
+  UpdateDrift(n);
+}
+
+void Controller::UpdateDrift(int n) {
+  Node& node = nodes_[n];
+  if (node.state == Node::State::kUnknown && node.stack.empty()) {
+    return;  // it has said nothing yet
+  }
+  const std::map<std::string, std::string>& declared =
+      cluster_->pools[cluster_->nodes[n].pool].stack;
+  std::vector<std::string> drift = StackDrift(declared, node.stack);
+  std::vector<std::string> outdated;
+  if (drift.empty()) {
+    // In line with its pool: what it runs of the declared keys is accepted.
+    std::map<std::string, std::string> accepted;
+    for (const auto& [key, value] : declared) accepted[key] = value;
+    if (accepted != node.accepted_stack) {
+      node.accepted_stack = std::move(accepted);
+      (void)PersistNode(n);
+    }
+  } else if (!node.accepted_stack.empty() &&
+             std::all_of(node.accepted_stack.begin(), node.accepted_stack.end(),
+                         [&](const auto& kv) {
+                           auto it = node.stack.find(kv.first);
+                           return it != node.stack.end() &&
+                                  it->second == kv.second;
+                         })) {
+    // Unchanged since it was in line: the declaration moved, not the node.
+    outdated = std::move(drift);
+    drift.clear();
+  }
+  node.outdated = std::move(outdated);
   if (drift != node.drift) {
     node.drift = std::move(drift);
     UpdateSchedulable(n);

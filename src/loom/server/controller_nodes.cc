@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "loom/common/units.h"
 #include "loom/server/controller.h"
 
@@ -59,6 +60,9 @@ nlohmann::json Controller::NodeJson(int n, absl::Time now) const {
                           FormatDurationShort(now - node.last_heartbeat));
   } else if (state == "drifted") {
     reason = DriftReason(n);
+  } else if (state == "up" && !node.outdated.empty()) {
+    reason = absl::StrCat("outdated: ", absl::StrJoin(node.outdated, "; "),
+                          " (an upgrade is due; it keeps working)");
   }
   return {{"name", spec.name},
           {"state", state},
@@ -77,6 +81,7 @@ nlohmann::json Controller::NodeJson(int n, absl::Time now) const {
           {"labels", EffectiveLabels(n)},
           {"stack", node.stack},
           {"drift", node.drift},
+          {"outdated", node.outdated},
           {"last_heartbeat",
            node.last_heartbeat == absl::InfinitePast()
                ? nlohmann::json(nullptr)

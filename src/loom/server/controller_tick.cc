@@ -88,6 +88,8 @@ void Controller::Tick(absl::Time now) {
       UpdateSchedulable(static_cast<int>(n));
     }
   }
+  // Rolling maintenance: nodes cordoned, drained, upgraded, returned.
+  StepMaintenances(now, &dirty);
   // Scheduling.
   PassResult pass = scheduler_->Schedule(now);
   for (JobId id : pass.started) {

@@ -30,6 +30,7 @@ void HttpServer::Routes() {
   NodeRoutes();
   ImageRoutes();
   SpecRoutes();
+  MaintenanceRoutes();
 }
 
 absl::StatusOr<int> HttpServer::Start() {
@@ -424,6 +425,8 @@ void HttpServer::DispatchLoop() {
         a.kind == AgentAction::Kind::kLaunch ? std::string("/v1/tasks")
         : a.kind == AgentAction::Kind::kPullImage
             ? absl::StrCat("/v1/images/pull?node=", a.node)
+        : a.kind == AgentAction::Kind::kMaintain
+            ? std::string("/v1/maintenance")
             : absl::StrCat("/v1/tasks/", a.task_id, "/stop?node=", a.node);
     httplib::Headers headers;
     if (const std::string key = AgentAuthorization(a.node); !key.empty()) {
