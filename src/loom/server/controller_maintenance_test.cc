@@ -7,6 +7,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "loom/common/metrics_text.h"
 #include "loom/sched/test_util.h"
 #include "loom/server/controller.h"
 #include "loom/server/controller_test_util.h"
@@ -126,6 +127,11 @@ TEST_F(ControllerMaintenanceTest,
       node["reason"].get<std::string>().find("outdated: driver 550.54.15"),
       std::string::npos)
       << node["reason"];
+  std::string metrics;
+  MetricsWriter w(&metrics);
+  c_->WriteMetrics(w, T(t_));
+  EXPECT_NE(metrics.find("loom_nodes_outdated 4"), std::string::npos);
+  EXPECT_NE(metrics.find("loom_nodes_drifted 0"), std::string::npos);
   ASSERT_TRUE(c_->Submit(Spec("name: a\ncommand: [x]\nresources: {gpus: 8}\n"),
                          "u", T(t_))
                   .ok());

@@ -123,6 +123,26 @@ void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
              "state.",
              MetricType::kGauge);
   out.Sample("loom_nodes_drifted", {}, drifted);
+  int outdated = 0;
+  for (const Node& node : nodes_) outdated += node.outdated.empty() ? 0 : 1;
+  out.Family("loom_nodes_outdated",
+             "Nodes still on the stack their pool declared before its last "
+             "change: an upgrade is due; they keep working.",
+             MetricType::kGauge);
+  out.Sample("loom_nodes_outdated", {}, outdated);
+  // Rolling maintenance: the nodes of runs not ended, by phase.
+  std::map<std::string, int> phases;
+  for (const auto& [id, m] : maintenances_) {
+    if (!m.Active()) continue;
+    for (const MaintenanceNode& n : m.nodes) ++phases[PhaseName(n.phase)];
+  }
+  out.Family("loom_maintenance_nodes",
+             "Nodes of the active rolling maintenance, by phase (pending, "
+             "draining, running, checking, done, failed, skipped).",
+             MetricType::kGauge);
+  for (const auto& [phase, n] : phases) {
+    out.Sample("loom_maintenance_nodes", {{"phase", phase}}, n);
+  }
   // Decisions, failures, recovery.
   out.Family("loom_scheduling_decisions_total",
              "Scheduling decisions since the server started: job starts and "
