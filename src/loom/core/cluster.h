@@ -38,6 +38,9 @@ struct PoolSpec {
   int64_t nvme_bytes = 0;
   int nics = 0;
   std::map<std::string, std::string> labels;
+  // Labels of single nodes of the pool (`node_labels: {h200-3: {rack: b}}`),
+  // by node name; they win over `labels`.
+  std::map<std::string, std::map<std::string, std::string>> node_labels;
   // The software stack the pool's nodes must run (`stack:`): "driver",
   // "cuda", "loom" (loom/core/labels.h `kStackKeys`) to versions. A node
   // whose agent reports another is drifted and gets no new work

@@ -210,6 +210,23 @@ std::vector<ClusterDiffLine> DiffClusters(const Cluster& from,
           std::vector<std::string> d;
           DiffField(d, "pool", pool_of(from, x), pool_of(to, y),
                     [](const std::string& s) { return s; });
+          // Its own labels (`node_labels`): a change of its pool's labels
+          // is said once, on the pool.
+          auto own = [](const Cluster& c, const NodeSpec& n) {
+            std::map<std::string, std::string> out;
+            const PoolSpec* p =
+                n.pool >= 0 && n.pool < static_cast<int>(c.pools.size())
+                    ? &c.pools[n.pool]
+                    : nullptr;
+            for (const auto& [k, v] : n.labels) {
+              if (p == nullptr || !p->labels.contains(k) ||
+                  p->labels.at(k) != v) {
+                out[k] = v;
+              }
+            }
+            return out;
+          };
+          DiffLabels(d, own(from, x), own(to, y));
           return d;
         },
         [](const NodeSpec&, bool) { return std::vector<std::string>{}; });

@@ -63,6 +63,29 @@ priority_classes: [{name: low, value: 0}, {name: normal, value: 100}]
             }));
 }
 
+TEST(ClusterDiff, ANodesOwnLabelsAreItsLinePoolLabelsThePools) {
+  const Cluster next = Parse(R"(
+name: lab
+pools:
+  - name: h200
+    nodes: 3
+    gpu: {model: h200, count: 8}
+    cpus: 192
+    memory: 2Ti
+    labels: {rack: a}
+    node_labels: {h200-1: {rack: b}}
+network: {nodes_per_leaf: 2, leaves_per_spine: 8}
+projects:
+  - {name: search, quota_gpus: 96, weight: 2}
+  - {name: research, quota_gpus: 64}
+)");
+  EXPECT_EQ(Lines(Parse(kBase), next),
+            (std::vector<std::string>{
+                "~ pool h200: labels.rack (none) -> \"a\"",
+                "~ node h200-1: labels.rack (none) -> \"b\"",
+            }));
+}
+
 TEST(ClusterDiff, NetworkMoves) {
   const Cluster next = Parse(R"(
 name: lab

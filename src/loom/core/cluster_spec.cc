@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -326,7 +327,7 @@ absl::Status SpecParser::ParsePools(const Field& field,
     absl::StatusOr<MapNode> map =
         ReadMap((*items)[i], ElementPath(path, i),
                 {"name", "nodes", "gpu", "cpus", "memory", "nvme", "nics",
-                 "labels", "stack"});
+                 "labels", "node_labels", "stack"});
     if (!map.ok()) return map.status();
     PoolSpec pool;
 
@@ -437,6 +438,40 @@ absl::Status SpecParser::ParsePools(const Field& field,
           ParseLabels(*labels, ChildPath(map->path, "labels"), &pool.labels);
       if (!st.ok()) return st;
     }
+    if (const Field* f = map->Find("node_labels"); f != nullptr) {
+      const std::string path = ChildPath(map->path, "node_labels");
+      if (!f->value.IsMap()) {
+        return Error(f->value, path,
+                     absl::StrCat("must be a map of node names to labels, got ",
+                                  KindOf(f->value)));
+      }
+      for (auto it = f->value.begin(); it != f->value.end(); ++it) {
+        const std::string node = ScalarText(it->first);
+        int index = -1;
+        const std::string prefix = absl::StrCat(pool.name, "-");
+        if (absl::StartsWith(node, prefix) &&
+            !absl::SimpleAtoi(node.substr(prefix.size()), &index)) {
+          index = -1;
+        }
+        if (index < 0 || index >= pool.node_count ||
+            node != absl::StrCat(prefix, index) ||
+            pool.node_labels.count(node)) {
+          return Error(
+              it->first, ChildPath(path, node),
+              pool.node_labels.count(node)
+                  ? std::string("given twice")
+                  : absl::StrCat("no node '", node, "' in pool ", pool.name,
+                                 " (its nodes are ", prefix, "0 to ", prefix,
+                                 pool.node_count - 1, ")"));
+        }
+        Field labels{node, it->first, it->second};
+        if (absl::Status st = ParseLabels(labels, ChildPath(path, node),
+                                          &pool.node_labels[node]);
+            !st.ok()) {
+          return st;
+        }
+      }
+    }
     if (const Field* stack = map->Find("stack"); stack != nullptr) {
       absl::StatusOr<std::map<std::string, std::string>> parsed =
           internal::ParsePoolStack(*this, *stack,
@@ -461,6 +496,10 @@ absl::Status SpecParser::ParsePools(const Field& field,
       node.nvme_bytes = pool.nvme_bytes;
       node.nics = pool.nics;
       node.labels = pool.labels;
+      if (auto own = pool.node_labels.find(node.name);
+          own != pool.node_labels.end()) {
+        for (const auto& [key, value] : own->second) node.labels[key] = value;
+      }
       cluster->nodes.push_back(std::move(node));
     }
   }

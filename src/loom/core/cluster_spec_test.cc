@@ -183,6 +183,47 @@ priority_classes: [{name: low, value: 0}, {name: normal, value: 100}, {name: urg
   EXPECT_EQ(c->FindPriorityClass("high"), nullptr);
 }
 
+TEST(ParseClusterSpec, NodeLabelsWinOverThePoolsAndNameRealNodes) {
+  absl::StatusOr<Cluster> c = ParseClusterSpec(R"(
+pools:
+  - name: h200
+    nodes: 3
+    gpu: {model: h200, count: 8}
+    cpus: 192
+    memory: 2Ti
+    labels: {rack: a, ib: "true"}
+    node_labels:
+      h200-2: {rack: b, nvme: fast}
+)",
+                                               "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->nodes[0].labels.at("rack"), "a");
+  EXPECT_EQ(c->nodes[2].labels.at("rack"), "b");
+  EXPECT_EQ(c->nodes[2].labels.at("nvme"), "fast");
+  EXPECT_EQ(c->nodes[2].labels.at("ib"), "true");
+  EXPECT_FALSE(c->nodes[1].labels.contains("nvme"));
+  for (const auto& [node_labels, want] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"{h200-3: {rack: b}}",
+            "c.yaml:7:19: pools[0].node_labels.h200-3: no node 'h200-3' in "
+            "pool h200 (its nodes are h200-0 to h200-2)"},
+           {"{a100-0: {rack: b}}", "no node 'a100-0' in pool h200"},
+           {"{h200-01: {rack: b}}", "no node 'h200-01'"},
+           {"{h200-1: [b]}", "pools[0].node_labels.h200-1: must be a map"},
+           {"[h200-1]", "pools[0].node_labels: must be a map of node names"},
+       }) {
+    absl::StatusOr<Cluster> bad = ParseClusterSpec(
+        absl::StrCat("pools:\n  - name: h200\n    nodes: 3\n    gpu: {model: "
+                     "h200, count: 8}\n    cpus: 192\n    memory: 2Ti\n    "
+                     "node_labels: ",
+                     node_labels, "\n"),
+        "c.yaml");
+    ASSERT_FALSE(bad.ok()) << node_labels;
+    EXPECT_NE(bad.status().message().find(want), std::string::npos)
+        << bad.status().message();
+  }
+}
+
 TEST(ParseClusterSpec, DefaultsWithoutNetworkOrName) {
   absl::StatusOr<Cluster> c =
       ParseClusterSpec(kTwoPools, "conf/lab.cluster.yaml");
