@@ -4,12 +4,37 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "loom/cli/cli_test_util.h"
+#include "loom/cli/spec_verbs.h"
 
 namespace loom {
 namespace {
 
 using ::testing::HasSubstr;
 using Json = nlohmann::json;
+
+TEST(FormatClusterPlan, SaysWhyAJobBecomesInfeasible) {
+  const Json plan = {
+      {"live_revision", 3},
+      {"changes",
+       {{{"op", "-"},
+         {"kind", "pool"},
+         {"name", "a100"},
+         {"text", "- pool a100 (2 nodes of 8x a100)"}}}},
+      {"effects",
+       {{"drain", {{{"job", 4}, {"why", "node a100-0 is removed"}}}},
+        {"over_quota", Json::array()},
+        {"infeasible",
+         {{{"job", 7}, {"why", "needs 16 GPUs of a100; the cluster has 0"}}}},
+        {"feasible", {9}}}}};
+  const std::string text = FormatClusterPlan(plan);
+  EXPECT_THAT(text, HasSubstr("- pool a100 (2 nodes of 8x a100)"));
+  EXPECT_THAT(text, HasSubstr("job 4 moves: node a100-0 is removed"));
+  EXPECT_THAT(text,
+              HasSubstr("pending job 7 can no longer run: needs 16 GPUs of "
+                        "a100; the cluster has 0 (it stays pending)"));
+  EXPECT_THAT(text, HasSubstr("pending job 9 can run again"));
+  EXPECT_THAT(text, HasSubstr("Plan: 0 to add, 0 to change, 1 to remove."));
+}
 
 TEST(FormatProjectTable, ListsProjects) {
   const Json projects = {{"projects",

@@ -49,10 +49,11 @@ std::string FormatClusterPlan(const Json& plan) {
         Int(q, "quota_gpus").value_or(0), " (was ", Int(q, "was").value_or(0),
         "); its preemptible jobs may be reclaimed by projects within theirs"));
   }
-  for (const Json& id : Items(e, "infeasible")) {
-    if (!id.is_number_integer()) continue;
-    effects.push_back(absl::StrCat("pending job ", id.get<int64_t>(),
-                                   " can no longer run (it stays pending)"));
+  for (const Json& u : Items(e, "infeasible")) {
+    const std::string why = Str(u, "why");
+    effects.push_back(absl::StrCat(
+        "pending job ", Int(u, "job").value_or(0), " can no longer run",
+        why.empty() ? "" : absl::StrCat(": ", why), " (it stays pending)"));
   }
   for (const Json& id : Items(e, "feasible")) {
     if (!id.is_number_integer()) continue;

@@ -143,7 +143,11 @@ Scheduler::ClusterChange Scheduler::PreviewCluster(const Cluster& next) const {
     std::string why;
     const bool can = !model_gone && CouldEverRun(next, shape, &why);
     if (can && !job.infeasible.empty()) change.feasible.push_back(id);
-    if (!can && job.infeasible.empty()) change.infeasible.push_back(id);
+    if (!can && job.infeasible.empty()) {
+      change.infeasible.push_back(
+          {id, model_gone ? "its GPU model is removed"
+                          : (why.empty() ? "it does not fit" : why)});
+    }
   }
   return change;
 }

@@ -190,7 +190,9 @@ TEST_P(ClusterUpdateTest, PendingJobParkedWhileInfeasible) {
 
   auto change = s->UpdateCluster(Build({{"h200", 2}}), T(2));
   ASSERT_TRUE(change.ok()) << change.status();
-  EXPECT_EQ(change->infeasible, std::vector<JobId>{1});
+  ASSERT_EQ(change->infeasible.size(), 1u);
+  EXPECT_EQ(change->infeasible[0].job, 1);
+  EXPECT_FALSE(change->infeasible[0].why.empty());
   EXPECT_EQ(s->pending_count(), 2);
   EXPECT_EQ(s->ReasonFor(*s->Find(1)).code, PendingReason::Code::kInfeasible);
   EXPECT_NE(s->ExplainPending(1, T(2)).find("cannot run on the cluster"),

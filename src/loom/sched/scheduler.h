@@ -144,8 +144,14 @@ class Scheduler {
       std::string why;  // "node h200-3 is removed", "... has 4 GPUs, ..."
     };
     std::vector<Blocked> blocked;
-    std::vector<JobId> infeasible;  // pending jobs that can no longer run
-    std::vector<JobId> feasible;    // ... that can run again
+    // Pending jobs that can no longer run, and why ("needs 16 nodes of
+    // h200; the cluster has 12").
+    struct Unfit {
+      JobId job = 0;
+      std::string why;
+    };
+    std::vector<Unfit> infeasible;
+    std::vector<JobId> feasible;  // ... that can run again
   };
   ClusterChange PreviewCluster(const Cluster& next) const;
   absl::StatusOr<ClusterChange> UpdateCluster(const Cluster& next,

@@ -207,7 +207,9 @@ nlohmann::json Controller::ClusterEffects(
     }
   }
   nlohmann::json infeasible = nlohmann::json::array();
-  for (JobId id : change.infeasible) infeasible.push_back(id);
+  for (const auto& u : change.infeasible) {
+    infeasible.push_back({{"job", u.job}, {"why", u.why}});
+  }
   nlohmann::json feasible = nlohmann::json::array();
   for (JobId id : change.feasible) feasible.push_back(id);
   return {{"drain", std::move(drain)},
@@ -341,7 +343,8 @@ absl::StatusOr<nlohmann::json> Controller::ApplyCluster(
           now);
     dirty.push_back(&it->second);
   }
-  for (JobId id : change.infeasible) {
+  for (const auto& u : change.infeasible) {
+    const JobId id = u.job;
     auto it = jobs_.find(id);
     if (it == jobs_.end()) continue;
     it->second.AddEvent(
