@@ -361,8 +361,9 @@ json NodeLabelsJson(const AgentNode& node) {
     if (!value.empty()) labels[key] = value;
   };
   add(kLabelGpuModel, node.gpus.empty() ? "" : node.gpus.front().model);
-  add(kLabelGpuDriver, node.software.driver);
-  add(kLabelGpuCuda, node.software.cuda);
+  const GpuSoftware software = node.Software();
+  add(kLabelGpuDriver, software.driver);
+  add(kLabelGpuCuda, software.cuda);
   add(kLabelKernel, node.host.kernel);
   return labels;
 }
@@ -370,9 +371,10 @@ json NodeLabelsJson(const AgentNode& node) {
 // The node's software stack, which the server compares with its pool's
 // `stack` (drift).
 json NodeStackJson(const AgentNode& node) {
+  const GpuSoftware software = node.Software();
   json stack = {{"loom", kLoomVersion}};
-  if (!node.software.driver.empty()) stack["driver"] = node.software.driver;
-  if (!node.software.cuda.empty()) stack["cuda"] = node.software.cuda;
+  if (!software.driver.empty()) stack["driver"] = software.driver;
+  if (!software.cuda.empty()) stack["cuda"] = software.cuda;
   return stack;
 }
 
