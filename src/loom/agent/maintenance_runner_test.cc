@@ -6,6 +6,7 @@
 
 #include "loom/agent/maintenance_runner.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,9 +16,12 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -176,6 +180,26 @@ TEST_F(MaintenanceRunnerTest, OutputTailEnvAndWorkingDirectory) {
                              "b\nEND\n"))
       << tail;
   EXPECT_TRUE(absl::StartsWith(tail, "\xC3\xA9")) << tail.substr(0, 8);
+}
+
+// A descriptor of the agent's (its listening socket, say) would keep the
+// port of an agent the command restarts.
+TEST_F(MaintenanceRunnerTest, TheCommandGetsNoDescriptorOfTheAgent) {
+  const int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(devnull, 0);
+  const int inherited = dup2(devnull, 77);  // not close-on-exec
+  close(devnull);
+  ASSERT_EQ(inherited, 77);
+  std::unique_ptr<MaintenanceRunner> runner = NewRunner();
+  MustStart(*runner, "fds", "ls /proc/$$/fd | tr '\\n' ' '");
+  const json ended = WaitEnded(*runner);
+  close(inherited);
+  EXPECT_EQ(ended["exit_code"], 0);
+  const std::vector<std::string> fds = absl::StrSplit(
+      absl::StripAsciiWhitespace(ended["output"].get<std::string>()), ' ');
+  EXPECT_THAT(fds, ::testing::IsSupersetOf({"0", "1", "2"}));
+  EXPECT_THAT(fds,
+              ::testing::Not(::testing::Contains(absl::StrCat(inherited))));
 }
 
 TEST_F(MaintenanceRunnerTest, AnIdRunsOnceAndANodeOneCommandAtATime) {
