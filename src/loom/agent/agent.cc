@@ -1,8 +1,9 @@
 // `Agent`: the parts of a node agent (docs/agent.md), wired together in one
 // place, the way the kubelet wires its managers: the node table, the task
-// runner and its launch steps, the node session, the health monitor, fault
-// injection and the API. This file checks the options, makes the parts in
-// order, and starts and stops their threads; the parts do the work.
+// runner and its launch steps, the maintenance runner, the node session, the
+// health monitor, fault injection and the API. This file checks the options,
+// makes the parts in order, and starts and stops their threads; the parts do
+// the work.
 
 #include "loom/agent/agent.h"
 
@@ -24,11 +25,13 @@
 #include "loom/agent/agent_log.h"
 #include "loom/agent/api_guard.h"
 #include "loom/agent/data_dir.h"
+#include "loom/agent/emulated_stack.h"
 #include "loom/agent/fault_injector.h"
 #include "loom/agent/health_monitor.h"
 #include "loom/agent/heartbeat_stats.h"
 #include "loom/agent/json_values.h"
 #include "loom/agent/launch_steps.h"
+#include "loom/agent/maintenance_runner.h"
 #include "loom/agent/node_session.h"
 #include "loom/agent/node_table.h"
 #include "loom/agent/task_runner.h"
@@ -67,6 +70,9 @@ class Agent::Impl {
   void ReportSoon(AgentNode& node) {
     if (session_ != nullptr) session_->ReportSoon(node);
   }
+  // `node`'s software stack read again, after a maintenance command: the
+  // emulated versions' files, or NVML.
+  absl::StatusOr<GpuSoftware> ReadStack(AgentNode& node) const;
 
   // Constant after `Init`.
   AgentOptions options_;
@@ -97,6 +103,7 @@ class Agent::Impl {
   std::unique_ptr<NodeTable> nodes_;
   std::unique_ptr<HealthMonitor> health_;
   std::unique_ptr<TaskRunner> runner_;
+  std::unique_ptr<MaintenanceRunner> maintenance_;
   std::unique_ptr<FaultInjector> faults_;
   std::unique_ptr<AgentApi> api_;
   std::unique_ptr<NodeSession> session_;
@@ -190,6 +197,22 @@ absl::Status Agent::Impl::ProbeGpus(std::vector<GpuDevice>* real_gpus) {
   }
   if (real_gpus->empty()) log_("warn", "", "NVML found no GPUs on this host");
   return absl::OkStatus();
+}
+
+absl::StatusOr<GpuSoftware> Agent::Impl::ReadStack(AgentNode& node) const {
+  if (options_.emulation) {
+    std::vector<std::string> warnings;
+    GpuSoftware software =
+        RereadEmulatedSoftware(*options_.emulation, node.Software(), &warnings);
+    for (const std::string& w : warnings) log_("warn", node.name, w);
+    return software;
+  }
+  // A probe of its own: the health monitor's runs on its thread.
+  NvmlGpuProbe fresh(options_.nvml_library);
+  GpuProbe* probe = options_.gpu_probe != nullptr ? options_.gpu_probe : &fresh;
+  absl::StatusOr<std::vector<GpuDevice>> gpus = probe->Probe();
+  if (!gpus.ok()) return gpus.status();
+  return probe->Software();
 }
 
 void Agent::Impl::LogGpuDriverFiles(const GpuDriverOptions& options) const {
@@ -316,6 +339,20 @@ absl::Status Agent::Impl::Init() {
     if (absl::Status s = runner_->Recover(*node); !s.ok()) return s;
   }
 
+  MaintenanceRunnerOptions maintenance;
+  maintenance.read_stack = [this](AgentNode& node) { return ReadStack(node); };
+  maintenance.on_change = [this](AgentNode& node) { ReportSoon(node); };
+  maintenance.now = options_.now;
+  maintenance_ =
+      std::make_unique<MaintenanceRunner>(std::move(maintenance), log_);
+  for (const auto& node : nodes_->nodes()) {
+    if (absl::Status s = maintenance_->Recover(*node); !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("node ", node->name,
+                                       ": maintenance: ", Str(s.message())));
+    }
+  }
+
   faults_ = std::make_unique<FaultInjector>(
       *nodes_, options_.emulation.has_value(),
       [this](AgentNode& node) { ReportSoon(node); }, log_);
@@ -327,8 +364,9 @@ absl::Status Agent::Impl::Init() {
   api.telemetry.probe = probe_;
   api.telemetry.xid_watcher = xid_watcher_.get();
   api.telemetry.fake_tasks = options_.fake_tasks;
-  api_ = std::make_unique<AgentApi>(std::move(api), *nodes_, *runner_, *faults_,
-                                    guard_, stats_, log_);
+  api_ =
+      std::make_unique<AgentApi>(std::move(api), *nodes_, *runner_,
+                                 *maintenance_, *faults_, guard_, stats_, log_);
   if (absl::Status s = api_->Bind(); !s.ok()) return s;
 
   NodeSessionOptions session;
@@ -341,8 +379,9 @@ absl::Status Agent::Impl::Init() {
   session.heartbeat_threads = options_.heartbeat_threads;
   session.keep_lease = !options_.fake_tasks;
   session.address = api_->address();
-  session_ = std::make_unique<NodeSession>(
-      std::move(session), *nodes_, *runner_, *health_, guard_, stats_, log_);
+  session_ = std::make_unique<NodeSession>(std::move(session), *nodes_,
+                                           *runner_, *maintenance_, *health_,
+                                           guard_, stats_, log_);
   for (const auto& node : nodes_->nodes()) session_->Load(*node);
   if (!guard_.HasKey()) log_("info", "", guard_.Describe());
   return absl::OkStatus();
@@ -393,6 +432,7 @@ void Agent::Impl::Shutdown() {
 void Agent::Impl::SuperviseLoop() {
   while (!stop_.HasBeenNotified()) {
     for (const auto& node : nodes_->nodes()) runner_->Poll(*node);
+    maintenance_->Poll();
     session_->FenceSilentNodes();
     stop_.WaitForNotificationWithTimeout(options_.poll_interval);
   }

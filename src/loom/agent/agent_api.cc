@@ -25,25 +25,16 @@ using httplib::Response;
 
 constexpr size_t kMaxBodyBytes = size_t{1} << 20;
 
-// The node a request names (`?node=`, else `"node"` of its body).
-std::string NamedNode(const Request& req, const json& body) {
-  std::string name = req.get_param_value("node");
-  if (auto it = body.find("node");
-      name.empty() && it != body.end() && it->is_string()) {
-    name = it->get<std::string>();
-  }
-  return name;
-}
-
 }  // namespace
 
 AgentApi::AgentApi(AgentApiOptions options, const NodeTable& nodes,
-                   TaskRunner& runner, FaultInjector& faults,
-                   const ApiGuard& guard, HeartbeatStats& stats,
-                   const AgentLog& log)
+                   TaskRunner& runner, MaintenanceRunner& maintenance,
+                   FaultInjector& faults, const ApiGuard& guard,
+                   HeartbeatStats& stats, const AgentLog& log)
     : options_(std::move(options)),
       nodes_(nodes),
       runner_(runner),
+      maintenance_(maintenance),
       faults_(faults),
       guard_(guard),
       stats_(stats),
@@ -138,6 +129,8 @@ void AgentApi::InstallRoutes() {
   server_->Get(R"(/v1/tasks/([^/]+))", secured(&AgentApi::HandleGet));
   server_->Post("/v1/images/pull", secured(&AgentApi::HandleImagePull));
   server_->Get("/v1/images", secured(&AgentApi::HandleImages));
+  server_->Post("/v1/maintenance", secured(&AgentApi::HandleMaintenanceStart));
+  server_->Get("/v1/maintenance", secured(&AgentApi::HandleMaintenanceGet));
   server_->Post("/v1/faults", secured(&AgentApi::HandleFaults));
   server_->Get("/v1/stats", route(&AgentApi::HandleStats));
   server_->Get("/metrics", route(&AgentApi::HandleMetrics));

@@ -1,9 +1,10 @@
 #pragma once
 
 // The agent API (docs/agent.md, "API"): the HTTP routes the server calls
-// (launch, list, get, stop, logs), fault injection, and the public health,
-// telemetry and heartbeat statistics. Routes only: each parses its request,
-// calls a part (task runner, fault injector, ...) and writes the answer.
+// (launch, list, get, stop, logs), maintenance commands, fault injection, and
+// the public health, telemetry and heartbeat statistics. Routes only: each
+// parses its request, calls a part (task runner, fault injector, ...) and
+// writes the answer.
 
 #include <atomic>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "loom/agent/api_guard.h"
 #include "loom/agent/fault_injector.h"
 #include "loom/agent/heartbeat_stats.h"
+#include "loom/agent/maintenance_runner.h"
 #include "loom/agent/node_table.h"
 #include "loom/agent/node_telemetry.h"
 #include "loom/agent/task_runner.h"
@@ -39,8 +41,8 @@ struct AgentApiOptions {
 class AgentApi {
  public:
   AgentApi(AgentApiOptions options, const NodeTable& nodes, TaskRunner& runner,
-           FaultInjector& faults, const ApiGuard& guard, HeartbeatStats& stats,
-           const AgentLog& log);
+           MaintenanceRunner& maintenance, FaultInjector& faults,
+           const ApiGuard& guard, HeartbeatStats& stats, const AgentLog& log);
   ~AgentApi();
 
   // Binds the listener. `Unavailable` when the address cannot be had.
@@ -66,6 +68,11 @@ class AgentApi {
   void HandleStop(const httplib::Request& req, httplib::Response& res);
   // log_route.cc.
   void HandleLogs(const httplib::Request& req, httplib::Response& res);
+  // maintenance_route.cc.
+  void HandleMaintenanceStart(const httplib::Request& req,
+                              httplib::Response& res);
+  void HandleMaintenanceGet(const httplib::Request& req,
+                            httplib::Response& res);
   void HandleFaults(const httplib::Request& req, httplib::Response& res);
   void HandleImagePull(const httplib::Request& req, httplib::Response& res);
   void HandleImages(const httplib::Request& req, httplib::Response& res);
@@ -76,6 +83,7 @@ class AgentApi {
   const AgentApiOptions options_;
   const NodeTable& nodes_;
   TaskRunner& runner_;
+  MaintenanceRunner& maintenance_;
   FaultInjector& faults_;
   const ApiGuard& guard_;
   HeartbeatStats& stats_;

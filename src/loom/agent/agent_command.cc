@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "loom/agent/api_guard.h"
+#include "loom/agent/emulated_stack.h"
 #include "loom/common/config_file_option.h"
 #include "loom/common/units.h"
 #include "loom/core/job_spec.h"
@@ -81,10 +82,11 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentFlags* f) {
   agent->add_option("--emulate-driver", f->emulate_driver,
                     "GPU driver version emulated nodes report, in the "
                     "gpu.driver label and the node's stack (default: "
-                    "550.54.15)");
+                    "550.54.15); @FILE: the version in FILE, read at start "
+                    "and after each maintenance command");
   agent->add_option("--emulate-cuda", f->emulate_cuda,
                     "CUDA version emulated nodes report (gpu.cuda; default: "
-                    "12.4)");
+                    "12.4); @FILE as for --emulate-driver");
   agent->add_option("--emulate-nodes", f->emulate_nodes,
                     "Fleet emulator: register N emulated nodes named "
                     "PREFIX-K .. PREFIX-(K+N-1), sharing one listener");
@@ -230,23 +232,18 @@ absl::StatusOr<AgentOptions> AgentOptionsFromFlags(const AgentFlags& f) {
       }
       emulation->memory_bytes = *bytes;
     }
-    for (const auto& [flag, text, out] :
+    // A literal version, or "@FILE": read now, and again after each
+    // maintenance command (emulated_stack.h).
+    for (const auto& [flag, text, out, file] :
          {std::tuple{"--emulate-driver", &f.emulate_driver,
-                     &emulation->driver_version},
+                     &emulation->driver_version, &emulation->driver_file},
           std::tuple{"--emulate-cuda", &f.emulate_cuda,
-                     &emulation->cuda_version}}) {
+                     &emulation->cuda_version, &emulation->cuda_file}}) {
       if (text->empty()) continue;
-      if (text->size() > 64 ||
-          !std::all_of(text->begin(), text->end(), [](char c) {
-            return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
-                   c == '.' || c == '-' || c == '_' || c == '+';
-          })) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(flag, ": '", *text,
-                         "' is not a version (letters, digits, '.', '-', "
-                         "'_', '+'; at most 64)"));
+      if (absl::Status s = ResolveEmulatedVersionFlag(flag, *text, out, file);
+          !s.ok()) {
+        return s;
       }
-      *out = *text;
     }
     options.emulation = *emulation;
   } else if (f.emulate_cpus != 0 || !f.emulate_memory.empty() ||

@@ -44,9 +44,6 @@ struct AgentNode {
   std::string logs_dir;
   HostInfo host;
   std::vector<GpuDevice> gpus;
-  // The GPU driver and CUDA versions (emulated: `GpuEmulation`'s), for the
-  // node's labels and stack.
-  GpuSoftware software;
   bool emulated = false;
   std::unique_ptr<CgroupManager> cgroups;
   // A cgroup v2 group per task (task_group.h); null: process groups only.
@@ -70,6 +67,20 @@ struct AgentNode {
   // launcher id -> (task id, process index)
   std::map<std::string, std::pair<std::string, int>> by_launcher_id
       ABSL_GUARDED_BY(mu);
+
+  // The GPU driver and CUDA versions (emulated: `GpuEmulation`'s), for the
+  // node's labels and stack. Read again when a maintenance command ends
+  // (maintenance_runner.h), so guarded: thread-safe.
+  GpuSoftware Software() const {
+    absl::MutexLock lock(&software_mu);
+    return software;
+  }
+  void SetSoftware(GpuSoftware s) {
+    absl::MutexLock lock(&software_mu);
+    software = std::move(s);
+  }
+  mutable absl::Mutex software_mu;
+  GpuSoftware software ABSL_GUARDED_BY(software_mu);
 
   // Injected faults (fault_injector.h).
   std::atomic<bool> drop_heartbeats{false};

@@ -161,6 +161,12 @@ class FakeServer {
     auto it = last_health_.find(node);
     return it == last_health_.end() ? json() : it->second;
   }
+  // The bodies of every heartbeat from `node`, oldest first.
+  std::vector<json> Heartbeats(const std::string& node) const {
+    absl::MutexLock lock(&mu_);
+    auto it = heartbeat_bodies_.find(node);
+    return it == heartbeat_bodies_.end() ? std::vector<json>() : it->second;
+  }
   int heartbeat_count(const std::string& node) const {
     absl::MutexLock lock(&mu_);
     auto it = heartbeats_.find(node);
@@ -242,6 +248,7 @@ class FakeServer {
       return;
     }
     const json tasks = body.value("tasks", json::array());
+    heartbeat_bodies_[node].push_back(body);
     last_health_[node] = body.value("health", json());
     Record(node, tasks);
     json ack = json::array();
@@ -273,6 +280,8 @@ class FakeServer {
   std::map<std::string, std::string> bearers_ ABSL_GUARDED_BY(mu_);
   int fence_after_ms_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, json> last_health_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::vector<json>> heartbeat_bodies_
+      ABSL_GUARDED_BY(mu_);
   int reject_registrations_ ABSL_GUARDED_BY(mu_) = 0;
   int reject_status_ ABSL_GUARDED_BY(mu_) = 503;
   int attempts_ ABSL_GUARDED_BY(mu_) = 0;

@@ -55,6 +55,15 @@ std::optional<json> ObjectBody(const httplib::Request& req,
   return body;
 }
 
+std::string NamedNode(const httplib::Request& req, const json& body) {
+  std::string name = req.get_param_value("node");
+  if (auto it = body.find("node");
+      name.empty() && it != body.end() && it->is_string()) {
+    name = it->get<std::string>();
+  }
+  return name;
+}
+
 std::string TaskIdOf(const httplib::Request& req, httplib::Response& res) {
   const std::string id = req.matches[1];
   if (!ValidTaskId(id)) {

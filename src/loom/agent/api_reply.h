@@ -28,6 +28,10 @@ void SendStatus(httplib::Response& res, const absl::Status& status,
 std::optional<nlohmann::json> ObjectBody(const httplib::Request& req,
                                          httplib::Response& res);
 
+// The node a request names (`?node=`, else `"node"` of its body `body`);
+// "" when it names none.
+std::string NamedNode(const httplib::Request& req, const nlohmann::json& body);
+
 // The task id of a `/v1/tasks/{id}...` route (`req.matches[1]`); answers
 // 404 and returns "" for an id that cannot be a task's.
 std::string TaskIdOf(const httplib::Request& req, httplib::Response& res);

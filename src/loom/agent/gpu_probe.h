@@ -143,6 +143,11 @@ struct GpuEmulation {
   // `--emulate-cuda`), for labels and drift (docs/agent.md).
   std::string driver_version = "550.54.15";
   std::string cuda_version = "12.4";
+  // Where `driver_version` and `cuda_version` were read from
+  // (`--emulate-driver @FILE`, emulated_stack.h), read again whenever the
+  // node's stack is (after a maintenance command); "": a literal value.
+  std::string driver_file;
+  std::string cuda_file;
 };
 
 // Parses "8xH200", "8xa100", "4xL4:24Gi" (count 1..1024; the model is lower

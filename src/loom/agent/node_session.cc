@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <random>
 
 #include "absl/strings/ascii.h"
@@ -87,12 +88,14 @@ struct NodeSession::ServerReply {
 };
 
 NodeSession::NodeSession(NodeSessionOptions options, const NodeTable& nodes,
-                         TaskRunner& runner, const HealthMonitor& health,
-                         ApiGuard& guard, HeartbeatStats& stats,
-                         const AgentLog& log)
+                         TaskRunner& runner,
+                         const MaintenanceRunner& maintenance,
+                         const HealthMonitor& health, ApiGuard& guard,
+                         HeartbeatStats& stats, const AgentLog& log)
     : options_(std::move(options)),
       nodes_(nodes),
       runner_(runner),
+      maintenance_(maintenance),
       health_(health),
       guard_(guard),
       stats_(stats),
@@ -361,8 +364,9 @@ json NodeLabelsJson(const AgentNode& node) {
     if (!value.empty()) labels[key] = value;
   };
   add(kLabelGpuModel, node.gpus.empty() ? "" : node.gpus.front().model);
-  add(kLabelGpuDriver, node.software.driver);
-  add(kLabelGpuCuda, node.software.cuda);
+  const GpuSoftware software = node.Software();
+  add(kLabelGpuDriver, software.driver);
+  add(kLabelGpuCuda, software.cuda);
   add(kLabelKernel, node.host.kernel);
   return labels;
 }
@@ -370,9 +374,10 @@ json NodeLabelsJson(const AgentNode& node) {
 // The node's software stack, which the server compares with its pool's
 // `stack` (drift).
 json NodeStackJson(const AgentNode& node) {
+  const GpuSoftware software = node.Software();
   json stack = {{"loom", kLoomVersion}};
-  if (!node.software.driver.empty()) stack["driver"] = node.software.driver;
-  if (!node.software.cuda.empty()) stack["cuda"] = node.software.cuda;
+  if (!software.driver.empty()) stack["driver"] = software.driver;
+  if (!software.cuda.empty()) stack["cuda"] = software.cuda;
   return stack;
 }
 
@@ -388,7 +393,9 @@ json NodeSession::RegistrationBody(Link& link,
                     {"uuid", gpu.uuid},
                     {"memory_bytes", gpu.memory_bytes}});
   }
-  return {
+  // Read before the stack, as in `Heartbeat`.
+  std::optional<json> maintenance = maintenance_.Status(node);
+  json body = {
       {"name", node.name},
       {"address", options_.address},
       {"hostname", node.host.hostname},
@@ -402,6 +409,8 @@ json NodeSession::RegistrationBody(Link& link,
       {"tasks", runner_.Statuses(node, ended_ids)},
       {"images", node.images ? NodeImagesJson(*node.images) : json::array()},
       {"image_pulls", node.prepulls ? node.prepulls->Json() : json::array()}};
+  if (maintenance) body["maintenance"] = *std::move(maintenance);
+  return body;
 }
 
 void NodeSession::AcceptServerKey(AgentNode& node, const std::string& key) {
@@ -533,10 +542,15 @@ void NodeSession::Heartbeat(Worker& worker, Link& link) {
     return;
   }
   std::vector<std::string> ended;
+  // The latest maintenance command before the stack: its end is recorded
+  // only once the stack was read again (maintenance_runner.h), so a body
+  // that says it ended carries the new stack.
+  std::optional<json> maintenance = maintenance_.Status(node);
   json body = {{"name", node.name},
                {"stack", NodeStackJson(node)},
                {"health", health_.HealthJson(node)},
                {"tasks", runner_.Statuses(node, &ended)}};
+  if (maintenance) body["maintenance"] = *std::move(maintenance);
   // The node's images and pulls only when they changed since the server
   // last heard of them (pulls in progress: every time, for their progress).
   const uint64_t images_gen = node.images ? node.images->Generation() : 0;

@@ -2,7 +2,8 @@
 
 // The node session: each node's standing with the loom server. It joins
 // (a join token, then the node's own credential), registers, heartbeats
-// with the node's task statuses and health, carries out the server's
+// with the node's task statuses, health and latest maintenance command,
+// carries out the server's
 // answers (acknowledged and stopped tasks), keeps the lease file, and fences
 // a node whose heartbeats go unanswered too long (docs/fault-tolerance.md):
 // its tasks are killed before the server runs their jobs elsewhere.
@@ -25,6 +26,7 @@
 #include "loom/agent/api_guard.h"
 #include "loom/agent/health_monitor.h"
 #include "loom/agent/heartbeat_stats.h"
+#include "loom/agent/maintenance_runner.h"
 #include "loom/agent/node_table.h"
 #include "loom/agent/task_runner.h"
 #include "nlohmann/json.hpp"
@@ -59,7 +61,8 @@ struct NodeSessionOptions {
 class NodeSession {
  public:
   NodeSession(NodeSessionOptions options, const NodeTable& nodes,
-              TaskRunner& runner, const HealthMonitor& health, ApiGuard& guard,
+              TaskRunner& runner, const MaintenanceRunner& maintenance,
+              const HealthMonitor& health, ApiGuard& guard,
               HeartbeatStats& stats, const AgentLog& log);
   ~NodeSession();
 
@@ -137,6 +140,7 @@ class NodeSession {
   const NodeSessionOptions options_;
   const NodeTable& nodes_;
   TaskRunner& runner_;
+  const MaintenanceRunner& maintenance_;
   const HealthMonitor& health_;
   ApiGuard& guard_;
   HeartbeatStats& stats_;

@@ -88,13 +88,13 @@ absl::Status InitNode(const NodeTableOptions& options, const HostInfo& host,
     const GpuEmulation& e = *options.emulation;
     EmulatedGpuProbe probe(e, node.name);
     node.gpus = probe.Probe().value();
-    node.software = probe.Software();
+    node.SetSoftware(probe.Software());
     node.emulated = true;
     if (e.cpus > 0) node.host.cpus = e.cpus;
     if (e.memory_bytes > 0) node.host.memory_bytes = e.memory_bytes;
   } else {
     node.gpus = real_gpus;
-    node.software = options.real_software;
+    node.SetSoftware(options.real_software);
   }
 
   if (options.launcher_factory) {
