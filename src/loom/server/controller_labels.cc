@@ -84,6 +84,15 @@ void Controller::ApplyLabels(int n, const nlohmann::json& body,
   } else if (registering) {
     node.stack.clear();
   }
+  // Heartbeats carry the stack, not the labels: the version labels follow
+  // the stack, so that a node upgraded in place is selected by its new
+  // driver at once.
+  for (const auto& [key, label] :
+       {std::pair{"driver", "gpu.driver"}, std::pair{"cuda", "gpu.cuda"}}) {
+    if (auto it = node.stack.find(key); it != node.stack.end()) {
+      node.reported_labels[label] = it->second;
+    }
+  }
   scheduler_->SetNodeLabels(n, EffectiveLabels(n));
   UpdateDrift(n);
 }

@@ -177,6 +177,7 @@ TEST_F(ControllerMaintenanceTest, RollsThePoolTwoAtATimeAndMovesTheGangOff) {
     nlohmann::json node = NodeJson(n);
     EXPECT_EQ(node["state"], "up") << node.dump();
     EXPECT_EQ(node["stack"]["driver"], "560.35.03");
+    EXPECT_EQ(node["labels"]["gpu.driver"], "560.35.03");
     EXPECT_TRUE(node["outdated"].empty());
   }
   // The idle nodes went first; the gang moved once, onto upgraded nodes,
