@@ -6,6 +6,7 @@
 #include "loom/cli/cluster_verbs.h"
 #include "loom/cli/image_verbs.h"
 #include "loom/cli/job_verbs.h"
+#include "loom/cli/maintain_verbs.h"
 #include "loom/cli/node_verbs.h"
 #include "loom/cli/spec_verbs.h"
 #include "loom/cli/token_verbs.h"
@@ -33,8 +34,10 @@ void AddJobCommands(CLI::App& app, JobCommandFlags* f) {
   cli::AddTokenVerbs(app, f);
   cli::AddImageVerbs(app, f);
   cli::AddSpecVerbs(app, f);
+  cli::AddMaintainVerbs(app, f);
   for (const auto& [name, verb] : f->verbs) {
-    if (name != "run") verb->footer(kExitFooter);
+    // `run` and `maintain` say what their waits exit with.
+    if (name != "run" && name != "maintain") verb->footer(kExitFooter);
   }
 }
 
@@ -42,8 +45,8 @@ int RunJobCommand(std::string_view verb, const JobCommandFlags& flags,
                   const CommandContext& context) {
   const cli::Verb v{std::string(verb), flags, context};
   for (auto run : {cli::RunJobVerb, cli::RunNodeVerb, cli::RunClusterVerb,
-                   cli::RunTokenVerb, cli::RunImageVerb,
-                   cli::RunSpecVerb}) {
+                   cli::RunTokenVerb, cli::RunImageVerb, cli::RunSpecVerb,
+                   cli::RunMaintainVerb}) {
     if (std::optional<int> rc = run(v)) return *rc;
   }
   return v.Fail(cli::kExitUsage, "unknown verb");
@@ -55,7 +58,8 @@ std::optional<int> RunJobCommands(const JobCommandFlags& flags) {
     CommandContext context;
     context.out = &std::cout;
     context.err = &std::cerr;
-    if ((name == "run" && flags.run.wait) || name == "top") {
+    if ((name == "run" && flags.run.wait) || name == "top" ||
+        (name == "maintain" && (flags.maintain.wait || flags.maintain.watch))) {
       // The first Ctrl-C ends the wait (exit 130); a second one kills.
       struct sigaction sa {};
       sa.sa_handler = OnInterrupt;

@@ -2,9 +2,9 @@
 
 // The client verbs of `loom`: submit, run, release, queue, show, logs,
 // cancel, checkpoint, nodes, cordon, uncordon, drain, top, chaos, projects,
-// whoami, token. Each talks to the server through `ApiClient` (docs/api.md);
-// docs/cli.md documents them for users. This is where they are registered
-// and run; the verbs themselves live by resource in job_verbs.h,
+// whoami, token, maintain. Each talks to the server through `ApiClient`
+// (docs/api.md); docs/cli.md documents them for users. This is where they are
+// registered and run; the verbs themselves live by resource in job_verbs.h,
 // node_verbs.h, cluster_verbs.h and token_verbs.h, over the shared parts in
 // verb.h (running a verb and making its requests), verb_flags.h,
 // reply_fields.h and output_format.h.
@@ -29,6 +29,24 @@
 #include "loom/client/server_config.h"
 
 namespace loom {
+
+// `loom maintain` (maintain_verbs.h): start a rolling maintenance, or
+// status|pause|resume|abort one. Numbers and durations are kept as typed so
+// that the verb can name the flag when one is bad; "" is not given.
+struct MaintainFlags {
+  std::string action;  // "" (start), status, pause, resume, abort
+  std::string id;      // the action's ID; "": the newest maintenance
+  std::string pool;
+  std::vector<std::string> nodes;
+  std::string batch;
+  std::string max_unavailable;
+  std::string command;  // --run
+  std::string drain_timeout;
+  std::string ready_timeout;
+  std::string on_failure;
+  bool wait = false;   // start --wait
+  bool watch = false;  // status -w
+};
 
 // Flags of all the client verbs; only the fields of the verb that was parsed
 // are meaningful.
@@ -91,6 +109,9 @@ struct JobCommandFlags {
   // given), rollback --to (0: the one before the live one)
   int64_t spec_revision = -1;
   int64_t rollback_to = 0;
+
+  // maintain
+  MaintainFlags maintain;
 
   // Filled by `AddJobCommands`: each verb's name and subcommand.
   std::vector<std::pair<std::string, CLI::App*>> verbs;

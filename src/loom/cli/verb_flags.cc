@@ -8,10 +8,8 @@
 #include "loom/common/job_id.h"
 
 namespace loom::cli {
-namespace {
 
-// `--server` and `--token-file` on a verb.
-void AddServerFlag(CLI::App* verb, JobCommandFlags* f) {
+void AddServerFlags(CLI::App* verb, JobCommandFlags* f) {
   verb->add_option("--server", f->server,
                    "Server URL(s), comma-separated (default: $LOOM_SERVER, "
                    "then `server:` in $LOOM_CONFIG or "
@@ -21,8 +19,6 @@ void AddServerFlag(CLI::App* verb, JobCommandFlags* f) {
                    "$LOOM_TOKEN_FILE, `token_file:` in the config file, "
                    "~/.config/loom/token)");
 }
-
-}  // namespace
 
 void AddOutputFlag(CLI::App* verb, JobCommandFlags* f,
                    std::vector<std::string> formats) {
@@ -36,7 +32,7 @@ CLI::App* AddVerb(CLI::App& app, JobCommandFlags* f, const std::string& name,
                   const std::string& description) {
   CLI::App* verb = app.add_subcommand(name, description);
   f->verbs.emplace_back(name, verb);
-  AddServerFlag(verb, f);
+  AddServerFlags(verb, f);
   return verb;
 }
 

@@ -17,6 +17,10 @@ namespace loom::cli {
 CLI::App* AddVerb(CLI::App& app, JobCommandFlags* f, const std::string& name,
                   const std::string& description);
 
+// Adds --server and --token-file to `verb` (`AddVerb` does for a verb; a
+// verb's own subcommands need them too).
+void AddServerFlags(CLI::App* verb, JobCommandFlags* f);
+
 // Adds -o/--output, taking one of `formats`, to `verb`.
 void AddOutputFlag(CLI::App* verb, JobCommandFlags* f,
                    std::vector<std::string> formats);

@@ -643,6 +643,31 @@ absl::StatusOr<nlohmann::json> ApiClient::ClusterRevision(int64_t revision) {
   return Call("GET", absl::StrCat("/v1/cluster/revisions/", revision), "");
 }
 
+absl::StatusOr<nlohmann::json> ApiClient::StartMaintenance(
+    const nlohmann::json& request) {
+  return Call("POST", "/v1/maintenance", request.dump());
+}
+
+absl::StatusOr<nlohmann::json> ApiClient::ListMaintenances() {
+  return Call("GET", "/v1/maintenance", "");
+}
+
+absl::StatusOr<nlohmann::json> ApiClient::GetMaintenance(int64_t id) {
+  return Call("GET", absl::StrCat("/v1/maintenance/", id), "");
+}
+
+absl::StatusOr<nlohmann::json> ApiClient::MaintenanceAction(
+    int64_t id, std::string_view action) {
+  if (action != "pause" && action != "resume" && action != "abort") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", std::string(action),
+                     "' is not a maintenance action (pause, resume, abort)"));
+  }
+  return Call("POST",
+              absl::StrCat("/v1/maintenance/", id, "/", std::string(action)),
+              "");
+}
+
 absl::StatusOr<nlohmann::json> ApiClient::ListNodes() {
   return Call("GET", "/v1/nodes", "");
 }

@@ -164,6 +164,20 @@ class ApiClient {
   absl::StatusOr<nlohmann::json> ClusterRevisions();
   absl::StatusOr<nlohmann::json> ClusterRevision(int64_t revision);
 
+  // Rolling maintenance (docs/api.md): POST /v1/maintenance with `request`
+  // ({pool | nodes, command, batch, ...}; admin) answers the new
+  // maintenance; GET /v1/maintenance answers {"maintenances": [...]},
+  // newest first, without their `node_status`; GET /v1/maintenance/{id}
+  // one maintenance. `MaintenanceAction` posts /v1/maintenance/{id}/ACTION
+  // for `action` pause, resume or abort (admin; another action is
+  // InvalidArgument, sent nowhere) and answers the maintenance after it.
+  absl::StatusOr<nlohmann::json> StartMaintenance(
+      const nlohmann::json& request);
+  absl::StatusOr<nlohmann::json> ListMaintenances();
+  absl::StatusOr<nlohmann::json> GetMaintenance(int64_t id);
+  absl::StatusOr<nlohmann::json> MaintenanceAction(int64_t id,
+                                                   std::string_view action);
+
   const std::vector<std::string>& server_urls() const { return urls_; }
 
  private:

@@ -6,8 +6,10 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -442,6 +444,95 @@ TEST(ApiClientFailover, WaitsOutAnElection) {
   EXPECT_EQ(impatient.ListProjects().status().code(),
             absl::StatusCode::kUnavailable);
   EXPECT_EQ(calls, 1);
+}
+
+TEST(ApiClientMaintenance, RoutesAndErrors) {
+  FakeServer fake;
+  httplib::Server& s = fake.server();
+  std::vector<std::string> seen;  // "METHOD PATH BODY", in order
+  std::mutex mu;
+  auto record = [&](const httplib::Request& req) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen.push_back(absl::StrCat(req.method, " ", req.path, " ", req.body));
+  };
+  s.Post("/v1/maintenance", [&](const httplib::Request& req,
+                                httplib::Response& res) {
+    record(req);
+    const nlohmann::json body = nlohmann::json::parse(req.body, nullptr, false);
+    if (body.value("pool", "") == "busy") {
+      ErrorReply(res, 409, "conflict",
+                 "maintenance 2 is running; abort it first");
+      return;
+    }
+    JsonReply(res, 201, {{"id", 3}, {"state", "running"}});
+  });
+  s.Get("/v1/maintenance",
+        [&](const httplib::Request& req, httplib::Response& res) {
+          record(req);
+          JsonReply(res, 200, {{"maintenances", {{{"id", 3}}, {{"id", 2}}}}});
+        });
+  s.Get(R"(/v1/maintenance/(\d+))", [&](const httplib::Request& req,
+                                        httplib::Response& res) {
+    record(req);
+    if (req.matches[1] != "3") {
+      ErrorReply(res, 404, "not_found", "no maintenance 9");
+      return;
+    }
+    JsonReply(res, 200, {{"id", 3}, {"node_status", nlohmann::json::array()}});
+  });
+  s.Post(R"(/v1/maintenance/(\d+)/(\w+))",
+         [&](const httplib::Request& req, httplib::Response& res) {
+           record(req);
+           if (req.matches[2] == "resume") {
+             ErrorReply(res, 409, "failed_precondition",
+                        "maintenance 3 is done; nothing to resume");
+             return;
+           }
+           JsonReply(res, 200, {{"id", 3}, {"state", "paused"}});
+         });
+  fake.Start();
+  ApiClient client({fake.url()});
+
+  absl::StatusOr<nlohmann::json> m = client.StartMaintenance(
+      {{"pool", "h200"}, {"command", "true"}, {"batch", 2}});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)["id"], 3);
+  absl::StatusOr<nlohmann::json> busy = client.StartMaintenance(
+      {{"pool", "busy"}, {"command", "true"}, {"batch", 2}});
+  EXPECT_EQ(busy.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(busy.status().message(),
+            "maintenance 2 is running; abort it first");
+  EXPECT_EQ(HttpStatusOf(busy.status()), 409);
+
+  absl::StatusOr<nlohmann::json> list = client.ListMaintenances();
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ((*list)["maintenances"].size(), 2u);
+  ASSERT_TRUE(client.GetMaintenance(3).ok());
+  absl::StatusOr<nlohmann::json> unknown = client.GetMaintenance(9);
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(unknown.status().message(), "no maintenance 9");
+
+  absl::StatusOr<nlohmann::json> paused = client.MaintenanceAction(3, "pause");
+  ASSERT_TRUE(paused.ok()) << paused.status();
+  EXPECT_EQ((*paused)["state"], "paused");
+  absl::StatusOr<nlohmann::json> resumed =
+      client.MaintenanceAction(3, "resume");
+  EXPECT_EQ(resumed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(resumed.status().message()),
+              HasSubstr("nothing to resume"));
+  // An action the API does not have is refused before anything is sent.
+  const size_t sent = seen.size();
+  EXPECT_EQ(client.MaintenanceAction(3, "restart").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  fake.Stop();
+  ASSERT_EQ(seen.size(), sent);
+  EXPECT_EQ(
+      seen[0],
+      R"(POST /v1/maintenance {"batch":2,"command":"true","pool":"h200"})");
+  EXPECT_EQ(seen[2], "GET /v1/maintenance ");
+  EXPECT_EQ(seen[3], "GET /v1/maintenance/3 ");
+  EXPECT_EQ(seen[5], "POST /v1/maintenance/3/pause ");
+  EXPECT_EQ(seen[6], "POST /v1/maintenance/3/resume ");
 }
 
 TEST(NormalizeServerUrl, AcceptsAndRejects) {
