@@ -34,9 +34,10 @@ Json MaintSnapshot(const std::string& state, int current,
       {"pending", 0}, {"in_progress", 0}, {"done", 0}, {"failed", 0}};
   for (const Json& n : nodes) {
     const std::string phase = n["phase"];
-    if (phase == "pending") {
+    // As the server counts them: a skipped node is pending.
+    if (phase == "pending" || phase == "skipped") {
       counts["pending"] = counts["pending"].get<int>() + 1;
-    } else if (phase == "done" || phase == "skipped") {
+    } else if (phase == "done") {
       counts["done"] = counts["done"].get<int>() + 1;
     } else if (phase == "failed") {
       counts["failed"] = counts["failed"].get<int>() + 1;
