@@ -118,10 +118,14 @@ std::string CountsText(const Json& m) {
   static const Json kEmpty = Json::object();
   const Json* c = cli::Field(m, "counts");
   const Json& counts = c != nullptr ? *c : kEmpty;
-  return absl::StrCat(Int(counts, "done").value_or(0), " done, ",
-                      Int(counts, "in_progress").value_or(0), " in progress, ",
-                      Int(counts, "pending").value_or(0), " pending, ",
-                      Int(counts, "failed").value_or(0), " failed");
+  return absl::StrCat(
+      Int(counts, "done").value_or(0), " done, ",
+      Int(counts, "in_progress").value_or(0), " in progress, ",
+      Int(counts, "pending").value_or(0), " pending, ",
+      Int(counts, "failed").value_or(0), " failed",
+      Int(counts, "skipped").value_or(0) > 0
+          ? absl::StrCat(", ", *Int(counts, "skipped"), " skipped")
+          : "");
 }
 
 // The reason, without a lead that repeats the state ("done: 8 nodes
@@ -233,7 +237,8 @@ std::string FormatMaintenanceStarted(const Json& m) {
   if (count == 0) {
     const Json* c = cli::Field(m, "counts");
     if (c != nullptr) {
-      for (const char* k : {"pending", "in_progress", "done", "failed"}) {
+      for (const char* k :
+           {"pending", "in_progress", "done", "failed", "skipped"}) {
         count += Int(*c, k).value_or(0);
       }
     }

@@ -383,14 +383,17 @@ absl::Status AbortMaintenance(Maintenance& m, const std::string& who,
 
 nlohmann::json MaintenanceJson(const Maintenance& m, bool with_nodes) {
   const MaintenanceSettings& s = m.settings;
-  nlohmann::json counts = {
-      {"pending", 0}, {"in_progress", 0}, {"done", 0}, {"failed", 0}};
+  nlohmann::json counts = {{"pending", 0},
+                           {"in_progress", 0},
+                           {"done", 0},
+                           {"failed", 0},
+                           {"skipped", 0}};
   for (const MaintenanceNode& n : m.nodes) {
-    const char* key = n.phase == Phase::kPending || n.phase == Phase::kSkipped
-                          ? "pending"
-                      : InFlightPhase(n.phase)  ? "in_progress"
-                      : n.phase == Phase::kDone ? "done"
-                                                : "failed";
+    const char* key = n.phase == Phase::kPending   ? "pending"
+                      : n.phase == Phase::kSkipped ? "skipped"
+                      : InFlightPhase(n.phase)     ? "in_progress"
+                      : n.phase == Phase::kDone    ? "done"
+                                                   : "failed";
     counts[key] = counts[key].get<int>() + 1;
   }
   nlohmann::json j = {
