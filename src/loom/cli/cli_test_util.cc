@@ -139,8 +139,14 @@ void VerbTest::SetUp() {
           const size_t i = std::min(polls_++, states_.size() - 1);
           Reply(res, 200, states_[i]);
         });
-  s.Post(R"(/v1/jobs/(\d+)/cancel)", [](const httplib::Request& req,
-                                        httplib::Response& res) {
+  s.Post(R"(/v1/jobs/(\d+)/cancel)", [this](const httplib::Request& req,
+                                            httplib::Response& res) {
+    if (req.matches[1] == "42") {
+      // Polled after this, the job has ended cancelled.
+      std::lock_guard<std::mutex> lock(mu_);
+      states_ = {{{"id", 42}, {"state", "cancelled"}}};
+      polls_ = 0;
+    }
     if (req.matches[1] == "7") {
       Reply(res, 404,
             {{"error", {{"code", "not_found"}, {"message", "no job 7"}}}});

@@ -6,6 +6,7 @@
 #include "loom/cli/cluster_verbs.h"
 #include "loom/cli/image_verbs.h"
 #include "loom/cli/job_verbs.h"
+#include "loom/cli/job_wait.h"
 #include "loom/cli/maintain_verbs.h"
 #include "loom/cli/node_verbs.h"
 #include "loom/cli/spec_verbs.h"
@@ -29,6 +30,7 @@ constexpr char kExitFooter[] =
 
 void AddJobCommands(CLI::App& app, JobCommandFlags* f) {
   cli::AddJobVerbs(app, f);
+  cli::AddAttachVerb(app, f);
   cli::AddNodeVerbs(app, f);
   cli::AddClusterVerbs(app, f);
   cli::AddTokenVerbs(app, f);
@@ -36,17 +38,19 @@ void AddJobCommands(CLI::App& app, JobCommandFlags* f) {
   cli::AddSpecVerbs(app, f);
   cli::AddMaintainVerbs(app, f);
   for (const auto& [name, verb] : f->verbs) {
-    // `run` and `maintain` say what their waits exit with.
-    if (name != "run" && name != "maintain") verb->footer(kExitFooter);
+    // `run`, `attach` and `maintain` say what their waits exit with.
+    if (name != "run" && name != "attach" && name != "maintain") {
+      verb->footer(kExitFooter);
+    }
   }
 }
 
 int RunJobCommand(std::string_view verb, const JobCommandFlags& flags,
                   const CommandContext& context) {
   const cli::Verb v{std::string(verb), flags, context};
-  for (auto run : {cli::RunJobVerb, cli::RunNodeVerb, cli::RunClusterVerb,
-                   cli::RunTokenVerb, cli::RunImageVerb, cli::RunSpecVerb,
-                   cli::RunMaintainVerb}) {
+  for (auto run : {cli::RunJobVerb, cli::RunAttachVerb, cli::RunNodeVerb,
+                   cli::RunClusterVerb, cli::RunTokenVerb, cli::RunImageVerb,
+                   cli::RunSpecVerb, cli::RunMaintainVerb}) {
     if (std::optional<int> rc = run(v)) return *rc;
   }
   return v.Fail(cli::kExitUsage, "unknown verb");
@@ -59,6 +63,7 @@ std::optional<int> RunJobCommands(const JobCommandFlags& flags) {
     context.out = &std::cout;
     context.err = &std::cerr;
     if ((name == "run" && flags.run.wait) || name == "top" ||
+        name == "attach" ||
         (name == "maintain" && (flags.maintain.wait || flags.maintain.watch))) {
       // The first Ctrl-C ends the wait (exit 130); a second one kills.
       struct sigaction sa {};

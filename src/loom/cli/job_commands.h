@@ -66,6 +66,8 @@ struct JobCommandFlags {
   std::string state;
   std::string project;
   std::string user;
+  // run --wait -l, attach -l: output lines led by their rank
+  bool label = false;
   // logs
   bool follow = false;
   int task = 0;

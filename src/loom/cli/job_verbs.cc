@@ -22,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "loom/cli/job_format.h"
+#include "loom/cli/job_wait.h"
 #include "loom/cli/reply_fields.h"
 #include "loom/cli/run_spec.h"
 #include "loom/cli/verb_flags.h"
@@ -104,75 +105,6 @@ int Submit(const Verb& v) {
   return rc;
 }
 
-std::string StateLine(const Json& job) {
-  const int64_t id = JobId(job);
-  const std::string state = Str(job, "state");
-  std::string line = absl::StrCat("job ", id, " is ", state);
-  if (state == "running" || state == "stopping") {
-    if (const Json* p = Field(job, "placement"); p != nullptr) {
-      std::vector<std::string> nodes;
-      for (const Json& t : Items(*p, "tasks")) {
-        const std::string n = Str(t, "node");
-        if (!n.empty() &&
-            std::find(nodes.begin(), nodes.end(), n) == nodes.end()) {
-          nodes.push_back(n);
-        }
-      }
-      if (!nodes.empty()) {
-        absl::StrAppend(&line, " on ", absl::StrJoin(nodes, ","));
-      }
-    }
-  } else if (const std::string reason = Str(job, "reason"); !reason.empty()) {
-    absl::StrAppend(&line, ": ", reason);
-  }
-  return line;
-}
-
-// `loom run --wait`: polls the job until it ends.
-int WaitForJob(const Verb& v, ApiClient& client, int64_t id) {
-  std::string last_line;
-  bool warned = false;
-  while (true) {
-    if (v.ctx.interrupted != nullptr && v.ctx.interrupted->load()) break;
-    absl::StatusOr<Json> job = client.GetJob(id);
-    if (!job.ok()) {
-      if (job.status().code() != absl::StatusCode::kUnavailable) {
-        return v.FailJob(id, job.status());
-      }
-      if (!warned) {
-        v.err() << "loom run: " << job.status().message()
-                << "; still waiting for job " << id << "\n";
-        warned = true;
-      }
-    } else {
-      warned = false;
-      const std::string state = Str(*job, "state");
-      if (IsFinalJobState(state)) {
-        const int code = WaitExitCode(*job);
-        std::string line = absl::StrCat("job ", id, " ", state);
-        if (state != "succeeded")
-          absl::StrAppend(&line, " (exit status ", code, ")");
-        if (const std::string reason = Str(*job, "reason");
-            !reason.empty() && state != "succeeded") {
-          absl::StrAppend(&line, ": ", reason);
-        }
-        v.err() << line << "\n";
-        v.PrintStructured(*job);
-        return code;
-      }
-      std::string line = StateLine(*job);
-      if (line != last_line) {
-        v.err() << line << "\n";
-        last_line = std::move(line);
-      }
-    }
-    if (!SleepUnlessInterrupted(v.ctx)) break;
-  }
-  v.err() << "loom run: interrupted; job " << id
-          << " keeps running (cancel it with `loom cancel " << id << "`)\n";
-  return kExitInterrupted;
-}
-
 int Run(const Verb& v) {
   absl::StatusOr<Json> spec = BuildRunSpec(v.flags.run);
   if (!spec.ok()) return v.Fail(kExitUsage, spec.status());
@@ -186,7 +118,7 @@ int Run(const Verb& v) {
   }
   if (v.flags.output.empty()) PrintSubmitted(v, *job);
   v.out().flush();
-  return WaitForJob(v, *client, JobId(*job));
+  return FollowJob(v, *client, JobId(*job), /*cancel_on_interrupt=*/true);
 }
 
 int Release(const Verb& v) {
@@ -403,7 +335,11 @@ void AddJobVerbs(CLI::App& app, JobCommandFlags* f) {
                   "when set, else half the node's)");
   run->add_flag("--hold", r->hold, "Queue the job held until `loom release`");
   run->add_flag("--wait", r->wait,
-                "Wait for the job to end and exit with its exit code");
+                "Wait for the job to end, streaming every task's output, and "
+                "exit with its exit code (as srun)");
+  run->add_flag("-l,--label", f->label,
+                "With --wait: lead each output line with its rank, as "
+                "`srun -l`");
   run->add_option("command", r->command, "The command and its arguments")
       ->required();
   run->positionals_at_end(true);
@@ -412,7 +348,8 @@ void AddJobVerbs(CLI::App& app, JobCommandFlags* f) {
       "Everything after the first word of the command (or after --) is the "
       "command's.\nExit status: 0 ok, 1 the request failed, 2 bad usage; "
       "with --wait the job's exit code, 128+N when signal N killed it, 1 "
-      "when it failed without one, 130 on Ctrl-C (the job keeps running).");
+      "when it failed without one. With --wait, Ctrl-C cancels the job and "
+      "waits for its end (as srun); a second Ctrl-C leaves at once.");
 
   const CLI::Validator job_id = JobIdValidator();
   CLI::App* release = AddVerb(app, f, "release", "Let held jobs start");

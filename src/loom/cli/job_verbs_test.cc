@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "loom/cli/cli_test_util.h"
 #include "loom/cli/job_format.h"
+#include "loom/cli/job_output.h"
 
 namespace loom {
 namespace {
@@ -145,7 +146,8 @@ TEST_F(VerbTest, RunWaitExitsWithTheJobsCode) {
   EXPECT_EQ(Run({"run", "-g", "2", "--wait", "--", "true"}).rc, 0);
 }
 
-TEST_F(VerbTest, RunWaitInterruptedIs130) {
+// As srun: Ctrl-C cancels the job, and the wait goes on to its end.
+TEST_F(VerbTest, RunWaitInterruptedCancelsTheJob) {
   std::atomic<bool> interrupted{false};
   std::thread ctrl_c([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
@@ -154,8 +156,62 @@ TEST_F(VerbTest, RunWaitInterruptedIs130) {
   CliResult r =
       Run({"run", "-g", "1", "--wait", "--", "sleep", "1000"}, &interrupted);
   ctrl_c.join();
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("loom run: cancelling job 42"));
+  EXPECT_THAT(r.err, HasSubstr("job 42 cancelled"));
+}
+
+// `loom attach`: Ctrl-C leaves, the job keeps running.
+TEST_F(VerbTest, AttachInterruptedDetaches) {
+  std::atomic<bool> interrupted{false};
+  std::thread ctrl_c([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    interrupted = true;
+  });
+  CliResult r = Run({"attach", "42"}, &interrupted);
+  ctrl_c.join();
   EXPECT_EQ(r.rc, 130);
-  EXPECT_THAT(r.err, HasSubstr("job 42 keeps running"));
+  EXPECT_THAT(r.err, HasSubstr("detached; job 42 keeps running"));
+  EXPECT_EQ(Run({"attach", "9"}).rc, 1);
+}
+
+// Every task's stdout and stderr, each line led by its rank with -l.
+TEST_F(VerbTest, RunWaitStreamsEveryTasksOutputWithRanks) {
+  const Json tasks = {
+      {{"index", 0}, {"task_id", "42.0.0"}, {"state", "running"}},
+      {{"index", 1}, {"task_id", "42.0.1"}, {"state", "running"}}};
+  states_ = {
+      {{"id", 42}, {"state", "running"}, {"placement", {{"tasks", tasks}}}},
+      {{"id", 42},
+       {"state", "succeeded"},
+       {"exit_code", 0},
+       {"placement", {{"tasks", tasks}}}}};
+  CliResult r = Run({"run", "-g", "16", "--nodes", "2", "--wait", "-l", "--",
+                     "python", "train.py"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("0: line from stdout of task 0\n"));
+  EXPECT_THAT(r.out, HasSubstr("1: line from stdout of task 1\n"));
+  EXPECT_THAT(r.err, HasSubstr("0: line from stderr of task 0\n"));
+  EXPECT_THAT(r.err, HasSubstr("1: line from stderr of task 1\n"));
+  // Each stream once, though the job was seen twice.
+  EXPECT_EQ(r.out.find("task 1\n"), r.out.rfind("task 1\n"));
+  // Without -l, the lines as the tasks wrote them.
+  polls_ = 0;
+  r = Run({"attach", "42"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("line from stdout of task 1\n"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr(": line")));
+}
+
+TEST(LinePrefixer, WholeLinesOnlyEachLedByThePrefix) {
+  LinePrefixer p("3: ");
+  EXPECT_EQ(p.Feed("a\nb"), "3: a\n");
+  EXPECT_EQ(p.Feed("c\n\nd"), "3: bc\n3: \n");
+  EXPECT_EQ(p.Feed(""), "");
+  EXPECT_EQ(p.Flush(), "3: d\n");
+  EXPECT_EQ(p.Flush(), "");
+  LinePrefixer none("");
+  EXPECT_EQ(none.Feed("x\ny"), "x\n");
 }
 
 TEST_F(VerbTest, ShowAndLogs) {
