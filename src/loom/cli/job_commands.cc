@@ -29,6 +29,17 @@ constexpr char kExitFooter[] =
 // --- Registration and dispatch ---
 
 void AddJobCommands(CLI::App& app, JobCommandFlags* f) {
+  // The options every client verb has, also before the verb (as kubectl's
+  // `kubectl -o json get pods`): `loom --server URL queue`. After the verb
+  // they win.
+  app.add_option("--server", f->server,
+                 "Server URL(s) of the client verbs (also after the verb)");
+  app.add_option("--token-file", f->token_file,
+                 "API token file of the client verbs (also after the verb)");
+  app.add_option("-o,--output", f->output,
+                 "Output format of the client verbs: json|yaml (also after "
+                 "the verb)")
+      ->check(CLI::IsMember({"json", "yaml"}));
   cli::AddJobVerbs(app, f);
   cli::AddAttachVerb(app, f);
   cli::AddNodeVerbs(app, f);
@@ -48,6 +59,14 @@ void AddJobCommands(CLI::App& app, JobCommandFlags* f) {
 int RunJobCommand(std::string_view verb, const JobCommandFlags& flags,
                   const CommandContext& context) {
   const cli::Verb v{std::string(verb), flags, context};
+  // `-o` given before a verb that has none.
+  for (const auto& [name, app] : flags.verbs) {
+    if (name == verb && !flags.output.empty() &&
+        app->get_option_no_throw("-o") == nullptr) {
+      return v.Fail(cli::kExitUsage,
+                    "-o: this verb prints no structured output");
+    }
+  }
   for (auto run : {cli::RunJobVerb, cli::RunAttachVerb, cli::RunNodeVerb,
                    cli::RunClusterVerb, cli::RunTokenVerb, cli::RunImageVerb,
                    cli::RunSpecVerb, cli::RunMaintainVerb}) {
@@ -59,6 +78,7 @@ int RunJobCommand(std::string_view verb, const JobCommandFlags& flags,
 std::optional<int> RunJobCommands(const JobCommandFlags& flags) {
   for (const auto& [name, app] : flags.verbs) {
     if (!app->parsed()) continue;
+
     CommandContext context;
     context.out = &std::cout;
     context.err = &std::cerr;

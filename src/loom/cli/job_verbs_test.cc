@@ -33,6 +33,22 @@ TEST_F(VerbTest, QueuePrintsActiveJobsByDefault) {
   EXPECT_THAT(r.out, HasSubstr("jobs:\n  - "));
 }
 
+// As kubectl: the client verbs' common options before the verb too.
+TEST_F(VerbTest, CommonOptionsGoBeforeTheVerbToo) {
+  const std::string url = env_["LOOM_SERVER"];
+  env_["LOOM_SERVER"] = "http://127.0.0.1:1";  // nothing there
+  CliResult r = Run({"--server", url, "-o", "json", "queue"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(Json::parse(r.out), SampleJobs());
+  // After the verb, they win.
+  r = Run({"--server", "http://127.0.0.1:1", "queue", "--server", url});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  r = Run({"-o", "json", "cancel", "42", "--server", url});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_THAT(r.err, HasSubstr("-o: this verb prints no structured output"));
+  EXPECT_EQ(Run({"-o", "xml", "queue"}).rc, 2);
+}
+
 TEST_F(VerbTest, QueueRejectsBadUsage) {
   CliResult r = Run({"queue", "--state", "sleeping"});
   EXPECT_EQ(r.rc, 2);

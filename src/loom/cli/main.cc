@@ -39,6 +39,19 @@ int main(int argc, char** argv) {
     // --help and --version exit 0; bad usage exits 2 (docs/cli.md).
     return app.exit(e) == 0 ? 0 : 2;
   }
+  if (!job_flags.server.empty() || !job_flags.token_file.empty() ||
+      !job_flags.output.empty()) {
+    // Given before the verb: only the client verbs take them.
+    for (CLI::App* daemon : {sim, server, agent, dev}) {
+      if (daemon->parsed()) {
+        std::cerr << "loom " << daemon->get_name()
+                  << ": --server, --token-file and -o before the verb are "
+                     "options of the client verbs; give this verb's own "
+                     "options after it\n";
+        return 2;
+      }
+    }
+  }
   if (sim->parsed()) return loom::RunSim(sim_flags);
   if (server->parsed()) return loom::RunServer(server_flags);
   if (agent->parsed()) return loom::RunAgent(agent_flags);
