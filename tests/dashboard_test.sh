@@ -3,7 +3,8 @@
 # (Debian's) loads `/` of a running local cluster, runs its JavaScript, and
 # the test asserts on the rendered page: the running job's 8 GPU cells carry
 # its id, the other 8 are idle, the waiting job is in the queue with its
-# pending reason; the job page shows the placement, events and logs.
+# pending reason; the job page shows the placement, events and logs; the
+# Maintenance panel shows a rolling maintenance and its node's phase.
 # Screenshots go to out/test-artifacts/ (dashboard.png, dashboard-job.png).
 # Usage: tests/dashboard_test.sh PATH_TO_LOOM
 set -u
@@ -82,4 +83,18 @@ grep -q "^leaf0  #\.$" "$W/top.out" || fail "top node map: $(cat "$W/top.out")"
 grep -q "^$WIDE  *wide  .*next to run" "$W/top.out" || fail "top waiting job"
 grep -q "^$BUSY  *busy  .*one node (h200-0)" "$W/top.out" || fail "top running job"
 echo "ok: loom top"
+
+# The Maintenance panel: a run whose command is still running on h200-1.
+"$LOOM" maintain --nodes h200-1 --batch 1 --run 'sleep 60' > "$W/maint.out" 2>&1 ||
+  fail "loom maintain: $(cat "$W/maint.out")"
+maint_running() {
+  curl -sf "${AUTH[@]}" "$LOOM_SERVER/v1/maintenance/1" | grep -q '"phase": *"running"'
+}
+wait_for 20 maint_running || fail "the maintenance's command did not start: $("$LOOM" maintain status)"
+chrome "$LOOM_SERVER/#token=$TOKEN" --dump-dom > "$W/maint.html" || fail "chromium (maintenance)"
+grep -q 'id="maint-summary" data-maint="1" data-state="running"' "$W/maint.html" ||
+  fail "no maintenance summary: $(grep -o '<section id="maint-section".\{0,400\}' "$W/maint.html")"
+grep -q '<tr class="maint-node" data-node="h200-1" data-phase="running">' "$W/maint.html" ||
+  fail "no running row for h200-1: $(grep -o '<section id="maint-section".\{0,800\}' "$W/maint.html")"
+echo "ok: the dashboard shows the maintenance and h200-1's phase"
 echo "PASS"
