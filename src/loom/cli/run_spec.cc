@@ -213,8 +213,8 @@ absl::Status ApplyDependencyFlags(std::string_view dependency,
   if (!dependency.empty()) {
     absl::StatusOr<JobDependency> dep = ParseDependency(dependency);
     if (!dep.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--dependency: ", std::string(dep.status().message())));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--dependency: ", std::string(dep.status().message())));
     }
     spec->dependency = FormatDependency(*dep);
   }

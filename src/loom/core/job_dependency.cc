@@ -53,9 +53,9 @@ absl::StatusOr<JobDependency> ParseDependency(std::string_view text) {
         "must not be empty (write e.g. afterok:12, or leave the field out)");
   }
   if (all.size() > kMaxDependencyText) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "is ", all.size(), " characters long, more than the ",
-        kMaxDependencyText, " allowed"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("is ", all.size(), " characters long, more than the ",
+                     kMaxDependencyText, " allowed"));
   }
   const bool has_and = absl::StrContains(all, ',');
   const bool has_or = absl::StrContains(all, '?');
@@ -80,13 +80,12 @@ absl::StatusOr<JobDependency> ParseDependency(std::string_view text) {
       if (e.name == type) entry = &e;
     }
     if (entry == nullptr) {
-      const bool slurm_only = type == "aftercorr" ||
-                              type == "afterburstbuffer" || type == "expand";
+      const bool slurm_only =
+          type == "aftercorr" || type == "afterburstbuffer" || type == "expand";
       return DependencyError(
           item, absl::StrCat(slurm_only ? "the dependency type '"
                                         : "unknown dependency type '",
-                             fields[0],
-                             slurm_only ? "' is not supported" : "'",
+                             fields[0], slurm_only ? "' is not supported" : "'",
                              " (write after, afterany, afterok, afternotok "
                              "or singleton)"));
     }
@@ -102,9 +101,8 @@ absl::StatusOr<JobDependency> ParseDependency(std::string_view text) {
       continue;
     }
     if (fields.size() < 2) {
-      return DependencyError(
-          item, absl::StrCat("needs at least one job id (", entry->name,
-                             ":ID[:ID...])"));
+      return DependencyError(item, absl::StrCat("needs at least one job id (",
+                                                entry->name, ":ID[:ID...])"));
     }
     for (size_t i = 1; i < fields.size(); ++i) {
       absl::string_view id_text = absl::StripAsciiWhitespace(fields[i]);

@@ -110,8 +110,8 @@ TEST(JobSpecDependency, ParsedAndWrittenBack) {
 }
 
 TEST(JobSpecDependency, ErrorsNameTheField) {
-  absl::StatusOr<JobSpec> spec = ParseJobSpec(
-      std::string(kSpec) + "dependency: afterok:x\n", "job.yaml");
+  absl::StatusOr<JobSpec> spec =
+      ParseJobSpec(std::string(kSpec) + "dependency: afterok:x\n", "job.yaml");
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(spec.status().message(),
             "job.yaml:3:13: dependency: 'afterok:x': job ids are numbers");

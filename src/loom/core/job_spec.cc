@@ -850,13 +850,18 @@ absl::StatusOr<JobSpec> JobSpecParser::Parse(const YAML::Node& root) {
                                 key, ": ...})"));
     }
   }
-  absl::StatusOr<MapNode> map = ReadFields(
-      root, "", {"name",       "project",     "user",        "kind",
-                 "priority",   "preemptible", "tasks",       "resources",
-                 "command",    "env",         "working_dir", "container",
-                 "time_limit", "checkpoint",  "restart",     "requeue",
-                 "cancel",     "hold",        "labels",      "node_selector",
-                 "dependency", "kill_on_invalid_dep"});
+  absl::StatusOr<MapNode> map =
+      ReadFields(root, "", {"name",        "project",
+                            "user",        "kind",
+                            "priority",    "preemptible",
+                            "tasks",       "resources",
+                            "command",     "env",
+                            "working_dir", "container",
+                            "time_limit",  "checkpoint",
+                            "restart",     "requeue",
+                            "cancel",      "hold",
+                            "labels",      "node_selector",
+                            "dependency",  "kill_on_invalid_dep"});
   if (!map.ok()) return map.status();
 
   JobSpec spec;

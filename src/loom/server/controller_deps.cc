@@ -20,8 +20,7 @@ using DepKind = JobDependency::Kind;
 using DepResult = DependencyCheck::Result;
 
 // One condition (a kind and one job) against the job it names (null: none).
-DependencyCheck CheckDependee(DepKind kind, JobId id,
-                                          const JobRecord* other) {
+DependencyCheck CheckDependee(DepKind kind, JobId id, const JobRecord* other) {
   DependencyCheck c;
   if (other == nullptr) {
     c.result = DepResult::kNever;
@@ -46,9 +45,8 @@ DependencyCheck CheckDependee(DepKind kind, JobId id,
   switch (kind) {
     case DepKind::kAfter:
       // Started once (a restart waiting in the queue has too), or ended.
-      if (!(IsFinal(s) || s == JobState::kRunning ||
-            s == JobState::kStopping || other->start_time.has_value() ||
-            other->restart_count > 0)) {
+      if (!(IsFinal(s) || s == JobState::kRunning || s == JobState::kStopping ||
+            other->start_time.has_value() || other->restart_count > 0)) {
         wait(absl::StrCat("waiting for job ", id, " to start"));
       }
       break;
@@ -61,8 +59,7 @@ DependencyCheck CheckDependee(DepKind kind, JobId id,
       if (failed) {
         never("afterok");
       } else if (s != JobState::kSucceeded) {
-        wait(absl::StrCat("waiting for job ", id, " (", state,
-                          ") to succeed"));
+        wait(absl::StrCat("waiting for job ", id, " (", state, ") to succeed"));
       }
       break;
     case DepKind::kAfterNotOk:
@@ -87,14 +84,13 @@ bool Controller::GatedByDependency(const JobRecord& job) const {
          !job.start_time.has_value();
 }
 
-DependencyCheck Controller::CheckDependency(
-    const JobRecord& job) const {
+DependencyCheck Controller::CheckDependency(const JobRecord& job) const {
   DependencyCheck out;
   absl::StatusOr<JobDependency> dep = ParseDependency(job.spec.dependency);
   if (!dep.ok()) {  // a stored spec was checked when it was read
     out.result = DepResult::kNever;
-    out.reason = absl::StrCat("dependency never satisfied: ",
-                              dep.status().message());
+    out.reason =
+        absl::StrCat("dependency never satisfied: ", dep.status().message());
     return out;
   }
   std::vector<DependencyCheck> parts;
@@ -107,12 +103,12 @@ DependencyCheck Controller::CheckDependency(
         const JobId first = *it->second.begin();
         auto other = jobs_.find(first);
         c.result = DepResult::kWaiting;
-        c.reason = absl::StrCat(
-            "waiting for job ", first, " of the same name (",
-            other != jobs_.end()
-                ? std::string(JobStateName(other->second.state))
-                : std::string("unknown"),
-            ") to end (singleton)");
+        c.reason =
+            absl::StrCat("waiting for job ", first, " of the same name (",
+                         other != jobs_.end()
+                             ? std::string(JobStateName(other->second.state))
+                             : std::string("unknown"),
+                         ") to end (singleton)");
         c.watch.push_back(first);
       }
       parts.push_back(std::move(c));
@@ -120,8 +116,8 @@ DependencyCheck Controller::CheckDependency(
     }
     for (JobId id : term.jobs) {
       auto it = jobs_.find(id);
-      parts.push_back(
-          CheckDependee(term.kind, id, it != jobs_.end() ? &it->second : nullptr));
+      parts.push_back(CheckDependee(term.kind, id,
+                                    it != jobs_.end() ? &it->second : nullptr));
     }
   }
   const DependencyCheck* first_wait = nullptr;
@@ -147,8 +143,8 @@ DependencyCheck Controller::CheckDependency(
   if (first_never != nullptr && (!dep->any || waits == 0)) {
     // All must hold and one never will; or any one would do and none will.
     out.result = DepResult::kNever;
-    out.reason = absl::StrCat("dependency never satisfied: ",
-                              first_never->reason);
+    out.reason =
+        absl::StrCat("dependency never satisfied: ", first_never->reason);
     out.watch.clear();
     return out;
   }

@@ -40,13 +40,13 @@ class DependencyTest : public ::testing::Test {
       for (int i = 0; i < 8; ++i) {
         gpus.push_back({{"index", i}, {"model", "h200"}});
       }
-      auto r = c_->Register({{"name", "h200-" + std::to_string(n)},
-                             {"address", "127.0.0." + std::to_string(n + 2) +
-                                             ":7100"},
-                             {"gpus", gpus},
-                             {"emulated", true},
-                             {"tasks", nlohmann::json::array()}},
-                            T(t));
+      auto r = c_->Register(
+          {{"name", "h200-" + std::to_string(n)},
+           {"address", "127.0.0." + std::to_string(n + 2) + ":7100"},
+           {"gpus", gpus},
+           {"emulated", true},
+           {"tasks", nlohmann::json::array()}},
+          T(t));
       ASSERT_TRUE(r.ok()) << r.status();
     }
   }
@@ -66,13 +66,12 @@ class DependencyTest : public ::testing::Test {
   }
   // The agent says the task of `launch` exited with `code`.
   void Exit(const AgentAction& launch, int code, double t) {
-    auto r = c_->Heartbeat(
-        {{"name", launch.node},
-         {"tasks",
-          {{{"task_id", launch.task_id},
-            {"state", "exited"},
-            {"exit_code", code}}}}},
-        T(t));
+    auto r = c_->Heartbeat({{"name", launch.node},
+                            {"tasks",
+                             {{{"task_id", launch.task_id},
+                               {"state", "exited"},
+                               {"exit_code", code}}}}},
+                           T(t));
     ASSERT_TRUE(r.ok()) << r.status();
   }
   nlohmann::json Job(JobId id, double t = 100) {
@@ -128,8 +127,8 @@ TEST_F(DependencyTest, AfterAnyRunsAfterAFailure) {
 
 TEST_F(DependencyTest, AfterNotOkRunsAfterAFailureAndNeverAfterASuccess) {
   RegisterAll(1);
-  Submit(DepJob(), 2);                                           // 1: fails
-  Submit(DepJob("", "other"), 2);                                // 2: succeeds
+  Submit(DepJob(), 2);             // 1: fails
+  Submit(DepJob("", "other"), 2);  // 2: succeeds
   const JobId c = Submit(DepJob("dependency: afternotok:1\n"), 2);
   const JobId d = Submit(DepJob("dependency: afternotok:2\n"), 2);
   c_->Tick(T(3));

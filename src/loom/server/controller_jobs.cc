@@ -426,7 +426,8 @@ nlohmann::json Controller::JobJson(const JobRecord& job, absl::Time now) const {
                           FormatTimestamp(*job.not_before));
   } else if (job.state == JobState::kPending && dep_waiting_.contains(job.id)) {
     reason = CheckDependency(job).reason;
-    if (reason.empty()) reason = "dependency satisfied: queued at the next tick";
+    if (reason.empty())
+      reason = "dependency satisfied: queued at the next tick";
   } else if (job.state == JobState::kPending) {
     reason = scheduler_->ExplainPending(job.id, now);
   } else if (job.state == JobState::kHeld) {
@@ -458,9 +459,9 @@ nlohmann::json Controller::JobJson(const JobRecord& job, absl::Time now) const {
     }
   }
   const SchedJob* sj = scheduler_->Find(job.id);
-  nlohmann::json j = JobApiJson(
-      job, *cluster_, reason, sj ? &sj->request.shape : nullptr,
-      [this](const std::string& node) { return NodeHost(node); });
+  nlohmann::json j =
+      JobApiJson(job, *cluster_, reason, sj ? &sj->request.shape : nullptr,
+                 [this](const std::string& node) { return NodeHost(node); });
   if (!job.spec.dependency.empty()) j["dependency"] = job.spec.dependency;
   return j;
 }
