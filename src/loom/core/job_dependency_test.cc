@@ -83,13 +83,13 @@ TEST(ParseDependency, BadForms) {
   }
 }
 
-constexpr char kSpec[] = R"(name: train
+constexpr char kDependentSpec[] = R"(name: train
 command: ./train.sh
 )";
 
 TEST(JobSpecDependency, ParsedAndWrittenBack) {
   absl::StatusOr<JobSpec> spec = ParseJobSpec(
-      std::string(kSpec) +
+      std::string(kDependentSpec) +
           "dependency: afterok:12:13,singleton\nkill_on_invalid_dep: true\n",
       "job.yaml");
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -102,7 +102,7 @@ TEST(JobSpecDependency, ParsedAndWrittenBack) {
   EXPECT_EQ(*back, *spec);
 
   // Without one, the canonical form has neither field.
-  absl::StatusOr<JobSpec> plain = ParseJobSpec(kSpec, "job.yaml");
+  absl::StatusOr<JobSpec> plain = ParseJobSpec(kDependentSpec, "job.yaml");
   ASSERT_TRUE(plain.ok());
   EXPECT_THAT(JobSpecToJson(*plain), ::testing::Not(HasSubstr("dependency")));
   EXPECT_THAT(JobSpecToJson(*plain),
@@ -110,22 +110,24 @@ TEST(JobSpecDependency, ParsedAndWrittenBack) {
 }
 
 TEST(JobSpecDependency, ErrorsNameTheField) {
-  absl::StatusOr<JobSpec> spec =
-      ParseJobSpec(std::string(kSpec) + "dependency: afterok:x\n", "job.yaml");
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(
+      std::string(kDependentSpec) + "dependency: afterok:x\n", "job.yaml");
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(spec.status().message(),
             "job.yaml:3:13: dependency: 'afterok:x': job ids are numbers");
 
-  spec = ParseJobSpec(std::string(kSpec) + "dependency: [1, 2]\n", "job.yaml");
-  ASSERT_FALSE(spec.ok());
-  EXPECT_THAT(spec.status().message(), HasSubstr("dependency: "));
-
-  spec = ParseJobSpec(std::string(kSpec) + "dependency: \"\"\n", "job.yaml");
-  ASSERT_FALSE(spec.ok());
-  EXPECT_THAT(spec.status().message(), HasSubstr("dependency: "));
-
-  spec = ParseJobSpec(std::string(kSpec) + "kill_on_invalid_dep: maybe\n",
+  spec = ParseJobSpec(std::string(kDependentSpec) + "dependency: [1, 2]\n",
                       "job.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(), HasSubstr("dependency: "));
+
+  spec = ParseJobSpec(std::string(kDependentSpec) + "dependency: \"\"\n",
+                      "job.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(), HasSubstr("dependency: "));
+
+  spec = ParseJobSpec(
+      std::string(kDependentSpec) + "kill_on_invalid_dep: maybe\n", "job.yaml");
   ASSERT_FALSE(spec.ok());
   EXPECT_THAT(spec.status().message(), HasSubstr("kill_on_invalid_dep: "));
 }

@@ -46,7 +46,7 @@ DependencyCheck CheckDependee(DepKind kind, JobId id, const JobRecord* other) {
     case DepKind::kAfter:
       // Started once (a restart waiting in the queue has too), or ended.
       if (!(IsFinal(s) || s == JobState::kRunning || s == JobState::kStopping ||
-            other->start_time.has_value() || other->restart_count > 0)) {
+            other->restart_count > 0)) {
         wait(absl::StrCat("waiting for job ", id, " to start"));
       }
       break;
