@@ -57,6 +57,8 @@ struct JobCommandFlags {
   // submit
   std::vector<std::string> files;  // -f, in order
   bool hold = false;
+  std::string dependency;  // --dependency (-d)
+  bool kill_on_invalid_dep = false;
   // run
   RunFlags run;
   // cancel, release (several), show and logs (the first)

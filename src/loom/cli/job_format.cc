@@ -168,6 +168,9 @@ std::string FormatJobDetails(const nlohmann::json& job, absl::Time now) {
     add(state == "pending" || state == "held" ? "Pending reason" : "Reason",
         Str(job, "reason"));
   }
+  if (!Str(job, "dependency").empty()) {
+    add("Dependency", Str(job, "dependency"));
+  }
   add("User", Cell(job, "user"));
   add("Project", Cell(job, "project"));
   std::string kind = Cell(job, "kind");

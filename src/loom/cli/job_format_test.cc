@@ -130,6 +130,17 @@ TEST(FormatJobDetails, CoalescedEventsShowTheirCount) {
                         "ago)\n"));
 }
 
+TEST(FormatJobDetails, DependencyIsShown) {
+  Json job = SampleJobs()["jobs"][1];
+  EXPECT_THAT(FormatJobDetails(job, kNow), Not(HasSubstr("Dependency")));
+  job["dependency"] = "afterok:12";
+  job["reason"] = "waiting for job 12 (running) to succeed";
+  const std::string text = FormatJobDetails(job, kNow);
+  EXPECT_THAT(text, HasSubstr("Dependency:      afterok:12\n"));
+  EXPECT_THAT(text, HasSubstr("Pending reason:  waiting for job 12 (running) "
+                              "to succeed\n"));
+}
+
 TEST(FormatJobDetails, PendingJobShowsWhyAndFinishedItsCode) {
   const Json pending = SampleJobs()["jobs"][1];
   EXPECT_THAT(FormatJobDetails(pending, kNow),

@@ -74,6 +74,11 @@ int Submit(const Verb& v) {
     absl::StatusOr<JobSpec> spec = ParseJobSpec(*text, source);
     if (!spec.ok()) return v.Fail(kExitUsage, spec.status());
     if (v.flags.hold) spec->hold = true;
+    if (absl::Status st = ApplyDependencyFlags(
+            v.flags.dependency, v.flags.kill_on_invalid_dep, &*spec);
+        !st.ok()) {
+      return v.Fail(kExitUsage, st);
+    }
     bodies.push_back(Json::parse(JobSpecToJson(*spec), nullptr, false));
   }
   std::unique_ptr<ApiClient> client = MakeClient(v);
@@ -281,6 +286,14 @@ int Checkpoint(const Verb& v) {
 }
 }  // namespace
 
+constexpr const char* kDependencyHelp =
+    "Start only once other jobs allow it, as Slurm's --dependency: "
+    "afterok:ID[:ID...], afterany:, afternotok:, after:, singleton; joined "
+    "by ',' (all) or '?' (any)";
+constexpr const char* kKillOnInvalidDepHelp =
+    "Cancel the job if its dependency can never be met (else it stays "
+    "pending)";
+
 void AddJobVerbs(CLI::App& app, JobCommandFlags* f) {
   CLI::App* submit = AddVerb(app, f, "submit", "Submit a job from a spec file");
   submit
@@ -291,6 +304,9 @@ void AddJobVerbs(CLI::App& app, JobCommandFlags* f) {
       ->required();
   submit->add_flag("--hold", f->hold,
                    "Queue the job held: it starts only after `loom release`");
+  submit->add_option("-d,--dependency", f->dependency, kDependencyHelp);
+  submit->add_flag("--kill-on-invalid-dep", f->kill_on_invalid_dep,
+                   kKillOnInvalidDepHelp);
   AddOutputFlag(submit, f, {"json", "yaml"});
 
   CLI::App* run = AddVerb(app, f, "run",
@@ -334,6 +350,9 @@ void AddJobVerbs(CLI::App& app, JobCommandFlags* f) {
                   "Size of /dev/shm, e.g. 16Gi (default: the task's memory "
                   "when set, else half the node's)");
   run->add_flag("--hold", r->hold, "Queue the job held until `loom release`");
+  run->add_option("-d,--dependency", r->dependency, kDependencyHelp);
+  run->add_flag("--kill-on-invalid-dep", r->kill_on_invalid_dep,
+                kKillOnInvalidDepHelp);
   run->add_flag("--wait", r->wait,
                 "Wait for the job to end, streaming every task's output, and "
                 "exit with its exit code (as srun)");

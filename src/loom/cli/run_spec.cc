@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "loom/cli/reply_fields.h"
 #include "loom/common/units.h"
+#include "loom/core/job_dependency.h"
 #include "loom/core/job_spec.h"
 #include "loom/core/labels.h"
 
@@ -161,6 +162,11 @@ absl::StatusOr<nlohmann::json> BuildRunSpec(const RunFlags& f) {
   }
   spec.hold = f.hold;
   spec.command = f.command;
+  if (absl::Status st =
+          ApplyDependencyFlags(f.dependency, f.kill_on_invalid_dep, &spec);
+      !st.ok()) {
+    return st;
+  }
   if (absl::Status st = AddContainer(f, &spec); !st.ok()) return st;
 
   // The spec parser is the one judge of a valid spec: read the JSON back
@@ -184,6 +190,7 @@ absl::StatusOr<nlohmann::json> BuildRunSpec(const RunFlags& f) {
         {"env.", "--env "},
         {"node_selector.", "--constraint "},
         {"time_limit: ", "--time-limit: "},
+        {"dependency: ", "--dependency: "},
         {"container.image: ", "--image: "},
         {"container.mounts", "--mount"},
         {"container.workdir: ", "--container-workdir: "},
@@ -199,6 +206,20 @@ absl::StatusOr<nlohmann::json> BuildRunSpec(const RunFlags& f) {
     return absl::InvalidArgumentError(m);
   }
   return Json::parse(text, nullptr, false);
+}
+
+absl::Status ApplyDependencyFlags(std::string_view dependency,
+                                  bool kill_on_invalid_dep, JobSpec* spec) {
+  if (!dependency.empty()) {
+    absl::StatusOr<JobDependency> dep = ParseDependency(dependency);
+    if (!dep.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--dependency: ", std::string(dep.status().message())));
+    }
+    spec->dependency = FormatDependency(*dep);
+  }
+  if (kill_on_invalid_dep) spec->kill_on_invalid_dep = true;
+  return absl::OkStatus();
 }
 
 bool IsFinalJobState(std::string_view state) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "loom/core/job_spec.h"
 #include "nlohmann/json.hpp"
 
 namespace loom {
@@ -26,6 +27,9 @@ struct RunFlags {
   std::vector<std::string> constraints;
   bool hold = false;
   bool wait = false;
+  // --dependency (-d) in Slurm's syntax, and --kill-on-invalid-dep.
+  std::string dependency;
+  bool kill_on_invalid_dep = false;
   // The image to run in (--image), its mounts (--mount SRC:DST[:ro]), its
   // working directory (--container-workdir), a writable layer (--writable)
   // and the /dev/shm size (--shm-size, a quantity). All but `image` need
@@ -48,6 +52,12 @@ struct RunFlags {
 // image exists and whether the cluster allows the mounts are the server's
 // questions. With `--image` the spec has a `container`.
 absl::StatusOr<nlohmann::json> BuildRunSpec(const RunFlags& flags);
+
+// `--dependency` and `--kill-on-invalid-dep` of `loom run` and `loom submit`
+// put into `spec` (an empty `dependency` leaves the spec's own). Returns
+// InvalidArgument naming the flag for a dependency that does not parse.
+absl::Status ApplyDependencyFlags(std::string_view dependency,
+                                  bool kill_on_invalid_dep, JobSpec* spec);
 
 // A job name from a command: the basename of its first word, lower-cased,
 // every run of other characters than [a-z0-9] turned into one '-', led by

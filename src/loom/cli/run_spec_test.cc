@@ -53,6 +53,22 @@ TEST(BuildRunSpec, ConstraintsBecomeTheNodeSelector) {
   EXPECT_THAT(BuildRunSpec(f).status().message(), HasSubstr("twice"));
 }
 
+TEST(BuildRunSpec, DependencyFlags) {
+  RunFlags f = Flags(1, {"true"});
+  EXPECT_FALSE(BuildRunSpec(f)->contains("dependency"));
+  f.dependency = "AfterOK:12:13,singleton";
+  f.kill_on_invalid_dep = true;
+  absl::StatusOr<Json> spec = BuildRunSpec(f);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ((*spec)["dependency"], "afterok:12:13,singleton");
+  EXPECT_EQ((*spec)["kill_on_invalid_dep"], true);
+  f.dependency = "afterok:x";
+  absl::StatusOr<Json> refused = BuildRunSpec(f);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(),
+            "--dependency: 'afterok:x': job ids are numbers");
+}
+
 TEST(BuildRunSpec, NodesSpreadTheGpus) {
   RunFlags f = Flags(16, {"torchrun", "train.py"});
   f.nodes = 2;

@@ -22,6 +22,7 @@
 #include "absl/strings/strip.h"
 #include "loom/common/utf8.h"
 #include "loom/core/container_spec_yaml.h"
+#include "loom/core/job_dependency_yaml.h"
 #include "loom/core/labels.h"
 #include "loom/core/yaml_util.h"
 #include "nlohmann/json.hpp"
@@ -849,12 +850,18 @@ absl::StatusOr<JobSpec> JobSpecParser::Parse(const YAML::Node& root) {
                                 key, ": ...})"));
     }
   }
-  absl::StatusOr<MapNode> map = ReadFields(
-      root, "", {"name",       "project",     "user",        "kind",
-                 "priority",   "preemptible", "tasks",       "resources",
-                 "command",    "env",         "working_dir", "container",
-                 "time_limit", "checkpoint",  "restart",     "requeue",
-                 "cancel",     "hold",        "labels",      "node_selector"});
+  absl::StatusOr<MapNode> map =
+      ReadFields(root, "", {"name",        "project",
+                            "user",        "kind",
+                            "priority",    "preemptible",
+                            "tasks",       "resources",
+                            "command",     "env",
+                            "working_dir", "container",
+                            "time_limit",  "checkpoint",
+                            "restart",     "requeue",
+                            "cancel",      "hold",
+                            "labels",      "node_selector",
+                            "dependency",  "kill_on_invalid_dep"});
   if (!map.ok()) return map.status();
 
   JobSpec spec;
@@ -972,6 +979,16 @@ absl::StatusOr<JobSpec> JobSpecParser::Parse(const YAML::Node& root) {
     if (absl::Status st = ParseLabels(*f, &spec.node_selector); !st.ok()) {
       return st;
     }
+  }
+  if (const Field* f = map->Find("dependency"); f != nullptr) {
+    absl::StatusOr<std::string> dep = internal::ParseDependencyField(*this, *f);
+    if (!dep.ok()) return dep.status();
+    spec.dependency = *std::move(dep);
+  }
+  if (const Field* f = map->Find("kill_on_invalid_dep"); f != nullptr) {
+    absl::StatusOr<bool> b = ReadBool(f->value, f->key);
+    if (!b.ok()) return b.status();
+    spec.kill_on_invalid_dep = *b;
   }
   return spec;
 }
@@ -1217,6 +1234,9 @@ std::string JobSpecToJson(const JobSpec& spec) {
     j["node_selector"] = Json::object();
     for (const auto& [k, v] : spec.node_selector) j["node_selector"][k] = v;
   }
+  // Likewise.
+  if (!spec.dependency.empty()) j["dependency"] = spec.dependency;
+  if (spec.kill_on_invalid_dep) j["kill_on_invalid_dep"] = true;
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 

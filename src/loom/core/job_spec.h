@@ -104,6 +104,12 @@ struct JobSpec {
   // every key with the same value, an empty value matching any. As
   // Kubernetes' nodeSelector; `loom run --constraint KEY=VALUE`.
   std::map<std::string, std::string> node_selector;
+  // Jobs this one waits for, in Slurm's `--dependency` syntax
+  // (loom/core/job_dependency.h), canonical; empty: none. A job whose
+  // dependency can never be met is cancelled when `kill_on_invalid_dep`,
+  // else it stays pending (docs/scheduling.md).
+  std::string dependency;
+  bool kill_on_invalid_dep = false;
 
   bool operator==(const JobSpec&) const = default;
 };

@@ -136,8 +136,11 @@ absl::Status Controller::Load(absl::Time now) {
       job.end_time = now;
       continue;
     }
+    unfinished_by_name_[{job.spec.user, job.spec.name}].insert(job.id);
     if (job.state == JobState::kPending && job.not_before) {
       backoff_.insert(job.id);  // queued again by Tick when it is due
+    } else if (job.state == JobState::kPending && GatedByDependency(job)) {
+      WaitForDependency(job.id);  // checked again by the first Tick
     } else if (job.state == JobState::kPending) {
       (void)scheduler_->Submit(*req, now);
     } else if ((job.state == JobState::kRunning ||

@@ -3,7 +3,9 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -82,6 +84,16 @@ struct AgentAction {
   nlohmann::json body;
 };
 
+// Where a job's dependency stands (controller_deps.cc): met, waiting (for
+// the jobs in `watch`, `reason` says for what) or never to be met
+// (`reason` says why).
+struct DependencyCheck {
+  enum class Result { kMet, kWaiting, kNever };
+  Result result = Result::kMet;
+  std::string reason;
+  std::vector<JobId> watch;
+};
+
 // The controller's brain: jobs, nodes and the scheduler, with every change
 // persisted to the `StateStore` before it is acknowledged. It does no I/O
 // besides the store; time is passed in. Thread-safe: one mutex guards all
@@ -90,7 +102,8 @@ struct AgentAction {
 // Its parts: controller.cc (making it, loading and writing the store),
 // controller_jobs.cc (the job API), controller_runs.cc (a job's runs:
 // start, stop, end, restart), controller_agents.cc (the agent protocol),
-// controller_tick.cc (liveness and scheduling rounds), controller_nodes.cc
+// controller_tick.cc (liveness and scheduling rounds), controller_deps.cc
+// (job dependencies), controller_nodes.cc
 // (nodes), controller_labels.cc (node labels and drift), controller_usage.cc
 // (utilisation, projects, metrics) and controller_history.cc (job histories on
 // load).
@@ -358,6 +371,26 @@ class Controller {
   void ForgetDrainedNodes(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Status Load(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Dependencies (controller_deps.cc). Whether `job` waits for its
+  // dependency before it is queued (it has one and never started).
+  bool GatedByDependency(const JobRecord& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  DependencyCheck CheckDependency(const JobRecord& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // InvalidArgument unless every job `spec.dependency` names exists.
+  absl::Status CheckDependencyJobs(const JobSpec& spec) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A pending job waits for its dependency instead of being queued; the
+  // next tick checks it (and queues it when it is met).
+  void WaitForDependency(JobId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `job` started or ended: the jobs waiting for it are checked again at
+  // the next tick. Called at every start and every final state.
+  void NoteJobChanged(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks the waiting jobs due (from `Tick`, before scheduling): queues
+  // those whose dependency is met, and marks (or with kill_on_invalid_dep
+  // cancels) those whose dependency never will be.
+  void StepDependencies(absl::Time now, std::vector<const JobRecord*>* dirty)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Maintenance (controller_maintenance.cc): the runs from the store, one
   // written (kept to write again at the next step when the store fails),
   // each tick's step, what the agent says of its command, and the facts a
@@ -513,6 +546,15 @@ class Controller {
   CheckpointThrottle checkpoint_throttle_ ABSL_GUARDED_BY(mu_);
   // Pending jobs waiting out their restart backoff (`JobRecord::not_before`).
   absl::flat_hash_set<JobId> backoff_ ABSL_GUARDED_BY(mu_);
+  // Dependencies (not persisted: rebuilt on load from the specs). Pending
+  // jobs not queued because their dependency is not met; for each job,
+  // those waiting for it to start or end; the waiting jobs to check at the
+  // next tick; and the unfinished jobs by (user, name), for `singleton`.
+  absl::flat_hash_set<JobId> dep_waiting_ ABSL_GUARDED_BY(mu_);
+  std::map<JobId, std::vector<JobId>> dep_waiters_ ABSL_GUARDED_BY(mu_);
+  std::set<JobId> dep_recheck_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, std::string>, std::set<JobId>>
+      unfinished_by_name_ ABSL_GUARDED_BY(mu_);
 
   std::vector<std::string> load_log_ ABSL_GUARDED_BY(mu_);
   // What was last written of each job, so that `Persist` writes only what

@@ -90,6 +90,7 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
   JobId id;
   {
     absl::MutexLock lock(&mu_);
+    if (absl::Status st = CheckDependencyJobs(spec); !st.ok()) return st;
     const std::map<JobId, JobRecord>& jobs = jobs_;
     if (user_jobs_.AtLimit(
             spec.user, options_.max_jobs_per_user, [&jobs](JobId j) {
@@ -164,10 +165,13 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
   absl::MutexLock lock(&mu_);
   if (created != nullptr) *created = true;
   if (!request_id.empty()) requests_.Put(request_id, {id, digest, now, *rev});
-  if (job.state == JobState::kPending) {
+  if (job.state == JobState::kPending && GatedByDependency(job)) {
+    WaitForDependency(id);  // queued by `Tick` once its dependency is met
+  } else if (job.state == JobState::kPending) {
     absl::StatusOr<SubmitOutcome> out = scheduler_->Submit(*req, now);
     if (!out.ok()) return out.status();
   }
+  unfinished_by_name_[{job.spec.user, job.spec.name}].insert(id);
   written_.Set(id, std::move(record_text), std::move(history_text));
   JobRecord& stored = jobs_[id] = std::move(job);
   return JobJson(stored, now);
@@ -193,11 +197,13 @@ absl::StatusOr<nlohmann::json> Controller::Cancel(JobId id, absl::Time now) {
   if (job.state == JobState::kHeld || job.state == JobState::kPending) {
     if (job.state == JobState::kPending) (void)scheduler_->Cancel(id, now);
     backoff_.erase(id);
+    dep_waiting_.erase(id);
     job.not_before.reset();
     job.state = JobState::kCancelled;
     job.reason = "cancelled while pending";
     job.end_time = now;
     job.AddEvent(now, "cancelled");
+    NoteJobChanged(job);
   } else if (!job.cancel_requested) {
     job.cancel_requested = true;
     job.state = JobState::kStopping;
@@ -265,6 +271,10 @@ void Controller::ReleaseMany(const std::vector<JobId>& ids, absl::Time now,
     return;
   }
   for (auto& [i, req] : requests) {
+    if (GatedByDependency(jobs_.at(req.id))) {
+      WaitForDependency(req.id);
+      continue;
+    }
     absl::StatusOr<SubmitOutcome> out = scheduler_->Submit(req, now);
     if (!out.ok()) (*errors)[i] = out.status();
   }
@@ -414,6 +424,10 @@ nlohmann::json Controller::JobJson(const JobRecord& job, absl::Time now) const {
   if (job.state == JobState::kPending && job.not_before) {
     reason = absl::StrCat(job.reason, "; queued again at ",
                           FormatTimestamp(*job.not_before));
+  } else if (job.state == JobState::kPending && dep_waiting_.contains(job.id)) {
+    reason = CheckDependency(job).reason;
+    if (reason.empty())
+      reason = "dependency satisfied: queued at the next tick";
   } else if (job.state == JobState::kPending) {
     reason = scheduler_->ExplainPending(job.id, now);
   } else if (job.state == JobState::kHeld) {
@@ -445,8 +459,11 @@ nlohmann::json Controller::JobJson(const JobRecord& job, absl::Time now) const {
     }
   }
   const SchedJob* sj = scheduler_->Find(job.id);
-  return JobApiJson(job, *cluster_, reason, sj ? &sj->request.shape : nullptr,
-                    [this](const std::string& node) { return NodeHost(node); });
+  nlohmann::json j =
+      JobApiJson(job, *cluster_, reason, sj ? &sj->request.shape : nullptr,
+                 [this](const std::string& node) { return NodeHost(node); });
+  if (!job.spec.dependency.empty()) j["dependency"] = job.spec.dependency;
+  return j;
 }
 
 }  // namespace loom

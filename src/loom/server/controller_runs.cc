@@ -69,6 +69,7 @@ void Controller::StartJob(JobRecord& job, absl::Time now) {
   }
   for (const TaskRecord& t : job.tasks)
     actions_.push_back(LaunchAction(job, t));
+  NoteJobChanged(job);  // `after` dependencies
   job.AddEvent(
       now,
       absl::StrCat(
@@ -252,6 +253,7 @@ void Controller::FinishJob(JobRecord& job, absl::Time now) {
   job.end_time = now;
   job.AddEvent(now, absl::StrCat(std::string(JobStateName(job.state)),
                                  " (exit code ", *job.exit_code, ")"));
+  NoteJobChanged(job);
 }
 
 void Controller::NoteRunning(JobRecord& job, absl::Time now) {

@@ -52,6 +52,7 @@ void Controller::Tick(absl::Time now) {
           absl::StrCat("cannot be queued again: ", out.status().message());
       job.end_time = now;
       job.AddEvent(now, job.reason);
+      NoteJobChanged(job);
     }
     job.not_before.reset();
     dirty.push_back(&job);
@@ -90,6 +91,8 @@ void Controller::Tick(absl::Time now) {
   }
   // Rolling maintenance: nodes cordoned, drained, upgraded, returned.
   StepMaintenances(now, &dirty);
+  // Jobs whose dependency is now met join the queue before this pass.
+  StepDependencies(now, &dirty);
   // Scheduling.
   PassResult pass = scheduler_->Schedule(now);
   for (JobId id : pass.started) {

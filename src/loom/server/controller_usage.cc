@@ -48,6 +48,9 @@ void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
       ++pending["held"];
     } else if (job.state == JobState::kPending && job.not_before) {
       ++pending["restart_backoff"];
+    } else if (job.state == JobState::kPending &&
+               dep_waiting_.contains(job.id)) {
+      ++pending["dependency"];
     } else if (job.state == JobState::kPending) {
       const SchedJob* sj = scheduler_->Find(job.id);
       ++pending[sj != nullptr
