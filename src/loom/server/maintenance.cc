@@ -195,10 +195,11 @@ MaintenanceOps StepMaintenance(Maintenance& m,
             say(n, absl::StrCat("moving ", jobs,
                                 " off (checkpoint signal, then queued again)"));
           } else {
-            say(n, absl::StrCat(
-                       "waiting up to ",
-                       FormatDurationShort(s.drain_timeout - (now - n.since)),
-                       " for ", jobs, " to end"));
+            // Fixed text, no countdown: the run is written to the store
+            // whenever a message changes.
+            say(n, absl::StrCat("waiting for ", jobs, " to end (drain timeout ",
+                                FormatDurationShort(s.drain_timeout),
+                                ", then they are moved)"));
           }
         } else if (!f.up) {
           say(n, "drained; the node is not heard from, waiting for it");
