@@ -151,7 +151,8 @@ TEST_F(ControllerMaintenanceTest, RollsThePoolTwoAtATimeAndMovesTheGangOff) {
   Step();
   ASSERT_EQ((*c_->GetJob(1, T(t_)))["state"], "running");
   std::set<std::string> first_nodes;
-  for (const auto& t : (*c_->GetJob(1, T(t_)))["placement"]["tasks"]) {
+  const nlohmann::json before = *c_->GetJob(1, T(t_));
+  for (const auto& t : before["placement"]["tasks"]) {
     first_nodes.insert(t["node"].get<std::string>());
   }
   // The new stack is declared; the nodes are outdated.
