@@ -392,6 +392,7 @@ void Controller::ActionDone(const AgentAction& action,
     // job is, without using up a restart.
     if (absl::IsAborted(status) && job.state == JobState::kRunning) {
       job.preempted = true;
+      job.launch_not_ready = true;
     }
     // InvalidArgument: the agent refused the task as specified (HTTP 400),
     // so another run would be refused too; anything else (no answer, an

@@ -220,13 +220,15 @@ void Controller::FinishJob(JobRecord& job, absl::Time now) {
                                 : job.reason;
     const absl::Duration wait = retry.wait;
     if (preempted) {
-      ++job.requeues;
+      // A run that never started on a node not ready for it is no requeue.
+      if (!job.launch_not_ready) ++job.requeues;
     } else {
       ++job.restarts_used;
       failed_at_[job.id] = now;  // recovery time: until it runs again
     }
     ++job.restart_count;
     job.preempted = false;
+    job.launch_not_ready = false;
     job.state = JobState::kPending;
     job.not_before = now + wait;
     job.reason = preempted

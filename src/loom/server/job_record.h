@@ -85,6 +85,10 @@ struct JobRecord {
   // unknown user, say): the run ends as failed and is not restarted, since
   // it would be refused again.
   bool launch_refused = false;
+  // A launch of the current run was answered "not ready" (HTTP 503, an
+  // agent that has just registered): the run never started there, so
+  // queuing it again is not a requeue (`requeues` stays). Not persisted.
+  bool launch_not_ready = false;
   // Times it was requeued after a preemption or a move (`spec.requeue.max`).
   int requeues = 0;
   // The client's idempotency key of the submission (`Idempotency-Key`), if
