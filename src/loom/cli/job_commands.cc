@@ -2,6 +2,7 @@
 
 #include <csignal>
 #include <iostream>
+#include <memory>
 
 #include "loom/cli/cluster_verbs.h"
 #include "loom/cli/image_verbs.h"
@@ -12,6 +13,8 @@
 #include "loom/cli/spec_verbs.h"
 #include "loom/cli/token_verbs.h"
 #include "loom/cli/verb.h"
+#include "loom/client/api_client.h"
+#include "loom/common/job_id.h"
 
 namespace loom {
 namespace {
@@ -56,8 +59,27 @@ void AddJobCommands(CLI::App& app, JobCommandFlags* f) {
   }
 }
 
-int RunJobCommand(std::string_view verb, const JobCommandFlags& flags,
+int RunJobCommand(std::string_view verb, const JobCommandFlags& given,
                   const CommandContext& context) {
+  // Job references ("12", "12_7") become job IDs.
+  JobCommandFlags flags = given;
+  if (!given.job_refs.empty()) {
+    const cli::Verb first{std::string(verb), given, context};
+    std::unique_ptr<ApiClient> client;
+    for (const std::string& ref : given.job_refs) {
+      if (ref.find('_') == std::string::npos) {
+        absl::StatusOr<int64_t> id = ParseJobId(ref);
+        if (!id.ok()) return first.Fail(cli::kExitUsage, id.status());
+        flags.jobs.push_back(*id);
+        continue;
+      }
+      if (client == nullptr) client = cli::MakeClient(first);
+      if (client == nullptr) return cli::kExitUsage;
+      absl::StatusOr<nlohmann::json> job = client->GetJobRef(ref);
+      if (!job.ok()) return first.Fail(cli::kExitFailed, job.status());
+      flags.jobs.push_back(job->value("id", int64_t{0}));
+    }
+  }
   const cli::Verb v{std::string(verb), flags, context};
   // `-o` given before a verb that has none.
   for (const auto& [name, app] : flags.verbs) {

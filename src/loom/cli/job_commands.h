@@ -59,10 +59,14 @@ struct JobCommandFlags {
   bool hold = false;
   std::string dependency;  // --dependency (-d)
   bool kill_on_invalid_dep = false;
+  std::string array;  // --array (-a)
   // run
   RunFlags run;
   // cancel, release (several), show and logs (the first)
   std::vector<int64_t> jobs;
+  // As given: job IDs or array elements ("12_7"), made `jobs` before the
+  // verb runs (an element's ID asked of the server).
+  std::vector<std::string> job_refs;
   bool all = false;  // release --all, queue --all
   // queue
   std::string state;

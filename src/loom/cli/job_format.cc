@@ -85,6 +85,20 @@ std::string JoinCommand(const Json& command) {
   return words.empty() ? "-" : absl::StrJoin(words, " ");
 }
 
+// The JOBID cell: an element as Slurm writes it ("12_7"), an array by its
+// pending indices ("12_[40-999%10]").
+std::string JobIdCell(const Json& job) {
+  if (std::string d = Str(job, "display_id"); !d.empty()) return d;
+  if (const Json* a = Field(job, "array"); a != nullptr && a->is_object()) {
+    const std::string pending = Str(*a, "pending");
+    if (pending.empty()) return Cell(job, "id");
+    std::optional<int64_t> max = Int(*a, "max_running");
+    return absl::StrCat(Cell(job, "id"), "_[", pending,
+                        max && *max > 0 ? absl::StrCat("%", *max) : "", "]");
+  }
+  return Cell(job, "id");
+}
+
 }  // namespace
 
 std::string FormatJobTable(const nlohmann::json& jobs, bool wide,
@@ -113,7 +127,7 @@ std::string FormatJobTable(const nlohmann::json& jobs, bool wide,
       const absl::Time end = TimeField(job, "end_time").value_or(now);
       time = FormatElapsed(end - *start);
     }
-    std::vector<std::string> row = {Cell(job, "id"),    Cell(job, "name"),
+    std::vector<std::string> row = {JobIdCell(job),     Cell(job, "name"),
                                     Cell(job, "user"),  Cell(job, "project"),
                                     Cell(job, "state"), Cell(gpus),
                                     Cell(nodes),        time};
@@ -160,9 +174,24 @@ std::string FormatJobDetails(const nlohmann::json& job, absl::Time now) {
   };
   const std::string state = Str(job, "state");
   std::string title = Cell(job, "id");
+  if (std::string d = Str(job, "display_id"); !d.empty()) {
+    absl::StrAppend(&title, " = ", d);
+  }
   if (!Str(job, "name").empty())
     absl::StrAppend(&title, " (", Str(job, "name"), ")");
   add("Job", title);
+  if (const Json* a = Field(job, "array"); a != nullptr && a->is_object()) {
+    std::optional<int64_t> max = Int(*a, "max_running");
+    add("Array",
+        absl::StrCat(
+            Str(*a, "indices"), max && *max > 0 ? absl::StrCat("%", *max) : "",
+            " (", Cell(*a, "elements"),
+            " elements): ", Cell(*a, "pending_count"), " pending, ",
+            Cell(*a, "active"), " running, ", Cell(*a, "held"), " held, ",
+            Cell(*a, "succeeded"), " succeeded, ", Cell(*a, "failed"),
+            " failed, ", Cell(*a, "cancelled"), " cancelled"));
+    if (!Str(*a, "pending").empty()) add("Pending indices", Str(*a, "pending"));
+  }
   add("State", state.empty() ? "-" : state);
   if (!Str(job, "reason").empty()) {
     add(state == "pending" || state == "held" ? "Pending reason" : "Reason",

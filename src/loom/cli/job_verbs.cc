@@ -42,6 +42,10 @@ int64_t JobId(const Json& job) { return Int(job, "id").value_or(0); }
 void PrintSubmitted(const Verb& v, const Json& job) {
   const int64_t id = JobId(job);
   v.out() << "submitted job " << id;
+  if (const Json* a = Field(job, "array"); a != nullptr && a->is_object()) {
+    v.out() << " (an array of " << Cell(*a, "elements") << " elements, " << id
+            << "_[" << Str(*a, "indices") << "])";
+  }
   if (Str(job, "state") == "held") {
     v.out() << " (held; start it with `loom release " << id << "`)";
   }
@@ -79,6 +83,9 @@ int Submit(const Verb& v) {
         !st.ok()) {
       return v.Fail(kExitUsage, st);
     }
+    if (absl::Status st = ApplyArrayFlag(v.flags.array, &*spec); !st.ok()) {
+      return v.Fail(kExitUsage, st);
+    }
     bodies.push_back(Json::parse(JobSpecToJson(*spec), nullptr, false));
   }
   std::unique_ptr<ApiClient> client = MakeClient(v);
@@ -111,6 +118,11 @@ int Submit(const Verb& v) {
 }
 
 int Run(const Verb& v) {
+  if (v.flags.run.wait && !v.flags.run.array.empty()) {
+    return v.Fail(kExitUsage,
+                  "--wait follows one job; an array's elements are jobs of "
+                  "their own (follow one with `loom attach 12_7`)");
+  }
   absl::StatusOr<Json> spec = BuildRunSpec(v.flags.run);
   if (!spec.ok()) return v.Fail(kExitUsage, spec.status());
   std::unique_ptr<ApiClient> client = MakeClient(v);
@@ -236,6 +248,23 @@ int Logs(const Verb& v) {
   return kExitOk;
 }
 
+int Hold(const Verb& v) {
+  std::unique_ptr<ApiClient> client = MakeClient(v);
+  if (client == nullptr) return kExitUsage;
+  int rc = kExitOk;
+  for (int64_t id : v.flags.jobs) {
+    absl::StatusOr<Json> job = client->HoldJob(id);
+    if (!job.ok()) {
+      rc = v.FailJob(id, job.status());
+      continue;
+    }
+    const std::string name = Str(*job, "display_id");
+    v.out() << "job " << (name.empty() ? std::to_string(id) : name)
+            << " held (`loom release` queues it again)\n";
+  }
+  return rc;
+}
+
 int Cancel(const Verb& v) {
   std::unique_ptr<ApiClient> client = MakeClient(v);
   if (client == nullptr) return kExitUsage;
@@ -290,6 +319,10 @@ constexpr const char* kDependencyHelp =
     "Start only once other jobs allow it, as Slurm's --dependency: "
     "afterok:ID[:ID...], afterany:, afternotok:, after:, singleton; joined "
     "by ',' (all) or '?' (any)";
+constexpr const char* kArrayHelp =
+    "An array of jobs, one per index, as Slurm's --array: 0-999, 1,3,5-9:2, "
+    "with %M to run at most M at once (0-999%10); each sees "
+    "LOOM_ARRAY_JOB_ID and LOOM_ARRAY_TASK_ID";
 constexpr const char* kKillOnInvalidDepHelp =
     "Cancel the job if its dependency can never be met (else it stays "
     "pending)";
@@ -307,6 +340,7 @@ void AddJobVerbs(CLI::App& app, JobCommandFlags* f) {
   submit->add_option("-d,--dependency", f->dependency, kDependencyHelp);
   submit->add_flag("--kill-on-invalid-dep", f->kill_on_invalid_dep,
                    kKillOnInvalidDepHelp);
+  submit->add_option("-a,--array", f->array, kArrayHelp);
   AddOutputFlag(submit, f, {"json", "yaml"});
 
   CLI::App* run = AddVerb(app, f, "run",
@@ -353,6 +387,7 @@ void AddJobVerbs(CLI::App& app, JobCommandFlags* f) {
   run->add_option("-d,--dependency", r->dependency, kDependencyHelp);
   run->add_flag("--kill-on-invalid-dep", r->kill_on_invalid_dep,
                 kKillOnInvalidDepHelp);
+  run->add_option("-a,--array", r->array, kArrayHelp);
   run->add_flag("--wait", r->wait,
                 "Wait for the job to end, streaming every task's output, and "
                 "exit with its exit code (as srun)");
@@ -371,9 +406,12 @@ void AddJobVerbs(CLI::App& app, JobCommandFlags* f) {
       "waits for its end (as srun); a second Ctrl-C leaves at once.");
 
   const CLI::Validator job_id = JobIdValidator();
+  const CLI::Validator job_ref = JobRefValidator();
   CLI::App* release = AddVerb(app, f, "release", "Let held jobs start");
   CLI::Option* release_jobs =
-      release->add_option("job", f->jobs, "Job IDs")->check(job_id);
+      release
+          ->add_option("job", f->job_refs, "Job IDs (or array elements, 12_7)")
+          ->check(job_ref);
   release->add_flag("--all", f->all, "Release all your held jobs")
       ->excludes(release_jobs);
 
@@ -394,17 +432,17 @@ void AddJobVerbs(CLI::App& app, JobCommandFlags* f) {
   CLI::App* show = AddVerb(app, f, "show",
                            "Show a job: state, placement, why it is "
                            "pending, events");
-  show->add_option("job", f->jobs, "Job ID")
+  show->add_option("job", f->job_refs, "Job ID (or an array element, 12_7)")
       ->required()
       ->expected(1)
-      ->check(job_id);
+      ->check(job_ref);
   AddOutputFlag(show, f, {"json", "yaml"});
 
   CLI::App* logs = AddVerb(app, f, "logs", "Print a job's output");
-  logs->add_option("job", f->jobs, "Job ID")
+  logs->add_option("job", f->job_refs, "Job ID (or an array element, 12_7)")
       ->required()
       ->expected(1)
-      ->check(job_id);
+      ->check(job_ref);
   logs->add_flag("-f,--follow", f->follow,
                  "Keep printing new output until the task ends");
   logs->add_option("--task", f->task, "Task index (default 0)")
@@ -418,7 +456,16 @@ void AddJobVerbs(CLI::App& app, JobCommandFlags* f) {
                  "Standard error instead of output");
 
   CLI::App* cancel = AddVerb(app, f, "cancel", "Cancel jobs");
-  cancel->add_option("job", f->jobs, "Job IDs")->required()->check(job_id);
+  cancel
+      ->add_option("job", f->job_refs,
+                   "Job IDs (an array: all its elements; or one element, 12_7)")
+      ->required()
+      ->check(job_ref);
+
+  CLI::App* hold = AddVerb(app, f, "hold",
+                           "Hold pending jobs (an array, or one element, 12_7) "
+                           "until `loom release`, as `scontrol hold`");
+  hold->add_option("job", f->job_refs, "Job IDs")->required()->check(job_ref);
 
   CLI::App* checkpoint =
       AddVerb(app, f, "checkpoint",
@@ -439,6 +486,7 @@ std::optional<int> RunJobVerb(const Verb& v) {
   if (v.name == "show") return Show(v);
   if (v.name == "logs") return Logs(v);
   if (v.name == "cancel") return Cancel(v);
+  if (v.name == "hold") return Hold(v);
   if (v.name == "checkpoint") return Checkpoint(v);
   return std::nullopt;
 }

@@ -130,10 +130,10 @@ void AddAttachVerb(CLI::App& app, JobCommandFlags* f) {
       AddVerb(app, f, "attach",
               "Follow a job: its state, and every task's output live, until "
               "it ends (like sattach)");
-  attach->add_option("job", f->jobs, "Job ID")
+  attach->add_option("job", f->job_refs, "Job ID (or an array element, 12_7)")
       ->required()
       ->expected(1)
-      ->check(JobIdValidator());
+      ->check(JobRefValidator());
   attach->add_flag("-l,--label", f->label,
                    "Lead each output line with its rank, as `srun -l`");
   AddOutputFlag(attach, f, {"json", "yaml"});

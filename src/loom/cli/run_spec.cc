@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "loom/cli/reply_fields.h"
 #include "loom/common/units.h"
+#include "loom/core/job_array.h"
 #include "loom/core/job_dependency.h"
 #include "loom/core/job_spec.h"
 #include "loom/core/labels.h"
@@ -167,6 +168,7 @@ absl::StatusOr<nlohmann::json> BuildRunSpec(const RunFlags& f) {
       !st.ok()) {
     return st;
   }
+  if (absl::Status st = ApplyArrayFlag(f.array, &spec); !st.ok()) return st;
   if (absl::Status st = AddContainer(f, &spec); !st.ok()) return st;
 
   // The spec parser is the one judge of a valid spec: read the JSON back
@@ -219,6 +221,17 @@ absl::Status ApplyDependencyFlags(std::string_view dependency,
     spec->dependency = FormatDependency(*dep);
   }
   if (kill_on_invalid_dep) spec->kill_on_invalid_dep = true;
+  return absl::OkStatus();
+}
+
+absl::Status ApplyArrayFlag(std::string_view array, JobSpec* spec) {
+  if (array.empty()) return absl::OkStatus();
+  absl::StatusOr<ArraySpec> a = ParseArraySpec(array);
+  if (!a.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--array: ", std::string(a.status().message())));
+  }
+  spec->array = FormatArraySpec(*a);
   return absl::OkStatus();
 }
 

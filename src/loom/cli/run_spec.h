@@ -30,6 +30,8 @@ struct RunFlags {
   // --dependency (-d) in Slurm's syntax, and --kill-on-invalid-dep.
   std::string dependency;
   bool kill_on_invalid_dep = false;
+  // --array (-a): an array in Slurm's syntax (0-999%10).
+  std::string array;
   // The image to run in (--image), its mounts (--mount SRC:DST[:ro]), its
   // working directory (--container-workdir), a writable layer (--writable)
   // and the /dev/shm size (--shm-size, a quantity). All but `image` need
@@ -58,6 +60,7 @@ absl::StatusOr<nlohmann::json> BuildRunSpec(const RunFlags& flags);
 // InvalidArgument naming the flag for a dependency that does not parse.
 absl::Status ApplyDependencyFlags(std::string_view dependency,
                                   bool kill_on_invalid_dep, JobSpec* spec);
+absl::Status ApplyArrayFlag(std::string_view array, JobSpec* spec);
 
 // A job name from a command: the basename of its first word, lower-cased,
 // every run of other characters than [a-z0-9] turned into one '-', led by

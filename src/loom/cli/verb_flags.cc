@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "loom/common/job_id.h"
+#include "loom/core/job_array.h"
 
 namespace loom::cli {
 
@@ -42,6 +43,19 @@ CLI::Validator JobIdValidator() {
   // for.
   return CLI::Validator(
       [](std::string& text) -> std::string {
+        absl::StatusOr<int64_t> id = ParseJobId(text);
+        return id.ok() ? std::string() : std::string(id.status().message());
+      },
+      "JOB_ID");
+}
+
+CLI::Validator JobRefValidator() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        if (text.find('_') != std::string::npos) {
+          absl::StatusOr<ArrayElementRef> ref = ParseArrayElementRef(text);
+          return ref.ok() ? std::string() : std::string(ref.status().message());
+        }
         absl::StatusOr<int64_t> id = ParseJobId(text);
         return id.ok() ? std::string() : std::string(id.status().message());
       },

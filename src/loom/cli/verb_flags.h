@@ -27,5 +27,7 @@ void AddOutputFlag(CLI::App* verb, JobCommandFlags* f,
 
 // Accepts job IDs as `ParseJobId` does: canonical positive decimals.
 CLI::Validator JobIdValidator();
+// A job ID or an array element ("12_7").
+CLI::Validator JobRefValidator();
 
 }  // namespace loom::cli

@@ -513,6 +513,14 @@ absl::StatusOr<nlohmann::json> ApiClient::GetJob(int64_t id) {
   return Call("GET", absl::StrCat("/v1/jobs/", id), "");
 }
 
+absl::StatusOr<nlohmann::json> ApiClient::GetJobRef(const std::string& ref) {
+  return Call("GET", absl::StrCat("/v1/jobs/", ref), "");
+}
+
+absl::StatusOr<nlohmann::json> ApiClient::HoldJob(int64_t id) {
+  return Call("POST", absl::StrCat("/v1/jobs/", id, "/hold"), "");
+}
+
 absl::StatusOr<nlohmann::json> ApiClient::CancelJob(int64_t id) {
   return Call("POST", absl::StrCat("/v1/jobs/", id, "/cancel"), "");
 }

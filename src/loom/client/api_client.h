@@ -107,7 +107,10 @@ class ApiClient {
   // GET /v1/jobs/{id}.
   absl::StatusOr<nlohmann::json> GetJob(int64_t id);
   // POST /v1/jobs/{id}/cancel. Returns the job.
+  // A job by its ID or as an array element ("12_7").
+  absl::StatusOr<nlohmann::json> GetJobRef(const std::string& ref);
   absl::StatusOr<nlohmann::json> CancelJob(int64_t id);
+  absl::StatusOr<nlohmann::json> HoldJob(int64_t id);
   // POST /v1/jobs/{id}/release. FailedPrecondition when it is not held.
   absl::StatusOr<nlohmann::json> ReleaseJob(int64_t id);
   // Reports a saved checkpoint of job `id` (step < 0: none given).

@@ -22,6 +22,7 @@
 #include "absl/strings/strip.h"
 #include "loom/common/utf8.h"
 #include "loom/core/container_spec_yaml.h"
+#include "loom/core/job_array.h"
 #include "loom/core/job_dependency_yaml.h"
 #include "loom/core/labels.h"
 #include "loom/core/yaml_util.h"
@@ -861,7 +862,8 @@ absl::StatusOr<JobSpec> JobSpecParser::Parse(const YAML::Node& root) {
                             "restart",     "requeue",
                             "cancel",      "hold",
                             "labels",      "node_selector",
-                            "dependency",  "kill_on_invalid_dep"});
+                            "dependency",  "kill_on_invalid_dep",
+                            "array"});
   if (!map.ok()) return map.status();
 
   JobSpec spec;
@@ -989,6 +991,15 @@ absl::StatusOr<JobSpec> JobSpecParser::Parse(const YAML::Node& root) {
     absl::StatusOr<bool> b = ReadBool(f->value, f->key);
     if (!b.ok()) return b.status();
     spec.kill_on_invalid_dep = *b;
+  }
+  if (const Field* f = map->Find("array"); f != nullptr) {
+    absl::StatusOr<std::string> text = ReadText(f->value, f->key, false);
+    if (!text.ok()) return text.status();
+    absl::StatusOr<ArraySpec> array = ParseArraySpec(*text);
+    if (!array.ok()) {
+      return Error(f->value, f->key, array.status().message());
+    }
+    spec.array = FormatArraySpec(*array);
   }
   return spec;
 }
@@ -1237,6 +1248,7 @@ std::string JobSpecToJson(const JobSpec& spec) {
   // Likewise.
   if (!spec.dependency.empty()) j["dependency"] = spec.dependency;
   if (spec.kill_on_invalid_dep) j["kill_on_invalid_dep"] = true;
+  if (!spec.array.empty()) j["array"] = spec.array;
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 

@@ -110,6 +110,9 @@ struct JobSpec {
   // else it stays pending (docs/scheduling.md).
   std::string dependency;
   bool kill_on_invalid_dep = false;
+  // An array (loom/core/job_array.h): one submission, one job per index,
+  // in Slurm's `--array` syntax, canonical; empty: a single job.
+  std::string array;
 
   bool operator==(const JobSpec&) const = default;
 };

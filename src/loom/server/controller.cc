@@ -120,12 +120,20 @@ absl::Status Controller::Load(absl::Time now) {
     if (!stored.ok()) continue;  // not a job key
     JobRecord* rec = &stored->record;
     LoadHistory(kv, *stored, history_of);
-    next_id_ = std::max(next_id_, rec->id + 1);
     JobRecord& job = jobs_[rec->id] = std::move(*rec);
+    // Arrays come before their elements (IDs, so keys, in order).
+    if (IsArrayJob(job)) RegisterArray(job);
+    if (job.array_job != 0) NoteArrayElementLoaded(job);
+    next_id_ = std::max(
+        next_id_, job.id + 1 +
+                      (IsArrayJob(job)
+                           ? static_cast<JobId>(arrays_[job.id].indices.size())
+                           : 0));
     // A job that ended keeps its state and reason, whatever the cluster
     // has become.
     if (IsFinal(job.state)) continue;
-    user_jobs_.Add(job.spec.user, job.id);
+    // An array counts once against its user's limit, not per element.
+    if (job.array_job == 0) user_jobs_.Add(job.spec.user, job.id);
     absl::StatusOr<JobRequest> req =
         ToJobRequest(job.spec, *cluster_, job.id, job.submit_time);
     if (!req.ok()) {
@@ -136,13 +144,15 @@ absl::Status Controller::Load(absl::Time now) {
       job.end_time = now;
       continue;
     }
-    unfinished_by_name_[{job.spec.user, job.spec.name}].insert(job.id);
+    if (job.array_job == 0) {
+      unfinished_by_name_[{job.spec.user, job.spec.name}].insert(job.id);
+    }
     if (job.state == JobState::kPending && job.not_before) {
       backoff_.insert(job.id);  // queued again by Tick when it is due
     } else if (job.state == JobState::kPending && GatedByDependency(job)) {
       WaitForDependency(job.id);  // checked again by the first Tick
     } else if (job.state == JobState::kPending) {
-      (void)scheduler_->Submit(*req, now);
+      (void)QueueJob(job, *req, now);
     } else if ((job.state == JobState::kRunning ||
                 job.state == JobState::kStopping) &&
                std::any_of(job.tasks.begin(), job.tasks.end(),

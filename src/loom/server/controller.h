@@ -5,10 +5,12 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
@@ -144,6 +146,13 @@ class Controller {
   bool KnowsRequest(const std::string& request_id, absl::Time now) const;
   absl::StatusOr<nlohmann::json> Cancel(JobId id, absl::Time now);
   absl::StatusOr<nlohmann::json> Release(JobId id, absl::Time now);
+  // Puts a pending job (an array, or one element of it) on hold: out of
+  // the queue until `Release`, as Slurm's `scontrol hold`.
+  absl::StatusOr<nlohmann::json> Hold(JobId id, absl::Time now);
+  // The job a route or the CLI names: a job ID ("12"), or an array element
+  // ("12_7": the element's own ID, also before it exists). NotFound when
+  // 12 is no array or 7 not one of its indices.
+  absl::StatusOr<JobId> ResolveJobRef(std::string_view text) const;
   // The job says it saved a checkpoint (`step` when it told one). Only a
   // running or stopping job can; FailedPrecondition otherwise. The job (and
   // the scheduler's choice of preemption victims) sees it at once; the
@@ -391,6 +400,67 @@ class Controller {
   // cancels) those whose dependency never will be.
   void StepDependencies(absl::Time now, std::vector<const JobRecord*>* dirty)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Arrays (controller_arrays.cc, docs/scheduling.md "Arrays"). An array
+  // job is one record; its elements exist (as records of their own, IDs
+  // `array + 1 + position`) only from when they are queued, a window at a
+  // time, so that pending elements cost neither memory nor the scheduler.
+  struct ArrayRun {
+    std::vector<int> indices;  // the spec's, sorted
+    int max_running = 0;       // %max; 0: none
+    // Positions (in `indices`): not yet elements; cancelled before they
+    // were; queued in the scheduler and not started yet.
+    absl::btree_set<int> unfed, cancelled, queued;
+    int active = 0;  // elements that exist and are not final (held too)
+    int held = 0;    // of which held
+    int succeeded = 0, failed = 0, cancelled_elements = 0;
+  };
+  static bool IsArrayJob(const JobRecord& job) {
+    return !job.spec.array.empty() && job.array_job == 0;
+  }
+  void RegisterArray(const JobRecord& array) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NoteArrayElementLoaded(const JobRecord& element)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `job` joins the queue: an array's elements are queued by `FeedArrays`;
+  // any other job goes to the scheduler.
+  absl::StatusOr<SubmitOutcome> QueueJob(const JobRecord& job,
+                                         const JobRequest& req, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // From `Tick`: queues the next elements of the arrays that have room,
+  // and ends the arrays whose every element has ended.
+  void FeedArrays(absl::Time now, std::vector<const JobRecord*>* dirty)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An element started or ended (from `NoteJobChanged`).
+  void ArrayElementChanged(const JobRecord& element)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Withdraws an array's queued elements (that never started) back to
+  // its unfed positions: they are forgotten, as if never made.
+  void WithdrawQueued(JobId array, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends `array` once it has no element left to run (its state from its
+  // elements'), from `FeedArrays` and cancel.
+  void FinishArrayIfDone(JobRecord& array, absl::Time now,
+                         std::vector<const JobRecord*>* dirty)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Cancel and hold of an array, and of an element that does not exist yet.
+  absl::Status CancelArray(JobRecord& array, absl::Time now,
+                           std::vector<const JobRecord*>* dirty)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<nlohmann::json> TouchUnmadeElement(JobId id, bool cancel,
+                                                    absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The array an element ID belongs to (made or not), or nullptr.
+  const JobRecord* ArrayOfId(JobId id, int* position) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The element record of `array` at `position`, pending (or held).
+  JobRecord MakeElement(const JobRecord& array, int position, bool held,
+                        absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The array's part of its JSON, and its pending reason.
+  void AddArrayJson(const JobRecord& array, absl::Time now,
+                    nlohmann::json* j) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CancelLocked(JobRecord& job, absl::Time now,
+                            std::vector<const JobRecord*>* dirty)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Maintenance (controller_maintenance.cc): the runs from the store, one
   // written (kept to write again at the next step when the store fails),
   // each tick's step, what the agent says of its command, and the facts a
@@ -560,6 +630,8 @@ class Controller {
   // What was last written of each job, so that `Persist` writes only what
   // changed.
   JobWriteCache written_ ABSL_GUARDED_BY(mu_);
+  std::map<JobId, ArrayRun> arrays_ ABSL_GUARDED_BY(mu_);
+  absl::btree_set<JobId> arrays_to_feed_ ABSL_GUARDED_BY(mu_);
 
   // Metrics since this server started (not persisted).
   int64_t decisions_ ABSL_GUARDED_BY(mu_) = 0;  // starts and preemptions

@@ -163,6 +163,7 @@ void Controller::WaitForDependency(JobId id) {
 }
 
 void Controller::NoteJobChanged(const JobRecord& job) {
+  ArrayElementChanged(job);
   if (IsFinal(job.state)) {
     auto it = unfinished_by_name_.find({job.spec.user, job.spec.name});
     if (it != unfinished_by_name_.end()) {
@@ -222,7 +223,7 @@ void Controller::StepDependencies(absl::Time now,
     absl::StatusOr<JobRequest> req =
         ToJobRequest(job.spec, *cluster_, job.id, job.submit_time);
     absl::StatusOr<SubmitOutcome> out =
-        req.ok() ? scheduler_->Submit(*req, now)
+        req.ok() ? QueueJob(job, *req, now)
                  : absl::StatusOr<SubmitOutcome>(req.status());
     if (out.ok() && out->kind == SubmitOutcome::Kind::kInfeasible) {
       out = absl::FailedPreconditionError(out->reason);

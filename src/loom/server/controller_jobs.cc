@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "loom/common/units.h"
+#include "loom/core/job_array.h"
 #include "loom/sched/placement.h"
 #include "loom/server/controller.h"
 #include "loom/server/idempotency_keys.h"
@@ -87,6 +88,12 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
   if (!CouldEverRun(*cluster_, req->shape, &why)) {
     return absl::FailedPreconditionError(absl::StrCat("infeasible: ", why));
   }
+  int64_t array_elements = 0;
+  if (!spec.array.empty()) {
+    absl::StatusOr<ArraySpec> array = ParseArraySpec(spec.array);
+    if (!array.ok()) return array.status();
+    array_elements = static_cast<int64_t>(array->indices.size());
+  }
   JobId id;
   {
     absl::MutexLock lock(&mu_);
@@ -103,7 +110,10 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
           "user may have (the server's --max-jobs-per-user); cancel some or "
           "wait for them to end"));
     }
-    id = next_id_++;  // an id whose write fails is skipped, never reused
+    // An id whose write fails is skipped, never reused. An array takes
+    // one more per element: theirs (controller_arrays.cc).
+    id = next_id_;
+    next_id_ += 1 + array_elements;
     user_jobs_.Add(spec.user, id);  // reserved while it is written
   }
   req->id = id;
@@ -165,10 +175,11 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
   absl::MutexLock lock(&mu_);
   if (created != nullptr) *created = true;
   if (!request_id.empty()) requests_.Put(request_id, {id, digest, now, *rev});
+  if (IsArrayJob(job)) RegisterArray(job);
   if (job.state == JobState::kPending && GatedByDependency(job)) {
     WaitForDependency(id);  // queued by `Tick` once its dependency is met
   } else if (job.state == JobState::kPending) {
-    absl::StatusOr<SubmitOutcome> out = scheduler_->Submit(*req, now);
+    absl::StatusOr<SubmitOutcome> out = QueueJob(job, *req, now);
     if (!out.ok()) return out.status();
   }
   unfinished_by_name_[{job.spec.user, job.spec.name}].insert(id);
@@ -188,14 +199,38 @@ bool Controller::KnowsRequest(const std::string& request_id,
 absl::StatusOr<nlohmann::json> Controller::Cancel(JobId id, absl::Time now) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(id);
-  if (it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrCat("no job ", id));
-  }
+  if (it == jobs_.end()) return TouchUnmadeElement(id, true, now);
   JobRecord& job = it->second;
   if (IsFinal(job.state)) return JobJson(job, now);
+  std::vector<const JobRecord*> dirty;
+  if (IsArrayJob(job)) {
+    // Its elements change with it; a failed write is retried with the
+    // next one (the cancel is not undone: elements are already stopping).
+    absl::Status st = CancelArray(job, now, &dirty);
+    if (st.ok()) st = Persist(dirty);
+    if (!st.ok()) return st;
+    return JobJson(job, now);
+  }
   JobRecord before = job;
+  (void)CancelLocked(job, now, &dirty);
+  if (absl::Status st = Persist(dirty); !st.ok()) {
+    job = before;
+    return st;
+  }
+  return JobJson(job, now);
+}
+
+absl::Status Controller::CancelLocked(JobRecord& job, absl::Time now,
+                                      std::vector<const JobRecord*>* dirty) {
+  const JobId id = job.id;
+  if (IsFinal(job.state)) return absl::OkStatus();
   if (job.state == JobState::kHeld || job.state == JobState::kPending) {
     if (job.state == JobState::kPending) (void)scheduler_->Cancel(id, now);
+    if (job.state == JobState::kHeld && job.array_job != 0) {
+      if (auto r = arrays_.find(job.array_job); r != arrays_.end()) {
+        r->second.held = std::max(0, r->second.held - 1);
+      }
+    }
     backoff_.erase(id);
     dep_waiting_.erase(id);
     job.not_before.reset();
@@ -212,11 +247,8 @@ absl::StatusOr<nlohmann::json> Controller::Cancel(JobId id, absl::Time now) {
                                    SignalName(job.spec.cancel_signal)));
     StopTasks(job, job.spec.cancel_signal, job.spec.cancel_grace);
   }
-  if (absl::Status st = Persist({&job}); !st.ok()) {
-    job = before;
-    return st;
-  }
-  return JobJson(job, now);
+  dirty->push_back(&job);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<nlohmann::json> Controller::Release(JobId id, absl::Time now) {
@@ -271,11 +303,17 @@ void Controller::ReleaseMany(const std::vector<JobId>& ids, absl::Time now,
     return;
   }
   for (auto& [i, req] : requests) {
-    if (GatedByDependency(jobs_.at(req.id))) {
+    const JobRecord& job = jobs_.at(req.id);
+    if (job.array_job != 0) {
+      if (auto r = arrays_.find(job.array_job); r != arrays_.end()) {
+        r->second.held = std::max(0, r->second.held - 1);
+      }
+    }
+    if (GatedByDependency(job)) {
       WaitForDependency(req.id);
       continue;
     }
-    absl::StatusOr<SubmitOutcome> out = scheduler_->Submit(req, now);
+    absl::StatusOr<SubmitOutcome> out = QueueJob(job, req, now);
     if (!out.ok()) (*errors)[i] = out.status();
   }
 }
@@ -330,6 +368,27 @@ absl::StatusOr<nlohmann::json> Controller::GetJob(JobId id,
                                                   absl::Time now) const {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(id);
+  int pos = 0;
+  if (const JobRecord* array = nullptr;
+      it == jobs_.end() && (array = ArrayOfId(id, &pos)) != nullptr) {
+    // An element not made yet: pending (or cancelled) in its array.
+    const ArrayRun& run = arrays_.at(array->id);
+    if (run.unfed.contains(pos) || run.cancelled.contains(pos)) {
+      JobRecord e = MakeElement(*array, pos, false, now);
+      e.events = JobEvents();
+      if (run.cancelled.contains(pos)) {
+        e.state = JobState::kCancelled;
+        e.reason = "cancelled while pending";
+      }
+      nlohmann::json j = JobJson(e, now);
+      if (e.state == JobState::kPending) {
+        j["reason"] = absl::StrCat(
+            "an element of array ", array->id,
+            ", not queued yet: ", JobJson(*array, now).value("reason", ""));
+      }
+      return j;
+    }
+  }
   if (it == jobs_.end()) {
     return absl::NotFoundError(absl::StrCat("no job ", id));
   }
@@ -350,6 +409,22 @@ nlohmann::json Controller::ListJobs(const JobQuery& f, absl::Time now) const {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& [id, job] : jobs_) {
     if (!JobMatches(f, job)) continue;
+    // An array's elements that have not started are its `pending`; an
+    // array shows while it has some, or once it has ended.
+    if (job.array_job != 0 && job.state == JobState::kPending) {
+      auto r = arrays_.find(job.array_job);
+      if (r != arrays_.end() &&
+          r->second.queued.contains(static_cast<int>(id - job.array_job - 1))) {
+        continue;
+      }
+    }
+    if (IsArrayJob(job) && !IsFinal(job.state)) {
+      auto r = arrays_.find(id);
+      if (r != arrays_.end() && r->second.unfed.empty() &&
+          r->second.queued.empty() && job.state == JobState::kPending) {
+        continue;
+      }
+    }
     nlohmann::json j = JobJson(job, now);
     j.erase("events");
     j.erase("spec");
@@ -404,6 +479,11 @@ absl::StatusOr<Controller::TaskLogSource> Controller::TaskLogs(JobId id,
 absl::StatusOr<std::string> Controller::JobUser(JobId id) const {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(id);
+  int pos = 0;
+  if (const JobRecord* array = nullptr;
+      it == jobs_.end() && (array = ArrayOfId(id, &pos)) != nullptr) {
+    return array->spec.user;  // an element not made yet
+  }
   if (it == jobs_.end())
     return absl::NotFoundError(absl::StrCat("no job ", id));
   return it->second.spec.user;
@@ -463,6 +543,7 @@ nlohmann::json Controller::JobJson(const JobRecord& job, absl::Time now) const {
       JobApiJson(job, *cluster_, reason, sj ? &sj->request.shape : nullptr,
                  [this](const std::string& node) { return NodeHost(node); });
   if (!job.spec.dependency.empty()) j["dependency"] = job.spec.dependency;
+  if (IsArrayJob(job)) AddArrayJson(job, now, &j);
   return j;
 }
 

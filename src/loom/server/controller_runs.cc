@@ -103,6 +103,17 @@ AgentAction Controller::LaunchAction(const JobRecord& job,
   env["LOOM_JOB_ID"] = std::to_string(job.id);
   env["LOOM_TASK_INDEX"] = std::to_string(t.index);
   env["LOOM_RESTART_COUNT"] = std::to_string(job.restart_count);
+  if (job.array_job != 0) {
+    // Slurm's SLURM_ARRAY_* under loom's names (sbatch scripts get both).
+    env["LOOM_ARRAY_JOB_ID"] = std::to_string(job.array_job);
+    env["LOOM_ARRAY_TASK_ID"] = std::to_string(job.array_index);
+    if (auto it = arrays_.find(job.array_job); it != arrays_.end()) {
+      const std::vector<int>& ix = it->second.indices;
+      env["LOOM_ARRAY_TASK_COUNT"] = std::to_string(ix.size());
+      env["LOOM_ARRAY_TASK_MIN"] = std::to_string(ix.front());
+      env["LOOM_ARRAY_TASK_MAX"] = std::to_string(ix.back());
+    }
+  }
   if (!ckpt.empty()) env["LOOM_CHECKPOINT_DIR"] = ckpt;
   AgentAction a;
   a.kind = AgentAction::Kind::kLaunch;

@@ -93,6 +93,8 @@ void Controller::Tick(absl::Time now) {
   StepMaintenances(now, &dirty);
   // Jobs whose dependency is now met join the queue before this pass.
   StepDependencies(now, &dirty);
+  // Arrays: their next elements join the queue; finished arrays end.
+  FeedArrays(now, &dirty);
   // Scheduling.
   PassResult pass = scheduler_->Schedule(now);
   for (JobId id : pass.started) {

@@ -239,9 +239,20 @@ absl::Status HttpServer::MayTouchJob(const Principal& p, JobId id,
       absl::StrCat("job ", id, " belongs to ", owner, ", not to ", p.user));
 }
 
+absl::StatusOr<JobId> HttpServer::JobOfRoute(const Request& req) {
+  const std::string& text = req.matches[1];
+  if (text.find('_') == std::string::npos) return JobIdOf(req);
+  absl::StatusOr<JobId> id = controller_->ResolveJobRef(text);
+  if (id.status().code() == absl::StatusCode::kInvalidArgument) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad job id: ", id.status().message()));
+  }
+  return id;
+}
+
 absl::StatusOr<JobId> HttpServer::JobToTouch(const Request& req,
                                              bool allow_job_token) {
-  absl::StatusOr<JobId> id = JobIdOf(req);
+  absl::StatusOr<JobId> id = JobOfRoute(req);
   if (!id.ok()) return id.status();
   if (absl::Status st = MayTouchJob(PrincipalOf(req), *id, allow_job_token);
       !st.ok()) {

@@ -116,6 +116,9 @@ class HttpServer {
   // The job of a `{id}` route that the caller of `req` may act on: the
   // errors of `JobIdOf`, then those of `MayTouchJob`.
   absl::StatusOr<JobId> JobToTouch(const Request& req, bool allow_job_token);
+  // The job a `{id}` route names: `JobIdOf`, or an array element ("12_7",
+  // `Controller::ResolveJobRef`).
+  absl::StatusOr<JobId> JobOfRoute(const Request& req);
   // OK when the server authenticates requests; FailedPrecondition
   // "authentication is off" otherwise (routes about tokens and credentials).
   absl::Status NeedAuthentication() const;

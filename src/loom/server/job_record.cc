@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "fmt/format.h"
+#include "loom/core/job_array.h"
 
 namespace loom {
 namespace {
@@ -117,6 +118,11 @@ nlohmann::json JobRecordToJson(const JobRecord& j) {
   if (j.preempted_by != 0) out["preempted_by"] = j.preempted_by;
   if (j.requeues != 0) out["requeues"] = j.requeues;
   if (!j.request_id.empty()) out["request_id"] = j.request_id;
+  if (j.array_job != 0) {
+    out["array_job"] = j.array_job;
+    out["array_index"] = j.array_index;
+  }
+  if (!j.array_cancelled.empty()) out["array_cancelled"] = j.array_cancelled;
   if (j.gpu_seconds != 0) out["gpu_seconds"] = j.gpu_seconds;
   // The checkpoint and the events are the job's history, stored apart
   // (`JobHistoryToJson`, under `EventsKey`).
@@ -178,6 +184,9 @@ absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& in) {
     j.preempted_by = in.value("preempted_by", JobId{0});
     j.requeues = in.value("requeues", 0);
     j.request_id = in.value("request_id", std::string());
+    j.array_job = in.value("array_job", JobId{0});
+    j.array_index = in.value("array_index", -1);
+    j.array_cancelled = in.value("array_cancelled", std::string());
     j.gpu_seconds = in.value("gpu_seconds", 0.0);
     if (in.contains("checkpoint") && in["checkpoint"].is_object()) {
       const nlohmann::json& c = in["checkpoint"];
@@ -279,6 +288,11 @@ nlohmann::json JobApiJson(
       job.exit_code ? nlohmann::json(*job.exit_code) : nlohmann::json(nullptr);
   j["restart_count"] = job.restart_count;
   j["requeues"] = job.requeues;
+  if (job.array_job != 0) {
+    j["array_job_id"] = job.array_job;
+    j["array_task_id"] = job.array_index;
+    j["display_id"] = ArrayElementName(job.array_job, job.array_index);
+  }
   j["preempted_by"] = job.preempted_by != 0 ? nlohmann::json(job.preempted_by)
                                             : nlohmann::json(nullptr);
   if (job.checkpoint_time) {

@@ -91,6 +91,14 @@ struct JobRecord {
   bool launch_not_ready = false;
   // Times it was requeued after a preemption or a move (`spec.requeue.max`).
   int requeues = 0;
+  // An element of an array (docs/scheduling.md, "Arrays"): the array job's
+  // ID and this element's index; 0 and -1 otherwise. Its ID is the array's
+  // ID plus one plus the index's position in the array.
+  JobId array_job = 0;
+  int array_index = -1;
+  // For an array job itself (spec.array set): the indices cancelled before
+  // their elements existed, in `FormatIndexRanges` form.
+  std::string array_cancelled;
   // The client's idempotency key of the submission (`Idempotency-Key`), if
   // it sent one: a retried submission with the same key gets this job back.
   std::string request_id;

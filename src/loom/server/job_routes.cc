@@ -75,7 +75,7 @@ void HttpServer::JobRoutes() {
   // The job of a `{id}` route as its caller may see it.
   auto shown_job =
       [this](const Request& req) -> absl::StatusOr<nlohmann::json> {
-    absl::StatusOr<JobId> id = JobIdOf(req);
+    absl::StatusOr<JobId> id = JobOfRoute(req);
     if (!id.ok()) return id.status();
     absl::StatusOr<nlohmann::json> job = controller_->GetJob(*id, absl::Now());
     if (job.ok()) Redact(PrincipalOf(req), *job);
@@ -91,14 +91,15 @@ void HttpServer::JobRoutes() {
            if (!job.ok()) return ReplyError(res, job.status());
            Reply(res, 200, {{"events", (*job)["events"]}});
          });
-  // Cancel and release: the caller's own job (or any, for an admin), then
+  // Cancel, release and hold: the caller's own job (or any, for an admin), then
   // a scheduling pass.
   using JobOp =
       absl::StatusOr<nlohmann::json> (Controller::*)(JobId, absl::Time);
   for (const std::pair<const char*, JobOp>& route :
        {std::pair<const char*, JobOp>{"/v1/jobs/{id}/cancel",
                                       &Controller::Cancel},
-        {"/v1/jobs/{id}/release", &Controller::Release}}) {
+        {"/v1/jobs/{id}/release", &Controller::Release},
+        {"/v1/jobs/{id}/hold", &Controller::Hold}}) {
     const JobOp op = route.second;
     Handle("POST", route.first, [this, op](const Request& req, Response& res) {
       absl::StatusOr<JobId> id = JobToTouch(req, false);

@@ -26,6 +26,7 @@ const std::vector<RouteRule>& RouteTable() {
       {"GET", "/v1/jobs/{id}/events", Access::kHuman},
       {"POST", "/v1/jobs/{id}/cancel", Access::kHuman},
       {"POST", "/v1/jobs/{id}/release", Access::kHuman},
+      {"POST", "/v1/jobs/{id}/hold", Access::kHuman},
       {"POST", "/v1/jobs/{id}/checkpoint", Access::kJobOrHuman},
       {"GET", "/v1/jobs/{id}/logs", Access::kHuman},
       {"GET", "/v1/nodes", Access::kHuman},
@@ -61,9 +62,9 @@ const std::vector<RouteRule>& RouteTable() {
 namespace {
 
 // Whether `path` (no query) fits `route`: "{id}" is a canonical job id (1
-// to 2^63-1, decimal, no leading zero), "{token}" lowercase hex, "{name}"
-// any one non-empty segment. With `captures`, what the placeholders
-// matched, percent-decoded.
+// to 2^63-1, decimal, no leading zero) or an array element (`12_7`), "{token}"
+// lowercase hex, "{name}" any one non-empty segment. With `captures`, what the
+// placeholders matched, percent-decoded.
 bool RouteMatches(absl::string_view route, absl::string_view path,
                   std::vector<std::string>* captures) {
   std::vector<absl::string_view> want =
@@ -79,11 +80,22 @@ bool RouteMatches(absl::string_view route, absl::string_view path,
   for (size_t i = 0; i < want.size(); ++i) {
     const absl::string_view w = want[i], h = have[i];
     if (w == "{id}") {
+      // Or an array element, "12_7" (its index without a leading zero).
+      const size_t us = h.find('_');
+      const absl::string_view job = h.substr(0, us);
       JobId id = 0;
-      if (h.empty() || h.size() > 19 || h[0] == '0' ||
-          h.find_first_not_of("0123456789") != absl::string_view::npos ||
-          !absl::SimpleAtoi(h, &id) || id <= 0) {
+      if (job.empty() || job.size() > 19 || job[0] == '0' ||
+          job.find_first_not_of("0123456789") != absl::string_view::npos ||
+          !absl::SimpleAtoi(job, &id) || id <= 0) {
         return false;
+      }
+      if (us != absl::string_view::npos) {
+        const absl::string_view index = h.substr(us + 1);
+        if (index.empty() || index.size() > 7 ||
+            (index[0] == '0' && index.size() > 1) ||
+            index.find_first_not_of("0123456789") != absl::string_view::npos) {
+          return false;
+        }
       }
       got.emplace_back(h);
     } else if (w == "{token}") {
