@@ -433,8 +433,9 @@ class Controller {
   void ArrayElementChanged(const JobRecord& element)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Withdraws an array's queued elements (that never started) back to
-  // its unfed positions: they are forgotten, as if never made.
-  void WithdrawQueued(JobId array, absl::Time now)
+  // its unfed positions: they are forgotten (and their records deleted,
+  // if any were written), as if never made.
+  absl::Status WithdrawQueued(JobId array, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends `array` once it has no element left to run (its state from its
   // elements'), from `FeedArrays` and cancel.

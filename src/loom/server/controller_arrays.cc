@@ -214,7 +214,8 @@ void Controller::ArrayElementChanged(const JobRecord& element) {
   ArrayRun& run = it->second;
   const int pos = static_cast<int>(element.id - element.array_job - 1);
   if (!IsFinal(element.state)) {
-    run.queued.erase(pos);  // started
+    // Started: the window has room for the next one.
+    if (run.queued.erase(pos) > 0) arrays_to_feed_.insert(element.array_job);
     return;
   }
   run.queued.erase(pos);
@@ -229,22 +230,34 @@ void Controller::ArrayElementChanged(const JobRecord& element) {
   arrays_to_feed_.insert(element.array_job);
 }
 
-void Controller::WithdrawQueued(JobId array, absl::Time now) {
+absl::Status Controller::WithdrawQueued(JobId array, absl::Time now) {
   ArrayRun& run = arrays_.at(array);
+  if (run.queued.empty()) return absl::OkStatus();
+  // A queued element may have been written (an event of a cluster
+  // change): its record goes too, or a restart would queue it again.
+  std::vector<Mutation> deletes;
+  for (int pos : run.queued) {
+    const JobId e = array + 1 + pos;
+    deletes.push_back(Mutation::Delete(JobKey(e)));
+    deletes.push_back(Mutation::Delete(EventsKey(e)));
+  }
+  absl::StatusOr<int64_t> rev = store_->Commit({}, deletes);
+  if (!rev.ok()) return rev.status();
   for (int pos : run.queued) {
     const JobId e = array + 1 + pos;
     (void)scheduler_->Cancel(e, now);
     jobs_.erase(e);
+    written_.Forget(e);
     run.unfed.insert(pos);
     run.active = std::max(0, run.active - 1);
   }
   run.queued.clear();
+  return absl::OkStatus();
 }
 
 absl::Status Controller::CancelArray(JobRecord& array, absl::Time now,
                                      std::vector<const JobRecord*>* dirty) {
   ArrayRun& run = arrays_.at(array.id);
-  WithdrawQueued(array.id, now);
   const size_t unmade = run.unfed.size();
   for (int p : run.unfed) run.cancelled.insert(p);
   run.unfed.clear();
@@ -252,7 +265,7 @@ absl::Status Controller::CancelArray(JobRecord& array, absl::Time now,
   array.cancel_requested = true;
   array.reason = "cancelled";
   dep_waiting_.erase(array.id);
-  int stopping = 0;
+  int stopping = 0, queued = 0;
   for (size_t p = 0; p < run.indices.size(); ++p) {
     auto it = jobs_.find(array.id + 1 + static_cast<JobId>(p));
     if (it == jobs_.end() || IsFinal(it->second.state)) continue;
@@ -261,9 +274,9 @@ absl::Status Controller::CancelArray(JobRecord& array, absl::Time now,
     if (absl::Status st = CancelLocked(it->second, now, dirty); !st.ok()) {
       return st;
     }
-    if (!was_pending) ++stopping;
+    ++(was_pending ? queued : stopping);
   }
-  array.AddEvent(now, absl::StrCat("cancel requested: ", unmade,
+  array.AddEvent(now, absl::StrCat("cancel requested: ", unmade + queued,
                                    " pending element(s) cancelled, ", stopping,
                                    " running element(s) stopping"));
   dirty->push_back(&array);
@@ -337,7 +350,7 @@ absl::StatusOr<nlohmann::json> Controller::Hold(JobId id, absl::Time now) {
   int pos = -1;
   if (job.array_job != 0) pos = static_cast<int>(id - job.array_job - 1);
   if (IsArrayJob(job)) {
-    WithdrawQueued(id, now);
+    if (absl::Status st = WithdrawQueued(id, now); !st.ok()) return st;
   } else if (backoff_.erase(id) > 0) {
     job.not_before.reset();
   } else if (!dep_waiting_.erase(id)) {

@@ -170,6 +170,24 @@ TEST_F(ArrayTest, TenThousandElementsAreOneRecordAndOneWindowQueued) {
   EXPECT_FALSE(c_->ResolveJobRef("999_1").ok());
 }
 
+TEST_F(ArrayTest, TheWindowRefillsAsElementsStart) {
+  // 600 one-GPU elements, no %max, on 2 x 8 GPUs: once 16 run, a window
+  // of 256 waits; more start as soon as GPUs free up.
+  RegisterAll(1);
+  const JobId a = Submit(ArrayJob("0-599"), 2);
+  EXPECT_EQ(Tick(3).size(), 16u);
+  EXPECT_EQ(c_->CurrentUtilization().pending_jobs, 256 - 16);
+  // The next tick tops the window up, though nothing ended.
+  Report({}, 3.5);
+  EXPECT_TRUE(Tick(4).empty());
+  EXPECT_EQ(c_->CurrentUtilization().pending_jobs, 256);
+  std::map<std::string, int> exits;
+  for (const auto& [id, l] : live_) exits[id] = 0;
+  Report(exits, 4.5);
+  EXPECT_EQ(Tick(5).size(), 16u);
+  EXPECT_EQ(Job(a, 5)["array"]["pending_count"], 600 - 32);
+}
+
 TEST_F(ArrayTest, CancelOneElementThenTheRest) {
   RegisterAll(1);
   const JobId a = Submit(ArrayJob("0-99%4"), 2);
