@@ -15,13 +15,13 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-std::vector<std::string> Expand(std::string_view list) {
+std::vector<std::string> HostlistExpand(std::string_view list) {
   absl::StatusOr<std::vector<std::string>> hosts = ExpandHostlist(list);
   EXPECT_TRUE(hosts.ok()) << list << ": " << hosts.status();
   return hosts.ok() ? *hosts : std::vector<std::string>{};
 }
 
-std::string ExpandError(std::string_view list) {
+std::string HostlistExpandError(std::string_view list) {
   absl::StatusOr<std::vector<std::string>> hosts = ExpandHostlist(list);
   EXPECT_FALSE(hosts.ok()) << list;
   EXPECT_EQ(hosts.status().code(), absl::StatusCode::kInvalidArgument);
@@ -29,76 +29,81 @@ std::string ExpandError(std::string_view list) {
 }
 
 TEST(ExpandHostlist, PlainNames) {
-  EXPECT_THAT(Expand("login1"), ElementsAre("login1"));
-  EXPECT_THAT(Expand("a,b, c ,d"), ElementsAre("a", "b", "c", "d"));
+  EXPECT_THAT(HostlistExpand("login1"), ElementsAre("login1"));
+  EXPECT_THAT(HostlistExpand("a,b, c ,d"), ElementsAre("a", "b", "c", "d"));
 }
 
 TEST(ExpandHostlist, RangesKeepZeroPadding) {
   EXPECT_THAT(
-      Expand("node[001-004,007]"),
+      HostlistExpand("node[001-004,007]"),
       ElementsAre("node001", "node002", "node003", "node004", "node007"));
-  EXPECT_THAT(Expand("n[08-11]"), ElementsAre("n08", "n09", "n10", "n11"));
-  EXPECT_THAT(Expand("n[9-11]"), ElementsAre("n9", "n10", "n11"));
-  EXPECT_THAT(Expand("n[98-100]"), ElementsAre("n98", "n99", "n100"));
-  EXPECT_THAT(Expand("n[5]"), ElementsAre("n5"));
-  EXPECT_THAT(Expand("[1-3]"), ElementsAre("1", "2", "3"));
+  EXPECT_THAT(HostlistExpand("n[08-11]"),
+              ElementsAre("n08", "n09", "n10", "n11"));
+  EXPECT_THAT(HostlistExpand("n[9-11]"), ElementsAre("n9", "n10", "n11"));
+  EXPECT_THAT(HostlistExpand("n[98-100]"), ElementsAre("n98", "n99", "n100"));
+  EXPECT_THAT(HostlistExpand("n[5]"), ElementsAre("n5"));
+  EXPECT_THAT(HostlistExpand("[1-3]"), ElementsAre("1", "2", "3"));
 }
 
 TEST(ExpandHostlist, SuffixAfterBracket) {
-  EXPECT_THAT(Expand("a[1-2]b"), ElementsAre("a1b", "a2b"));
-  EXPECT_THAT(Expand("a[1-2]-ib"), ElementsAre("a1-ib", "a2-ib"));
+  EXPECT_THAT(HostlistExpand("a[1-2]b"), ElementsAre("a1b", "a2b"));
+  EXPECT_THAT(HostlistExpand("a[1-2]-ib"), ElementsAre("a1-ib", "a2-ib"));
 }
 
 TEST(ExpandHostlist, SeveralGroupsFirstVariesSlowest) {
-  EXPECT_THAT(Expand("r[1-2]n[1-2]"),
+  EXPECT_THAT(HostlistExpand("r[1-2]n[1-2]"),
               ElementsAre("r1n1", "r1n2", "r2n1", "r2n2"));
-  EXPECT_THAT(Expand("r[1,3]n[01-02]x,login"),
+  EXPECT_THAT(HostlistExpand("r[1,3]n[01-02]x,login"),
               ElementsAre("r1n01x", "r1n02x", "r3n01x", "r3n02x", "login"));
 }
 
 TEST(ExpandHostlist, MixedItemsInOrderWithDuplicates) {
-  EXPECT_THAT(Expand("b[2-3],a1,b2"), ElementsAre("b2", "b3", "a1", "b2"));
+  EXPECT_THAT(HostlistExpand("b[2-3],a1,b2"),
+              ElementsAre("b2", "b3", "a1", "b2"));
 }
 
 TEST(ExpandHostlist, RejectsEmpty) {
-  EXPECT_THAT(ExpandError(""), HasSubstr("empty"));
-  EXPECT_THAT(ExpandError("a,,b"), HasSubstr("empty item at position 2"));
-  EXPECT_THAT(ExpandError("a,"), HasSubstr("empty item"));
-  EXPECT_THAT(ExpandError(" , a"), HasSubstr("empty item"));
-  EXPECT_THAT(ExpandError("n[]"), HasSubstr("empty range"));
-  EXPECT_THAT(ExpandError("n[1,]"), HasSubstr("empty range"));
+  EXPECT_THAT(HostlistExpandError(""), HasSubstr("empty"));
+  EXPECT_THAT(HostlistExpandError("a,,b"),
+              HasSubstr("empty item at position 2"));
+  EXPECT_THAT(HostlistExpandError("a,"), HasSubstr("empty item"));
+  EXPECT_THAT(HostlistExpandError(" , a"), HasSubstr("empty item"));
+  EXPECT_THAT(HostlistExpandError("n[]"), HasSubstr("empty range"));
+  EXPECT_THAT(HostlistExpandError("n[1,]"), HasSubstr("empty range"));
 }
 
 TEST(ExpandHostlist, RejectsUnbalancedBrackets) {
-  EXPECT_THAT(ExpandError("n[1-2"), HasSubstr("'[' without ']'"));
-  EXPECT_THAT(ExpandError("n1-2]"), HasSubstr("']' without '['"));
-  EXPECT_THAT(ExpandError("n[1[2]]"), HasSubstr("'[' without ']'"));
-  EXPECT_THAT(ExpandError("a,n[1-2,b"), HasSubstr("'n[1-2,b'"));
-  EXPECT_THAT(ExpandError("ok,n]1["), HasSubstr("position 4"));
+  EXPECT_THAT(HostlistExpandError("n[1-2"), HasSubstr("'[' without ']'"));
+  EXPECT_THAT(HostlistExpandError("n1-2]"), HasSubstr("']' without '['"));
+  EXPECT_THAT(HostlistExpandError("n[1[2]]"), HasSubstr("'[' without ']'"));
+  EXPECT_THAT(HostlistExpandError("a,n[1-2,b"), HasSubstr("'n[1-2,b'"));
+  EXPECT_THAT(HostlistExpandError("ok,n]1["), HasSubstr("position 4"));
 }
 
 TEST(ExpandHostlist, RejectsBadRanges) {
-  EXPECT_THAT(ExpandError("n[4-1]"), HasSubstr("'4-1' goes down"));
-  EXPECT_THAT(ExpandError("n[a-b]"), HasSubstr("'a-b' is not a number"));
-  EXPECT_THAT(ExpandError("n[1-]"), HasSubstr("not a number"));
-  EXPECT_THAT(ExpandError("n[-3]"), HasSubstr("not a number"));
-  EXPECT_THAT(ExpandError("n[1-2-3]"), HasSubstr("not a number"));
-  EXPECT_THAT(ExpandError("n[+1]"), HasSubstr("not a number"));
-  EXPECT_THAT(ExpandError("n[1234567890123456789]"),
+  EXPECT_THAT(HostlistExpandError("n[4-1]"), HasSubstr("'4-1' goes down"));
+  EXPECT_THAT(HostlistExpandError("n[a-b]"),
+              HasSubstr("'a-b' is not a number"));
+  EXPECT_THAT(HostlistExpandError("n[1-]"), HasSubstr("not a number"));
+  EXPECT_THAT(HostlistExpandError("n[-3]"), HasSubstr("not a number"));
+  EXPECT_THAT(HostlistExpandError("n[1-2-3]"), HasSubstr("not a number"));
+  EXPECT_THAT(HostlistExpandError("n[+1]"), HasSubstr("not a number"));
+  EXPECT_THAT(HostlistExpandError("n[1234567890123456789]"),
               HasSubstr("at most 18 digits"));
-  EXPECT_THAT(ExpandError("no de"), HasSubstr("whitespace"));
+  EXPECT_THAT(HostlistExpandError("no de"), HasSubstr("whitespace"));
 }
 
 TEST(ExpandHostlist, ErrorsNamePosition) {
-  EXPECT_THAT(ExpandError("a,b,c[9-1]"),
+  EXPECT_THAT(HostlistExpandError("a,b,c[9-1]"),
               HasSubstr("item 'c[9-1]' at position 6"));
 }
 
 TEST(ExpandHostlist, CapsExpansion) {
-  EXPECT_THAT(ExpandError("n[1-999999999999]"), HasSubstr("more than"));
-  EXPECT_THAT(ExpandError("a[1-1000]b[1-1000]c[1-2]"), HasSubstr("more than"));
+  EXPECT_THAT(HostlistExpandError("n[1-999999999999]"), HasSubstr("more than"));
+  EXPECT_THAT(HostlistExpandError("a[1-1000]b[1-1000]c[1-2]"),
+              HasSubstr("more than"));
   // The cap counts the whole list, not one item.
-  EXPECT_THAT(ExpandError("a[1-600000],b[1-600000]"),
+  EXPECT_THAT(HostlistExpandError("a[1-600000],b[1-600000]"),
               HasSubstr("'b[1-600000]'"));
   // Just under the cap is fine.
   absl::StatusOr<std::vector<std::string>> big =
@@ -147,7 +152,7 @@ TEST(SortHostlist, NaturalOrder) {
 
 // Random host names over a small alphabet, so that prefixes, numbers and
 // widths collide often.
-std::vector<std::string> RandomHosts(std::mt19937& rng) {
+std::vector<std::string> RandomHostlist(std::mt19937& rng) {
   static const char* kPrefixes[] = {"", "n", "node", "gpu-", "a1b", "r1n"};
   std::uniform_int_distribution<int> count(0, 40);
   std::uniform_int_distribution<int> prefix(0, 5);
@@ -173,7 +178,7 @@ std::vector<std::string> RandomHosts(std::mt19937& rng) {
 TEST(CompressHostlist, RoundTripsThroughExpand) {
   std::mt19937 rng(12345);
   for (int trial = 0; trial < 3000; ++trial) {
-    const std::vector<std::string> hosts = RandomHosts(rng);
+    const std::vector<std::string> hosts = RandomHostlist(rng);
     const std::string compressed = CompressHostlist(hosts);
     const std::vector<std::string> sorted = SortHostlist(hosts);
     if (sorted.empty()) {
@@ -192,7 +197,7 @@ TEST(CompressHostlist, RoundTripsThroughExpand) {
 TEST(CompressHostlist, CompressesExpandedLists) {
   for (const char* list : {"node[001-003,007]", "n[08-11]", "n[9-12]",
                            "cpu[1-4],gpu[01-02]", "a1b,login,n[1-2,5]"}) {
-    EXPECT_EQ(CompressHostlist(Expand(list)), list);
+    EXPECT_EQ(CompressHostlist(HostlistExpand(list)), list);
   }
 }
 
