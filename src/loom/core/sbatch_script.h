@@ -79,7 +79,8 @@ struct SbatchOptions {
 
 // Options accepted and ignored with a warning, because ignoring them changes
 // nothing about where or how the job runs: --mail-type, --mail-user,
-// --comment, --open-mode. Everything else unknown is an error (--nice is
+// --comment, --open-mode. Each takes a value (`--opt=value` or the next
+// word) that is not checked. Everything else unknown is an error (--nice is
 // not here: it would silently lose a priority change).
 inline constexpr std::string_view kSbatchIgnoredOptions[] = {
     "mail-type", "mail-user", "comment", "open-mode"};
