@@ -371,7 +371,8 @@ absl::Status ParseWords(const std::vector<std::string>& words, size_t* i,
     if (spec == nullptr) {
       return Invalid(absl::StrCat(where(k), ": unknown option ", Quote(w)));
     }
-    if (w[1] != '-') display = absl::StrCat(display, "/--", std::string(spec->name));
+    if (w[1] != '-')
+      display = absl::StrCat(display, "/--", std::string(spec->name));
     std::string value;
     if (!spec->takes_value) {
       if (inline_value.has_value()) {
