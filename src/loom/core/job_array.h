@@ -47,6 +47,7 @@ std::string ArrayElementName(int64_t array_job, int index);
 struct ArrayElementRef {
   int64_t array_job = 0;
   int index = 0;
+  bool operator==(const ArrayElementRef&) const = default;
 };
 // Returns InvalidArgument when `text` is not `JOB_INDEX` with a canonical
 // job ID and an index in [0, kMaxArrayIndex].

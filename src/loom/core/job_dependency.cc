@@ -111,6 +111,24 @@ absl::StatusOr<JobDependency> ParseDependency(std::string_view text) {
                                "a delay after the job (+minutes) is not "
                                "supported");
       }
+      if (absl::StrContains(id_text, '_')) {
+        absl::StatusOr<ArrayElementRef> ref = ParseArrayElementRef(
+            std::string_view(id_text.data(), id_text.size()));
+        if (!ref.ok()) {
+          return DependencyError(item,
+                                 "an array element is JOB_INDEX, e.g. 12_7");
+        }
+        if (std::find(term.elements.begin(), term.elements.end(), *ref) !=
+            term.elements.end()) {
+          continue;
+        }
+        term.elements.push_back(*ref);
+        if (++jobs > kMaxDependencyJobs) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("names more than ", kMaxDependencyJobs, " jobs"));
+        }
+        continue;
+      }
       int64_t id = 0;
       if (id_text.empty() ||
           !std::all_of(id_text.begin(), id_text.end(),
@@ -139,6 +157,9 @@ std::string FormatDependency(const JobDependency& dependency) {
   for (const JobDependency::Term& t : dependency.terms) {
     std::string part(DependencyKindName(t.kind));
     for (JobId id : t.jobs) absl::StrAppend(&part, ":", id);
+    for (const ArrayElementRef& e : t.elements) {
+      absl::StrAppend(&part, ":", ArrayElementName(e.array_job, e.index));
+    }
     parts.push_back(std::move(part));
   }
   return absl::StrJoin(parts, dependency.any ? "?" : ",");

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "loom/core/job.h"
+#include "loom/core/job_array.h"
 
 namespace loom {
 
@@ -28,6 +29,8 @@ struct JobDependency {
   struct Term {
     Kind kind = Kind::kAfterOk;
     std::vector<JobId> jobs;  // empty for kSingleton
+    // Array elements named as Slurm does ("afterok:12_7"), after `jobs`.
+    std::vector<ArrayElementRef> elements;
 
     bool operator==(const Term&) const = default;
   };
@@ -42,7 +45,8 @@ struct JobDependency {
 // "after", "afterany", "afterok", "afternotok", "singleton".
 std::string_view DependencyKindName(JobDependency::Kind kind);
 
-// Parses Slurm's syntax: TYPE:ID[:ID...] or `singleton`, several joined by
+// Parses Slurm's syntax: TYPE:ID[:ID...] (an ID may be an array element,
+// 12_7) or `singleton`, several joined by
 // ',' (all) or '?' (any), not both. Errors are InvalidArgument whose message
 // quotes the text and says what is wrong, without a field name:
 // "'afterok:x': job ids are numbers".

@@ -31,6 +31,15 @@ TEST(ParseDependency, GoodForms) {
   EXPECT_EQ(d->terms[3].kind, Kind::kSingleton);
   EXPECT_TRUE(d->terms[3].jobs.empty());
 
+  // Array elements, as Slurm writes them, after the plain IDs.
+  d = ParseDependency("afterok:12_3:9:12_3");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_THAT(d->terms[0].jobs, ElementsAre(9));
+  ASSERT_EQ(d->terms[0].elements.size(), 1u);
+  EXPECT_EQ(d->terms[0].elements[0].array_job, 12);
+  EXPECT_EQ(d->terms[0].elements[0].index, 3);
+  EXPECT_EQ(FormatDependency(*d), "afterok:9:12_3");
+
   d = ParseDependency("afterok:4?afternotok:5");
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_TRUE(d->any);
@@ -64,7 +73,8 @@ TEST(ParseDependency, BadForms) {
            Case{"", "must not be empty"},
            Case{"afterok:x", "'afterok:x': job ids are numbers"},
            Case{"afterok:-1", "job ids are numbers"},
-           Case{"afterok:12_3", "job ids are numbers"},
+           Case{"afterok:12_x", "an array element is JOB_INDEX"},
+           Case{"afterok:012_3", "an array element is JOB_INDEX"},
            Case{"afterok:0", "job ids start at 1"},
            Case{"afterok", "'afterok': needs at least one job id"},
            Case{"afterok:", "job ids are numbers"},

@@ -19,6 +19,7 @@
 #include "loom/common/metrics_text.h"
 #include "loom/core/cluster.h"
 #include "loom/core/cluster_spec.h"
+#include "loom/core/job_array.h"
 #include "loom/core/job_spec.h"
 #include "loom/sched/scheduler.h"
 #include "loom/server/idempotency_keys.h"
@@ -449,6 +450,12 @@ class Controller {
   absl::StatusOr<nlohmann::json> TouchUnmadeElement(JobId id, bool cancel,
                                                     absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The ID of an array element, or NotFound naming it.
+  absl::StatusOr<JobId> ElementIdLocked(const ArrayElementRef& ref) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An element that never existed ended (cancelled): its waiters are
+  // checked again.
+  void NoteUnmadeEnded(JobId element) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The array an element ID belongs to (made or not), or nullptr.
   const JobRecord* ArrayOfId(JobId id, int* position) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -259,7 +259,10 @@ absl::Status Controller::CancelArray(JobRecord& array, absl::Time now,
                                      std::vector<const JobRecord*>* dirty) {
   ArrayRun& run = arrays_.at(array.id);
   const size_t unmade = run.unfed.size();
-  for (int p : run.unfed) run.cancelled.insert(p);
+  for (int p : run.unfed) {
+    run.cancelled.insert(p);
+    NoteUnmadeEnded(array.id + 1 + p);
+  }
   run.unfed.clear();
   array.array_cancelled = ArrayIndicesAt(run.indices, run.cancelled);
   array.cancel_requested = true;
@@ -321,6 +324,7 @@ absl::StatusOr<nlohmann::json> Controller::TouchUnmadeElement(JobId id,
       return st;
     }
     arrays_to_feed_.insert(array.id);  // it may have been the last one
+    NoteUnmadeEnded(id);
     JobRecord e = MakeElement(array, pos, false, now);
     e.state = JobState::kCancelled;
     e.reason = "cancelled while pending";
@@ -380,21 +384,34 @@ absl::StatusOr<JobId> Controller::ResolveJobRef(std::string_view text) const {
   absl::StatusOr<ArrayElementRef> ref = ParseArrayElementRef(text);
   if (!ref.ok()) return ref.status();
   absl::MutexLock lock(&mu_);
-  auto it = arrays_.find(ref->array_job);
+  return ElementIdLocked(*ref);
+}
+
+absl::StatusOr<JobId> Controller::ElementIdLocked(
+    const ArrayElementRef& ref) const {
+  const std::string name = ArrayElementName(ref.array_job, ref.index);
+  auto it = arrays_.find(ref.array_job);
   if (it == arrays_.end()) {
     return absl::NotFoundError(
-        absl::StrCat("no job ", std::string(text), ": job ", ref->array_job,
-                     jobs_.contains(ref->array_job) ? " is not an array"
-                                                    : " does not exist"));
+        absl::StrCat("no job ", name, ": job ", ref.array_job,
+                     jobs_.contains(ref.array_job) ? " is not an array"
+                                                   : " does not exist"));
   }
-  const int pos = ArrayPosition(it->second.indices, ref->index);
+  const int pos = ArrayPosition(it->second.indices, ref.index);
   if (pos < 0) {
-    return absl::NotFoundError(absl::StrCat(
-        "no job ", std::string(text), ": array ", ref->array_job,
-        " has no index ", ref->index,
-        " (its indices: ", FormatIndexRanges(it->second.indices), ")"));
+    return absl::NotFoundError(
+        absl::StrCat("no job ", name, ": array ", ref.array_job,
+                     " has no index ", ref.index, " (its indices: ",
+                     FormatIndexRanges(it->second.indices), ")"));
   }
-  return ref->array_job + 1 + pos;
+  return ref.array_job + 1 + pos;
+}
+
+void Controller::NoteUnmadeEnded(JobId element) {
+  auto it = dep_waiters_.find(element);
+  if (it == dep_waiters_.end()) return;
+  dep_recheck_.insert(it->second.begin(), it->second.end());
+  dep_waiters_.erase(it);
 }
 
 void Controller::AddArrayJson(const JobRecord& array, absl::Time now,

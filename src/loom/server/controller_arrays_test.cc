@@ -292,6 +292,48 @@ TEST_F(ArrayTest, ADependencyOnAnArrayWaitsForEveryElement) {
   EXPECT_THAT(Job(b, 6)["reason"].get<std::string>(), HasSubstr("never"));
 }
 
+TEST_F(ArrayTest, ADependencyOnOneElement) {
+  RegisterAll(1);
+  const JobId a = Submit(ArrayJob("0-9%1"), 2);
+  const std::string e1 = absl::StrCat(a, "_1");
+  const JobId b = Submit(
+      testing::Spec("name: after-one\ncommand: [true]\nresources: {gpus: 1}\n"
+                    "dependency: afterok:" +
+                    e1 + "\n"),
+      2);
+  EXPECT_EQ(Job(b, 2)["dependency"], "afterok:" + e1);
+  Tick(3);  // element 0 runs; 1 is not made yet
+  EXPECT_THAT(Job(b, 3)["reason"].get<std::string>(),
+              HasSubstr("waiting for job " + e1 + " (pending) to succeed"));
+  for (int i = 0; i < 2; ++i) {
+    std::map<std::string, int> exits;
+    for (const auto& [id, l] : live_) exits[id] = 0;
+    Report(exits, 4 + i);
+    Tick(4.5 + i);
+  }
+  Tick(7);
+  // b started once element 1 succeeded, while the array goes on.
+  EXPECT_EQ(State(b, 7), "running");
+  EXPECT_EQ(State(a, 7), "pending");
+  // One not made yet, then cancelled: never satisfied.
+  const std::string e9 = absl::StrCat(a, "_9");
+  const JobId c = Submit(testing::Spec("name: after-nine\ncommand: [true]\n"
+                                       "dependency: afterok:" +
+                                       e9 + "\n"),
+                         7);
+  ASSERT_TRUE(c_->Cancel(*c_->ResolveJobRef(e9), T(8)).ok());
+  Tick(9);
+  EXPECT_THAT(Job(c, 9)["reason"].get<std::string>(),
+              HasSubstr("never satisfied: job " + e9));
+  // An element that is not there is refused at submit.
+  auto bad = c_->Submit(testing::Spec(absl::StrCat("name: x\ncommand: [true]\n"
+                                                   "dependency: afterok:",
+                                                   a, "_10\n")),
+                        "alice", T(9));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("has no index 10"));
+}
+
 TEST_F(ArrayTest, BadArraysAreRefused) {
   auto j = c_->Submit(ArrayJob("0-3"), "alice", T(1));
   ASSERT_TRUE(j.ok());

@@ -5,11 +5,13 @@
 // are checked again at the next tick, never every job every tick.
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "loom/core/job_dependency.h"
 #include "loom/server/controller.h"
 
@@ -118,6 +120,34 @@ DependencyCheck Controller::CheckDependency(const JobRecord& job) const {
       auto it = jobs_.find(id);
       parts.push_back(CheckDependee(term.kind, id,
                                     it != jobs_.end() ? &it->second : nullptr));
+    }
+    for (const ArrayElementRef& ref : term.elements) {
+      // An element is watched by its own ID, made or not; one not made
+      // yet is pending (or was cancelled) in its array.
+      absl::StatusOr<JobId> id = ElementIdLocked(ref);
+      auto it = id.ok() ? jobs_.find(*id) : jobs_.end();
+      std::optional<JobRecord> unmade;
+      int pos = 0;
+      const JobRecord* array = nullptr;
+      if (id.ok() && it == jobs_.end() &&
+          (array = ArrayOfId(*id, &pos)) != nullptr) {
+        unmade.emplace();
+        unmade->id = *id;
+        unmade->state = arrays_.at(array->id).cancelled.contains(pos)
+                            ? JobState::kCancelled
+                            : JobState::kPending;
+      }
+      DependencyCheck c = CheckDependee(term.kind, id.ok() ? *id : 0,
+                                        it != jobs_.end() ? &it->second
+                                        : unmade          ? &*unmade
+                                                          : nullptr);
+      // Said as the user wrote it.
+      c.reason = absl::StrReplaceAll(
+          c.reason,
+          {{absl::StrCat("job ", id.ok() ? *id : 0, " "),
+            absl::StrCat("job ", ArrayElementName(ref.array_job, ref.index),
+                         " ")}});
+      parts.push_back(std::move(c));
     }
   }
   const DependencyCheck* first_wait = nullptr;
@@ -254,6 +284,12 @@ absl::Status Controller::CheckDependencyJobs(const JobSpec& spec) const {
       if (!jobs_.contains(id)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "dependency: '", spec.dependency, "': there is no job ", id));
+      }
+    }
+    for (const ArrayElementRef& ref : term.elements) {
+      if (absl::StatusOr<JobId> id = ElementIdLocked(ref); !id.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "dependency: '", spec.dependency, "': ", id.status().message()));
       }
     }
   }
