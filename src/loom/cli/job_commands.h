@@ -67,6 +67,8 @@ struct JobCommandFlags {
   // As given: job IDs or array elements ("12_7"), made `jobs` before the
   // verb runs (an element's ID asked of the server).
   std::vector<std::string> job_refs;
+  // scontrol: its words ("show", "hostnames", LIST)
+  std::vector<std::string> scontrol_words;
   bool all = false;  // release --all, queue --all
   // queue
   std::string state;
