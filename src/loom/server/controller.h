@@ -426,6 +426,10 @@ class Controller {
   absl::StatusOr<SubmitOutcome> QueueJob(const JobRecord& job,
                                          const JobRequest& req, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `QueueJob` of `job` as it stands (its request from its spec): OK, or
+  // why it cannot be queued (an infeasible shape is FailedPrecondition).
+  absl::Status QueueSpec(const JobRecord& job, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // From `Tick`: queues the next elements of the arrays that have room,
   // and ends the arrays whose every element has ended.
   void FeedArrays(absl::Time now, std::vector<const JobRecord*>* dirty)

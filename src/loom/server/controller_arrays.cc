@@ -94,6 +94,18 @@ absl::StatusOr<SubmitOutcome> Controller::QueueJob(const JobRecord& job,
   return scheduler_->Submit(req, now);
 }
 
+absl::Status Controller::QueueSpec(const JobRecord& job, absl::Time now) {
+  absl::StatusOr<JobRequest> req =
+      ToJobRequest(job.spec, *cluster_, job.id, job.submit_time);
+  if (!req.ok()) return req.status();
+  absl::StatusOr<SubmitOutcome> out = QueueJob(job, *req, now);
+  if (!out.ok()) return out.status();
+  if (out->kind == SubmitOutcome::Kind::kInfeasible) {
+    return absl::FailedPreconditionError(out->reason);
+  }
+  return absl::OkStatus();
+}
+
 JobRecord Controller::MakeElement(const JobRecord& array, int position,
                                   bool held, absl::Time now) const {
   const ArrayRun& run = arrays_.at(array.id);
@@ -146,20 +158,12 @@ void Controller::FeedArrays(absl::Time now,
              static_cast<int>(run.queued.size()) < kArrayWindow) {
         const int pos = *run.unfed.begin();
         JobRecord e = MakeElement(array, pos, false, now);
-        absl::StatusOr<JobRequest> req =
-            ToJobRequest(e.spec, *cluster_, e.id, e.submit_time);
-        absl::StatusOr<SubmitOutcome> out =
-            req.ok() ? scheduler_->Submit(*req, now)
-                     : absl::StatusOr<SubmitOutcome>(req.status());
-        if (out.ok() && out->kind == SubmitOutcome::Kind::kInfeasible) {
-          out = absl::FailedPreconditionError(out->reason);
-        }
-        if (!out.ok()) {
+        if (absl::Status out = QueueSpec(e, now); !out.ok()) {
           // The cluster changed under the array: none of its elements can
           // be queued any more. The made ones go on; the rest are never
           // made, and the array ends failed once they have.
-          array.reason = absl::StrCat("elements cannot be queued: ",
-                                      out.status().message());
+          array.reason =
+              absl::StrCat("elements cannot be queued: ", out.message());
           array.AddEvent(now, array.reason);
           for (int p : run.unfed) run.cancelled.insert(p);
           run.unfed.clear();
@@ -399,10 +403,9 @@ absl::StatusOr<JobId> Controller::ElementIdLocked(
   }
   const int pos = ArrayPosition(it->second.indices, ref.index);
   if (pos < 0) {
-    return absl::NotFoundError(
-        absl::StrCat("no job ", name, ": array ", ref.array_job,
-                     " has no index ", ref.index, " (its indices: ",
-                     FormatIndexRanges(it->second.indices), ")"));
+    return absl::NotFoundError(absl::StrCat(
+        "no job ", name, ": array ", ref.array_job, " has no index ", ref.index,
+        " (its indices: ", FormatIndexRanges(it->second.indices), ")"));
   }
   return ref.array_job + 1 + pos;
 }

@@ -250,17 +250,9 @@ void Controller::StepDependencies(absl::Time now,
     }
     dep_waiting_.erase(id);
     job.reason.clear();
-    absl::StatusOr<JobRequest> req =
-        ToJobRequest(job.spec, *cluster_, job.id, job.submit_time);
-    absl::StatusOr<SubmitOutcome> out =
-        req.ok() ? QueueJob(job, *req, now)
-                 : absl::StatusOr<SubmitOutcome>(req.status());
-    if (out.ok() && out->kind == SubmitOutcome::Kind::kInfeasible) {
-      out = absl::FailedPreconditionError(out->reason);
-    }
-    if (!out.ok()) {
+    if (absl::Status out = QueueSpec(job, now); !out.ok()) {
       job.state = JobState::kFailed;
-      job.reason = absl::StrCat("cannot be queued: ", out.status().message());
+      job.reason = absl::StrCat("cannot be queued: ", out.message());
       job.end_time = now;
       job.AddEvent(now, job.reason);
       NoteJobChanged(job);

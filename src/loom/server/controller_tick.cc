@@ -38,18 +38,9 @@ void Controller::Tick(absl::Time now) {
       ++it;
       continue;
     }
-    absl::StatusOr<JobRequest> req =
-        ToJobRequest(job.spec, *cluster_, job.id, job.submit_time);
-    absl::StatusOr<SubmitOutcome> out =
-        req.ok() ? scheduler_->Submit(*req, now)
-                 : absl::StatusOr<SubmitOutcome>(req.status());
-    if (out.ok() && out->kind == SubmitOutcome::Kind::kInfeasible) {
-      out = absl::FailedPreconditionError(out->reason);
-    }
-    if (!out.ok()) {
+    if (absl::Status out = QueueSpec(job, now); !out.ok()) {
       job.state = JobState::kFailed;
-      job.reason =
-          absl::StrCat("cannot be queued again: ", out.status().message());
+      job.reason = absl::StrCat("cannot be queued again: ", out.message());
       job.end_time = now;
       job.AddEvent(now, job.reason);
       NoteJobChanged(job);
