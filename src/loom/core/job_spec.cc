@@ -111,19 +111,6 @@ int MaxSignal() {
 #endif
 }
 
-// True for a job name: 1-63 lower-case letters, digits and '-', starting
-// with a letter.
-bool IsValidJobName(absl::string_view name) {
-  if (name.empty() || name.size() > kMaxNameLength ||
-      !absl::ascii_islower(static_cast<unsigned char>(name[0]))) {
-    return false;
-  }
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return absl::ascii_islower(static_cast<unsigned char>(c)) ||
-           absl::ascii_isdigit(static_cast<unsigned char>(c)) || c == '-';
-  });
-}
-
 // True for a project, user or priority class name: printable ASCII or UTF-8
 // without spaces.
 bool IsValidId(absl::string_view id) {
@@ -135,6 +122,17 @@ bool IsValidId(absl::string_view id) {
 }
 
 }  // namespace
+
+bool IsValidJobName(std::string_view name) {
+  if (name.empty() || name.size() > kMaxNameLength ||
+      !absl::ascii_islower(static_cast<unsigned char>(name[0]))) {
+    return false;
+  }
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return absl::ascii_islower(static_cast<unsigned char>(c)) ||
+           absl::ascii_isdigit(static_cast<unsigned char>(c)) || c == '-';
+  });
+}
 
 bool IsValidProjectName(std::string_view name) {
   return IsValidId(absl::string_view(name.data(), name.size()));
@@ -185,6 +183,20 @@ bool IsShellIdentifier(absl::string_view name) {
     return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_';
   });
 }
+
+}  // namespace
+
+bool IsSettableEnvName(std::string_view name) {
+  const absl::string_view n(name.data(), name.size());
+  if (n.size() > kMaxEnvNameLength || !IsShellIdentifier(n)) return false;
+  // LOOM_FAKE_SECONDS is the one LOOM_ name a job sets: how long its tasks
+  // last on agents that run fake tasks (docs/agent.md).
+  if (absl::StartsWith(n, "LOOM_") && n != "LOOM_FAKE_SECONDS") return false;
+  return std::find(std::begin(kReservedEnv), std::end(kReservedEnv), n) ==
+         std::end(kReservedEnv);
+}
+
+namespace {
 
 // Rounds a duration to the nearest millisecond.
 absl::Duration RoundToMillis(absl::Duration d) {
@@ -663,17 +675,14 @@ absl::Status JobSpecParser::ParseEnv(const Field& field, JobSpec* spec) {
     }
     const std::string& name = key.Scalar();
     const std::string var_path = ChildPath(path, name);
-    if (name.size() > kMaxEnvNameLength || !IsShellIdentifier(name)) {
-      return Error(key, var_path,
-                   absl::StrCat("'", name,
-                                "' is not a valid variable name (letters, "
-                                "digits and '_', not starting with a digit)"));
-    }
-    // LOOM_FAKE_SECONDS is the one LOOM_ name a job sets: how long its tasks
-    // last on agents that run fake tasks (docs/agent.md).
-    if ((absl::StartsWith(name, "LOOM_") && name != "LOOM_FAKE_SECONDS") ||
-        std::find(std::begin(kReservedEnv), std::end(kReservedEnv), name) !=
-            std::end(kReservedEnv)) {
+    if (!IsSettableEnvName(name)) {
+      if (name.size() > kMaxEnvNameLength || !IsShellIdentifier(name)) {
+        return Error(
+            key, var_path,
+            absl::StrCat("'", name,
+                         "' is not a valid variable name (letters, "
+                         "digits and '_', not starting with a digit)"));
+      }
       return Error(key, var_path,
                    "is set by loom for every task and cannot be overridden");
     }

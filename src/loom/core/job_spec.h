@@ -26,6 +26,17 @@ inline constexpr int kMaxProcessesPerTask = 256;
 // The longest user name a job spec or a token may carry.
 inline constexpr size_t kMaxUserNameLength = 64;
 
+// True for a job name (`name`): 1 to 63 lower-case letters, digits and '-',
+// starting with a letter.
+bool IsValidJobName(std::string_view name);
+
+// True when a job spec may set the environment variable `name` (`env`): a
+// shell identifier ([A-Za-z_][A-Za-z0-9_]*) of at most 256 characters, not
+// `LOOM_*` (except LOOM_FAKE_SECONDS) and not one of the variables loom sets
+// for every task (CUDA_VISIBLE_DEVICES, MASTER_ADDR, MASTER_PORT,
+// WORLD_SIZE, RANK, LOCAL_RANK, NODE_RANK, LOCAL_WORLD_SIZE).
+bool IsSettableEnvName(std::string_view name);
+
 // True for a project name (also a priority class name) as a job spec and a
 // token accept it: 1 to 128 bytes of printable ASCII or UTF-8, no spaces or
 // control characters.

@@ -173,6 +173,12 @@ absl::StatusOr<SbatchExport> ParseExport(std::string_view s) {
   return e;
 }
 
+absl::StatusOr<bool> ParseYesNo(std::string_view s) {
+  if (s == "yes") return true;
+  if (s == "no") return false;
+  return Invalid(Quote(s) + " is not yes or no");
+}
+
 absl::StatusOr<std::string> NonEmpty(std::string_view s) {
   if (s.empty()) return Invalid("the value is empty");
   return std::string(s);
@@ -314,6 +320,15 @@ constexpr OptionSpec kOptions[] = {
     {"constraint", 'C', true,
      [](std::string_view v, SbatchOptions* o) {
        return Store(NonEmpty(v), &o->constraint);
+     }},
+    {"kill-on-invalid-dep", 0, true,
+     [](std::string_view v, SbatchOptions* o) {
+       return Store(ParseYesNo(v), &o->kill_on_invalid_dep);
+     }},
+    {"parsable", 0, false,
+     [](std::string_view, SbatchOptions* o) {
+       o->parsable = true;
+       return absl::OkStatus();
      }},
 };
 
@@ -632,6 +647,8 @@ SbatchOptions Merge(const SbatchOptions& directives,
   LOOM_SBATCH_MERGE(hold);
   LOOM_SBATCH_MERGE(exclusive);
   LOOM_SBATCH_MERGE(constraint);
+  LOOM_SBATCH_MERGE(kill_on_invalid_dep);
+  LOOM_SBATCH_MERGE(parsable);
 #undef LOOM_SBATCH_MERGE
   // -N is one option: MIN and MAX come from the same place.
   if (command_line.nodes.has_value()) {

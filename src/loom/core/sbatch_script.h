@@ -73,6 +73,8 @@ struct SbatchOptions {
   std::optional<bool> hold;                   // -H, --hold
   std::optional<bool> exclusive;              // --exclusive (no argument)
   std::optional<std::string> constraint;      // -C, --constraint, unparsed
+  std::optional<bool> kill_on_invalid_dep;    // --kill-on-invalid-dep=yes|no
+  std::optional<bool> parsable;               // --parsable (no argument)
 
   bool operator==(const SbatchOptions&) const = default;
 };

@@ -247,6 +247,25 @@ TEST(ParseSbatchScript, Flags) {
   EXPECT_THAT(SbatchOneError("-Hx"), HasSubstr("takes no value"));
 }
 
+TEST(ParseSbatchScript, KillOnInvalidDepAndParsable) {
+  EXPECT_EQ(SbatchOne("--kill-on-invalid-dep=yes").kill_on_invalid_dep, true);
+  EXPECT_EQ(SbatchOne("--kill-on-invalid-dep no").kill_on_invalid_dep, false);
+  EXPECT_EQ(SbatchOne("-J x").kill_on_invalid_dep, std::nullopt);
+  EXPECT_EQ(SbatchOneError("--kill-on-invalid-dep=maybe"),
+            "line 2: --kill-on-invalid-dep: \"maybe\" is not yes or no");
+  EXPECT_THAT(SbatchOneError("--kill-on-invalid-dep"),
+              HasSubstr("--kill-on-invalid-dep needs a value"));
+  EXPECT_EQ(SbatchOne("--parsable").parsable, true);
+  EXPECT_EQ(SbatchOne("-J x").parsable, std::nullopt);
+  EXPECT_THAT(SbatchOneError("--parsable=yes"), HasSubstr("takes no value"));
+  absl::StatusOr<SbatchCommandLine> cl =
+      ParseSbatchArgs({"--parsable", "--kill-on-invalid-dep", "yes", "a.sh"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->options.parsable, true);
+  EXPECT_EQ(cl->options.kill_on_invalid_dep, true);
+  EXPECT_THAT(cl->script_and_args, ElementsAre("a.sh"));
+}
+
 TEST(ParseSbatchScript, Signal) {
   EXPECT_EQ(SbatchOne("--signal=USR1").signal, (SbatchSignal{false, 10, 60}));
   EXPECT_EQ(SbatchOne("--signal=B:SIGTERM@120").signal,
@@ -345,6 +364,17 @@ TEST(Merge, CommandLineWinsPerOption) {
   EXPECT_EQ(m.nodes_max, std::nullopt);  // -N 8 replaced all of -N 2-4
   EXPECT_EQ(Merge(directives, SbatchOptions{}), directives);
   EXPECT_EQ(Merge(SbatchOptions{}, directives), directives);
+}
+
+TEST(Merge, KillOnInvalidDepAndParsable) {
+  const SbatchOptions directives =
+      SbatchOne("--kill-on-invalid-dep=yes --parsable");
+  SbatchOptions command_line;
+  EXPECT_EQ(Merge(directives, command_line).kill_on_invalid_dep, true);
+  EXPECT_EQ(Merge(directives, command_line).parsable, true);
+  command_line.kill_on_invalid_dep = false;
+  EXPECT_EQ(Merge(directives, command_line).kill_on_invalid_dep, false);
+  EXPECT_EQ(Merge(SbatchOptions{}, directives).parsable, true);
 }
 
 TEST(ExpandOutputPattern, Substitutes) {
