@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <memory>
 #include <set>
 #include <thread>
@@ -328,6 +329,9 @@ absl::Status Agent::Impl::Init() {
           ? std::vector<std::string>{}
           : std::vector<std::string>{"/etc/cdi", "/var/run/cdi"});
   steps.gpu_driver.nvml_library = nvml_loaded_;
+  std::error_code self_error;
+  steps.self_exe =
+      std::filesystem::read_symlink("/proc/self/exe", self_error).string();
   LogGpuDriverFiles(steps.gpu_driver);
   TaskRunnerOptions runner;
   runner.stop_signal = options_.stop_signal;

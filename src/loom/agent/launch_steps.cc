@@ -161,6 +161,23 @@ class CheckpointStep : public LaunchStep {
 
 }  // namespace
 
+// A host-process task's "loom" is the agent's own binary.
+class SelfExeStep : public LaunchStep {
+ public:
+  explicit SelfExeStep(std::string self_exe) : self_exe_(std::move(self_exe)) {}
+  std::string_view name() const override { return "self"; }
+  void Apply(const LaunchContext& ctx, const TaskProcess&, int,
+             TaskSpec& spec) const override {
+    if (!self_exe_.empty() && !ctx.request.container.has_value() &&
+        !spec.argv.empty() && spec.argv[0] == "loom") {
+      spec.argv[0] = self_exe_;
+    }
+  }
+
+ private:
+  const std::string self_exe_;
+};
+
 LaunchSteps DefaultLaunchSteps(const LaunchStepsOptions& options) {
   LaunchSteps steps;
   steps.push_back(std::make_unique<TaskFilesStep>());
@@ -171,6 +188,7 @@ LaunchSteps DefaultLaunchSteps(const LaunchStepsOptions& options) {
   steps.push_back(
       std::make_unique<UserStep>(options.switch_users, options.lookup_user));
   steps.push_back(std::make_unique<CheckpointStep>(options.checkpoint_dirs));
+  steps.push_back(std::make_unique<SelfExeStep>(options.self_exe));
   steps.push_back(
       MakeImageStep({.runc = options.runc, .gpu_driver = options.gpu_driver}));
   return steps;

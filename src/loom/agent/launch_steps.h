@@ -91,13 +91,19 @@ struct LaunchStepsOptions {
   // GPU driver files come from (gpu_driver_files.h).
   std::string runc = "runc";
   GpuDriverOptions gpu_driver;
+  // The agent's own binary: a host-process task whose program is exactly
+  // "loom" runs it (`loom _batch` of sbatch jobs, docs/sbatch.md), so that
+  // a batch job runs the agent's version of loom whatever the node's PATH
+  // holds. Empty: "loom" is looked up on PATH like any program.
+  std::string self_exe;
 };
 
 // The steps of every launch, in order: task files (logs), the env contract
 // (ranks, `LOOM_NODE`, `LOOM_SERVER`), GPUs (index check,
 // `CUDA_VISIBLE_DEVICES`), limits (cgroups), user (checked before the
 // checkpoint step needs it; applied after the others, since it picks the
-// working directory last), checkpoint directory, and last the image (a
+// working directory last), checkpoint directory, "loom" as the agent's own
+// binary (host processes only), and last the image (a
 // container task's bundle takes what the others decided).
 LaunchSteps DefaultLaunchSteps(const LaunchStepsOptions& options);
 

@@ -112,7 +112,28 @@ TEST_F(LaunchStepsTest, StepsInOrder) {
     names.emplace_back(step->name());
   }
   EXPECT_THAT(names, ElementsAre("files", "env", "gpus", "limits", "user",
-                                 "checkpoint", "image"));
+                                 "checkpoint", "self", "image"));
+}
+
+TEST_F(LaunchStepsTest, LoomIsTheAgentsOwnBinary) {
+  LaunchRequest r = Request(1);
+  r.argv = {"loom", "_batch", "--ntasks=1"};
+  LaunchStepsOptions options = Options(false);
+  options.self_exe = "/opt/loom/bin/loom";
+  absl::StatusOr<std::vector<TaskSpec>> specs = Run(r, options);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  EXPECT_THAT((*specs)[0].argv,
+              ElementsAre("/opt/loom/bin/loom", "_batch", "--ntasks=1"));
+  // Only exactly "loom": a path or another program is left alone.
+  r.argv = {"/usr/bin/loom", "x"};
+  specs = Run(r, options);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  EXPECT_EQ((*specs)[0].argv[0], "/usr/bin/loom");
+  // Not known: looked up on PATH as any program.
+  r.argv = {"loom", "x"};
+  specs = Run(r);
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  EXPECT_EQ((*specs)[0].argv[0], "loom");
 }
 
 TEST_F(LaunchStepsTest, SeveralProcessesGetTheEnvContract) {

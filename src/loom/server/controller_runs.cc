@@ -102,6 +102,10 @@ AgentAction Controller::LaunchAction(const JobRecord& job,
   env["LOCAL_WORLD_SIZE"] = std::to_string(procs);
   env["LOOM_JOB_ID"] = std::to_string(job.id);
   env["LOOM_TASK_INDEX"] = std::to_string(t.index);
+  // The task's own node as the others reach it, and the job's user: what a
+  // batch script's SLURM_JOB_NODELIST and SLURM_JOB_USER are made of.
+  env["LOOM_NODE_HOST"] = NodeHost(t.node);
+  env["LOOM_JOB_USER"] = job.spec.user;
   env["LOOM_RESTART_COUNT"] = std::to_string(job.restart_count);
   if (job.array_job != 0) {
     // Slurm's SLURM_ARRAY_* under loom's names (sbatch scripts get both).
