@@ -102,6 +102,11 @@ int UnusedPort() {
 
 void VerbTest::SetUp() {
   httplib::Server& s = fake_.server();
+  s.Get("/v1/nodes", [](const httplib::Request&, httplib::Response& res) {
+    Reply(res, 200,
+          Json::array({{{"name", "h200-0"}, {"pool", "h200"}, {"gpus", 8}},
+                       {{"name", "a100-0"}, {"pool", "a100"}, {"gpus", 4}}}));
+  });
   s.Post("/v1/jobs",
          [this](const httplib::Request& req, httplib::Response& res) {
            std::lock_guard<std::mutex> lock(mu_);
@@ -254,6 +259,11 @@ CliResult VerbTest::Run(std::vector<std::string> args,
     if (it == env_.end()) return std::nullopt;
     return it->second;
   };
+  ctx.environment = [this] {
+    return std::vector<std::pair<std::string, std::string>>(env_.begin(),
+                                                            env_.end());
+  };
+  ctx.working_dir = [] { return std::string("/home/carol/work"); };
   ctx.out = &out;
   ctx.err = &err;
   ctx.now = [] { return kNow; };

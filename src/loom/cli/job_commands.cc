@@ -1,6 +1,9 @@
 #include "loom/cli/job_commands.h"
 
+#include <unistd.h>
+
 #include <csignal>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -29,6 +32,23 @@ constexpr char kExitFooter[] =
     "network, 2 bad usage or input. See docs/cli.md.";
 
 }  // namespace
+
+std::vector<std::pair<std::string, std::string>> ProcessEnvironment() {
+  std::vector<std::pair<std::string, std::string>> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string entry = *e;
+    const size_t eq = entry.find('=');
+    if (eq == std::string::npos) continue;
+    env.emplace_back(entry.substr(0, eq), entry.substr(eq + 1));
+  }
+  return env;
+}
+
+std::string ProcessWorkingDir() {
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::current_path(ec);
+  return ec ? std::string("/") : p.string();
+}
 
 // --- Registration and dispatch ---
 

@@ -137,8 +137,18 @@ void AddJobCommands(CLI::App& app, JobCommandFlags* flags);
 std::optional<int> RunJobCommands(const JobCommandFlags& flags);
 
 // What a verb needs from its surroundings; tests substitute each.
+// The process's environment, in `environ` order.
+std::vector<std::pair<std::string, std::string>> ProcessEnvironment();
+// The process's working directory ("/" when it cannot be read).
+std::string ProcessWorkingDir();
+
 struct CommandContext {
   GetEnvFn getenv = GetProcessEnv;
+  // The whole environment, for `sbatch --export=ALL`.
+  std::function<std::vector<std::pair<std::string, std::string>>()>
+      environment = ProcessEnvironment;
+  // The working directory (`sbatch`'s SLURM_SUBMIT_DIR).
+  std::function<std::string()> working_dir = ProcessWorkingDir;
   std::ostream* out = nullptr;  // required
   std::ostream* err = nullptr;  // required
   std::function<absl::Time()> now = absl::Now;

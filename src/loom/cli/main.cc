@@ -2,10 +2,14 @@
 
 #include <iostream>
 #include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/synchronization/mutex.h"
 #include "loom/agent/agent_command.h"
+#include "loom/batch/batch_runtime.h"
 #include "loom/cli/dev_command.h"
 #include "loom/cli/job_commands.h"
 #include "loom/cli/sim_command.h"
@@ -20,6 +24,25 @@ int main(int argc, char** argv) {
   // build keep the checks.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 #endif
+  // A batch job's programs (docs/sbatch.md): the `srun` and `scontrol` on
+  // a batch script's PATH are links to this binary, and every task of a
+  // `loom sbatch` job runs `loom _batch`.
+  const std::string_view self = argc > 0 ? argv[0] : "loom";
+  const std::string_view base = self.substr(self.rfind('/') + 1);
+  std::vector<std::string> rest(argv + (argc > 0 ? 1 : 0), argv + argc);
+  if (base == "srun") return loom::batch::RunSrun(rest);
+  if (argc > 1 && std::string_view(argv[1]) == "srun") {
+    return loom::batch::RunSrun({rest.begin() + 1, rest.end()});
+  }
+  if (argc > 1 && std::string_view(argv[1]) == "_batch") {
+    return loom::batch::RunBatchTask({rest.begin() + 1, rest.end()});
+  }
+  std::vector<char*> args(argv, argv + argc);
+  std::string scontrol = "scontrol";
+  if (base == "scontrol") args.insert(args.begin() + 1, scontrol.data());
+  argc = static_cast<int>(args.size());
+  argv = args.data();
+
   CLI::App app{"loom: a GPU cluster scheduler and orchestrator", "loom"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("loom ") + loom::kLoomVersion);
