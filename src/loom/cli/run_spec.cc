@@ -26,25 +26,7 @@ using cli::Json;
 using cli::Str;
 
 std::string DefaultJobName(const std::vector<std::string>& command) {
-  std::string base = command.empty() ? "" : command[0];
-  while (!base.empty() && base.back() == '/') base.pop_back();
-  if (const size_t slash = base.rfind('/'); slash != std::string::npos) {
-    base = base.substr(slash + 1);
-  }
-  std::string name;
-  for (char c : absl::AsciiStrToLower(base)) {
-    if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) {
-      name += c;
-    } else if (!name.empty() && name.back() != '-') {
-      name += '-';
-    }
-  }
-  while (!name.empty() && name.back() == '-') name.pop_back();
-  if (name.empty()) return "job";
-  if (!(name[0] >= 'a' && name[0] <= 'z')) name = "job-" + name;
-  if (name.size() > 63) name.resize(63);
-  while (name.back() == '-') name.pop_back();
-  return name;
+  return JobNameFromPath(command.empty() ? "" : command[0]);
 }
 
 namespace {

@@ -52,7 +52,6 @@ constexpr int64_t kMaxRestarts = 1000;
 constexpr int64_t kMaxRequeues = 1000000;
 constexpr absl::Duration kMaxTimeLimit = absl::Hours(24 * 365);
 constexpr absl::Duration kMaxGrace = absl::Hours(24);
-constexpr size_t kMaxNameLength = 63;
 constexpr size_t kMaxIdLength = 128;  // project, user, priority, model
 constexpr size_t kMaxArgs = 4096;
 constexpr size_t kMaxEnvVars = 1024;
@@ -122,17 +121,6 @@ bool IsValidId(absl::string_view id) {
 }
 
 }  // namespace
-
-bool IsValidJobName(std::string_view name) {
-  if (name.empty() || name.size() > kMaxNameLength ||
-      !absl::ascii_islower(static_cast<unsigned char>(name[0]))) {
-    return false;
-  }
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return absl::ascii_islower(static_cast<unsigned char>(c)) ||
-           absl::ascii_isdigit(static_cast<unsigned char>(c)) || c == '-';
-  });
-}
 
 bool IsValidProjectName(std::string_view name) {
   return IsValidId(absl::string_view(name.data(), name.size()));

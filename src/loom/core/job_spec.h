@@ -17,6 +17,7 @@
 #include "loom/core/cluster.h"
 #include "loom/core/container_spec.h"
 #include "loom/core/job.h"
+#include "loom/core/job_name.h"
 
 namespace loom {
 
@@ -25,10 +26,6 @@ inline constexpr int kMaxProcessesPerTask = 256;
 
 // The longest user name a job spec or a token may carry.
 inline constexpr size_t kMaxUserNameLength = 64;
-
-// True for a job name (`name`): 1 to 63 lower-case letters, digits and '-',
-// starting with a letter.
-bool IsValidJobName(std::string_view name);
 
 // True when a job spec may set the environment variable `name` (`env`): a
 // shell identifier ([A-Za-z_][A-Za-z0-9_]*) of at most 256 characters, not

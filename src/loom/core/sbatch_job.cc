@@ -97,31 +97,6 @@ bool IsIdentifier(std::string_view name) {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The default job name: the basename of the script's file name, lower-cased,
-// every run of other characters than [a-z0-9] one '-', trimmed, led by
-// "job-" when it does not start with a letter, at most 63 characters.
-std::string JobNameFromScript(std::string_view script_name) {
-  std::string base(script_name);
-  while (!base.empty() && base.back() == '/') base.pop_back();
-  if (const size_t slash = base.rfind('/'); slash != std::string::npos) {
-    base = base.substr(slash + 1);
-  }
-  std::string name;
-  for (char c : absl::AsciiStrToLower(base)) {
-    if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) {
-      name += c;
-    } else if (!name.empty() && name.back() != '-') {
-      name += '-';
-    }
-  }
-  while (!name.empty() && name.back() == '-') name.pop_back();
-  if (name.empty()) return "job";
-  if (name[0] < 'a' || name[0] > 'z') name = "job-" + name;
-  if (name.size() > 63) name.resize(63);
-  while (name.back() == '-') name.pop_back();
-  return name;
-}
-
 // The job's shape: nodes, tasks and GPUs per node.
 struct SbatchShape {
   int nodes = 1;
@@ -637,7 +612,7 @@ absl::StatusOr<SbatchJob> BuildSbatchJob(const SbatchOptions& o,
     }
     spec.name = *o.job_name;
   } else {
-    spec.name = sj::JobNameFromScript(ctx.script_name);
+    spec.name = JobNameFromPath(ctx.script_name);
   }
   spec.kind = JobKind::kBatch;
   spec.user = ctx.user;
