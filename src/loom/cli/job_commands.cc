@@ -7,6 +7,7 @@
 #include <iostream>
 #include <memory>
 
+#include "loom/cli/accounting_verbs.h"
 #include "loom/cli/cluster_verbs.h"
 #include "loom/cli/image_verbs.h"
 #include "loom/cli/job_verbs.h"
@@ -26,10 +27,6 @@ namespace {
 std::atomic<bool> g_interrupted{false};
 
 void OnInterrupt(int) { g_interrupted.store(true); }
-
-constexpr char kExitFooter[] =
-    "Exit status: 0 ok, 1 the request failed at the server or on the "
-    "network, 2 bad usage or input. See docs/cli.md.";
 
 }  // namespace
 
@@ -73,10 +70,11 @@ void AddJobCommands(CLI::App& app, JobCommandFlags* f) {
   cli::AddSpecVerbs(app, f);
   cli::AddMaintainVerbs(app, f);
   cli::AddSlurmVerbs(app, f);
+  cli::AddAccountingVerbs(app, f);
   for (const auto& [name, verb] : f->verbs) {
     // `run`, `attach` and `maintain` say what their waits exit with.
     if (name != "run" && name != "attach" && name != "maintain") {
-      verb->footer(kExitFooter);
+      verb->footer(cli::kExitFooter);
     }
   }
 }
@@ -113,7 +111,8 @@ int RunJobCommand(std::string_view verb, const JobCommandFlags& given,
   }
   for (auto run : {cli::RunJobVerb, cli::RunAttachVerb, cli::RunNodeVerb,
                    cli::RunClusterVerb, cli::RunTokenVerb, cli::RunImageVerb,
-                   cli::RunSpecVerb, cli::RunMaintainVerb, cli::RunSlurmVerb}) {
+                   cli::RunSpecVerb, cli::RunMaintainVerb, cli::RunSlurmVerb,
+                   cli::RunAccountingVerb}) {
     if (std::optional<int> rc = run(v)) return *rc;
   }
   return v.Fail(cli::kExitUsage, "unknown verb");

@@ -2,12 +2,13 @@
 
 // The client verbs of `loom`: submit, run, release, queue, show, logs,
 // cancel, checkpoint, nodes, cordon, uncordon, drain, top, chaos, projects,
-// whoami, token, maintain. Each talks to the server through `ApiClient`
-// (docs/api.md); docs/cli.md documents them for users. This is where they are
-// registered and run; the verbs themselves live by resource in job_verbs.h,
-// node_verbs.h, cluster_verbs.h and token_verbs.h, over the shared parts in
-// verb.h (running a verb and making its requests), verb_flags.h,
-// reply_fields.h and output_format.h.
+// whoami, token, maintain, sacct, report. Each talks to the server through
+// `ApiClient` (docs/api.md); docs/cli.md documents them for users. This is
+// where they are registered and run; the verbs themselves live by resource in
+// job_verbs.h, node_verbs.h, cluster_verbs.h, token_verbs.h,
+// accounting_verbs.h and the others, over the shared parts in verb.h
+// (running a verb and making its requests), verb_flags.h, reply_fields.h and
+// output_format.h.
 //
 // Exit codes: 0 success; 1 the request failed at the server or on the
 // network; 2 bad usage or a bad input file. `loom run --wait` exits with the
@@ -46,6 +47,21 @@ struct MaintainFlags {
   std::string on_failure;
   bool wait = false;   // start --wait
   bool watch = false;  // status -w
+};
+
+// `loom sacct` and `loom report usage` (accounting_verbs.h). Times and
+// states are kept as typed so that the verb can name the flag when one is
+// bad; "" is not given. Their -u/-A are `JobCommandFlags::user`/`project`,
+// sacct's -j is `job_refs`.
+struct AccountingFlags {
+  std::string states;  // sacct -s: loom's or Slurm's names, comma-separated
+  std::string since;   // -S
+  std::string until;   // -E
+  int limit = 0;       // sacct --limit (0: none)
+  bool allocations = false;  // sacct -X: accepted, no effect (no steps)
+  std::string report;        // report's subcommand: "usage"
+  std::string by;            // report usage --by
+  std::string per = "all";   // report usage --per
 };
 
 // Flags of all the client verbs; only the fields of the verb that was parsed
@@ -122,6 +138,9 @@ struct JobCommandFlags {
 
   // maintain
   MaintainFlags maintain;
+
+  // sacct, report usage
+  AccountingFlags accounting;
 
   // Filled by `AddJobCommands`: each verb's name and subcommand.
   std::vector<std::pair<std::string, CLI::App*>> verbs;

@@ -128,6 +128,31 @@ std::string FormatTable(const std::vector<std::string>& header,
   return out;
 }
 
+std::string FormatCsv(const std::vector<std::string>& header,
+                      const std::vector<std::vector<std::string>>& rows) {
+  std::string out;
+  auto emit = [&](const std::vector<std::string>& row) {
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (i > 0) out += ',';
+      const std::string& field = row[i];
+      if (field.find_first_of(",\"\r\n") == std::string::npos) {
+        out += field;
+        continue;
+      }
+      out += '"';
+      for (char c : field) {
+        if (c == '"') out += '"';
+        out += c;
+      }
+      out += '"';
+    }
+    out += '\n';
+  };
+  emit(header);
+  for (const auto& row : rows) emit(row);
+  return out;
+}
+
 namespace cli {
 
 std::string FormatUtc(absl::Time t) {

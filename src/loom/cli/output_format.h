@@ -29,6 +29,12 @@ std::string FormatElapsed(absl::Duration d);
 std::string FormatTable(const std::vector<std::string>& header,
                         const std::vector<std::vector<std::string>>& rows);
 
+// The same rows as CSV (RFC 4180): the header line, then one line per row;
+// a field that holds a comma, a double quote, CR or LF is quoted, its
+// quotes doubled. Lines end in "\n".
+std::string FormatCsv(const std::vector<std::string>& header,
+                      const std::vector<std::vector<std::string>>& rows);
+
 namespace cli {
 
 // "2026-11-29 19:40:00 UTC".

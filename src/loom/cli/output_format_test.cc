@@ -14,6 +14,13 @@ TEST(FormatTable, LastColumnIsNotPadded) {
             "A    LONGER\nxyz\n1    2\n");
 }
 
+TEST(FormatCsv, QuotesFieldsThatNeedIt) {
+  EXPECT_EQ(
+      FormatCsv({"A", "B"},
+                {{"plain", "a,b"}, {"say \"hi\"", "two\nlines"}, {"", "cr\r"}}),
+      "A,B\nplain,\"a,b\"\n\"say \"\"hi\"\"\",\"two\nlines\"\n,\"cr\r\"\n");
+}
+
 TEST(JsonToYaml, QuotesStringsThatLookLikeOtherTypes) {
   const Json j = {{"a", "true"},       {"b", "123"},     {"c", 123},
                   {"d", "hello"},      {"e", nullptr},   {"f", Json::array()},

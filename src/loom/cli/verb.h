@@ -28,6 +28,11 @@ inline constexpr int kExitFailed = 1;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitInterrupted = 130;
 
+// The footer of a verb's --help that says what it exits with.
+inline constexpr char kExitFooter[] =
+    "Exit status: 0 ok, 1 the request failed at the server or on the "
+    "network, 2 bad usage or input. See docs/cli.md.";
+
 // One run of a verb. `flags` and `ctx` outlive it.
 struct Verb {
   std::string name;

@@ -509,6 +509,37 @@ absl::StatusOr<nlohmann::json> ApiClient::ListJobs(const JobFilter& filter) {
   return Call("GET", path, "");
 }
 
+absl::StatusOr<nlohmann::json> ApiClient::AccountingJobs(
+    const AccountingFilter& filter) {
+  std::vector<std::string> query;
+  if (!filter.ids.empty()) {
+    query.push_back("ids=" + Escape(absl::StrJoin(filter.ids, ",")));
+  }
+  if (!filter.user.empty()) query.push_back("user=" + Escape(filter.user));
+  if (!filter.project.empty())
+    query.push_back("project=" + Escape(filter.project));
+  if (!filter.states.empty()) {
+    query.push_back("state=" + Escape(absl::StrJoin(filter.states, ",")));
+  }
+  if (!filter.since.empty()) query.push_back("since=" + Escape(filter.since));
+  if (!filter.until.empty()) query.push_back("until=" + Escape(filter.until));
+  if (filter.limit > 0) query.push_back(absl::StrCat("limit=", filter.limit));
+  std::string path = "/v1/accounting/jobs";
+  if (!query.empty()) absl::StrAppend(&path, "?", absl::StrJoin(query, "&"));
+  return Call("GET", path, "");
+}
+
+absl::StatusOr<nlohmann::json> ApiClient::Usage(const std::string& by,
+                                                const std::string& since,
+                                                const std::string& until,
+                                                const std::string& per) {
+  std::vector<std::string> query = {"by=" + Escape(by)};
+  if (!since.empty()) query.push_back("since=" + Escape(since));
+  if (!until.empty()) query.push_back("until=" + Escape(until));
+  if (!per.empty()) query.push_back("per=" + Escape(per));
+  return Call("GET", absl::StrCat("/v1/usage?", absl::StrJoin(query, "&")), "");
+}
+
 absl::StatusOr<nlohmann::json> ApiClient::GetJob(int64_t id) {
   return Call("GET", absl::StrCat("/v1/jobs/", id), "");
 }

@@ -46,6 +46,19 @@ struct JobFilter {
   int limit = 0;
 };
 
+// Filters of `AccountingJobs` (`GET /v1/accounting/jobs`, docs/api.md); empty
+// or 0 fields do not filter. `since` and `until` are RFC 3339 times, sent as
+// given.
+struct AccountingFilter {
+  std::vector<int64_t> ids;
+  std::string user;
+  std::string project;
+  std::vector<std::string> states;  // loom's: succeeded, failed, ...
+  std::string since;
+  std::string until;
+  int limit = 0;
+};
+
 // Which output of a job `StreamLogs` fetches.
 struct LogRequest {
   int task = 0;
@@ -106,6 +119,18 @@ class ApiClient {
   absl::StatusOr<nlohmann::json> ListJobs(const JobFilter& filter = {});
   // GET /v1/jobs/{id}.
   absl::StatusOr<nlohmann::json> GetJob(int64_t id);
+  // GET /v1/accounting/jobs: the jobs that pass `filter`, live and from the
+  // accounting history. Returns {"jobs": [...]} in id order.
+  absl::StatusOr<nlohmann::json> AccountingJobs(const AccountingFilter& filter);
+  // GET /v1/usage: GPU-seconds per `by` ("project", "user" or
+  // "project,user") and period `per` (hour, day, month or all) from `since`
+  // to `until` (RFC 3339 times). An empty `until` or `per` is not sent (the
+  // server's defaults: now, all). Returns {"by", "per", "since", "until",
+  // "rows", "total_gpu_seconds"}.
+  absl::StatusOr<nlohmann::json> Usage(const std::string& by,
+                                       const std::string& since,
+                                       const std::string& until,
+                                       const std::string& per);
   // POST /v1/jobs/{id}/cancel. Returns the job.
   // A job by its ID or as an array element ("12_7").
   absl::StatusOr<nlohmann::json> GetJobRef(const std::string& ref);

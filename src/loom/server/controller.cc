@@ -31,13 +31,14 @@ Controller::Controller(Cluster cluster, StateStore* store,
 
 absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
     Cluster cluster, StateStore* store, ControllerOptions options,
-    absl::Time now) {
+    absl::Time now, AccountingStore* accounting) {
   absl::StatusOr<std::unique_ptr<QueuePolicy>> policy =
       MakeQueuePolicy(options.policy, options.policy_options);
   if (!policy.ok()) return policy.status();
   std::unique_ptr<Controller> c(
       new Controller(std::move(cluster), store, options));
   absl::MutexLock lock(&c->mu_);
+  c->accounting_ = accounting;
   c->created_ = now;
   c->recovery_ =
       *Histogram::Create({1, 2, 5, 10, 15, 20, 30, 45, 60, 120, 300});
@@ -96,6 +97,16 @@ absl::Status Controller::Load(absl::Time now) {
     }
   }
   if (absl::Status st = LoadMaintenances(); !st.ok()) return st;
+  int unreadable = 0;
+  if (absl::Status st = ledger_.Load(*store_, &unreadable); !st.ok()) {
+    return st;
+  }
+  if (unreadable > 0) {
+    load_log_.push_back(JobStoreText(
+        {{"msg", "usage ledger entries that cannot be read were skipped"},
+         {"prefix", std::string(kUsagePrefix)},
+         {"count", unreadable}}));
+  }
   // Histories first: a job submitted meanwhile then has its record listed
   // (its history is written later) rather than a history without a record.
   absl::StatusOr<std::vector<KeyValue>> histories = store_->List(kEventsPrefix);
@@ -195,6 +206,13 @@ absl::Status Controller::Load(absl::Time now) {
     }
   }
   DropOrphanHistories(history_of);
+  // Purged jobs (docs/accounting.md) left their IDs behind.
+  if (absl::StatusOr<KeyValue> kv = store_->Get(kNextJobIdKey); kv.ok()) {
+    JobId next = 0;
+    if (absl::SimpleAtoi(kv->value, &next)) next_id_ = std::max(next_id_, next);
+  } else if (!absl::IsNotFound(kv.status())) {
+    return kv.status();
+  }
   // Idempotency keys, with the digests of their requests.
   absl::StatusOr<std::vector<KeyValue>> keys =
       store_->List(IdempotencyStoreKey(""));
@@ -214,17 +232,42 @@ absl::Status Controller::Load(absl::Time now) {
 absl::Status Controller::Persist(const std::vector<const JobRecord*>& jobs) {
   if (jobs.empty()) return absl::OkStatus();
   std::vector<Mutation> m;
+  std::vector<Condition> c;
   m.reserve(jobs.size());
   absl::flat_hash_set<JobId> seen;  // a job may be listed more than once
+  std::vector<UsageCharge> charges;
+  std::vector<JobId> charged;
   for (const JobRecord* j : jobs) {
     if (!seen.insert(j->id).second) continue;
     // Only the parts that changed: an event alone rewrites the small
     // history, not the record.
     written_.AddWrites(*j, &m);
+    // The runs that ended go to the usage ledger with the record that
+    // ends them, in one commit.
+    if (j->unledgered.empty()) continue;
+    charged.push_back(j->id);
+    for (const GpuSpan& s : j->unledgered) {
+      charges.push_back({j->spec.project, j->spec.user, s});
+    }
+  }
+  if (!charges.empty()) {
+    if (absl::Status st = ledger_.AddWrites(*store_, charges, &c, &m);
+        !st.ok()) {
+      written_.Finish(false);
+      return st;
+    }
   }
   if (m.empty()) return absl::OkStatus();
-  absl::StatusOr<int64_t> rev = store_->Commit({}, m);
+  absl::StatusOr<int64_t> rev = store_->Commit(c, m);
   written_.Finish(rev.ok());
+  ledger_.Finish(rev.ok());
+  if (rev.ok()) {
+    for (JobId id : charged) {
+      if (auto it = jobs_.find(id); it != jobs_.end()) {
+        it->second.unledgered.clear();
+      }
+    }
+  }
   return rev.ok() ? absl::OkStatus() : rev.status();
 }
 

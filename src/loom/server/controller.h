@@ -28,10 +28,16 @@
 #include "loom/server/job_record.h"
 #include "loom/server/maintenance.h"
 #include "loom/server/stored_job.h"
+#include "loom/server/usage_ledger.h"
+#include "loom/store/accounting_store.h"
 #include "loom/store/state_store.h"
 #include "nlohmann/json.hpp"
 
 namespace loom {
+
+// The store key of the lowest job ID not yet used, written when jobs are
+// purged (the records it is otherwise counted from are gone then).
+inline constexpr std::string_view kNextJobIdKey = "/next-job-id";
 
 struct ControllerOptions {
   std::string policy = "fair";
@@ -65,6 +71,10 @@ struct ControllerOptions {
   // An idempotency key holds this long after its first use; then it is
   // purged and a submission with it makes a new job.
   absl::Duration idempotency_key_lifetime = absl::Hours(24);
+  // A finished job stays in the live state this long after it ended (as
+  // Slurm's MinJobAge), then moves to the accounting store
+  // (`PurgeExpiredJobs`, docs/accounting.md).
+  absl::Duration job_retention = absl::Hours(24 * 7);
   // The text of the cluster spec given at start (`loom server --cluster`):
   // written as revision 1 when the store has none; empty: none is written
   // and the first `ApplyCluster` makes revision 1.
@@ -116,9 +126,13 @@ class Controller {
   // controller) and rebuilds the scheduler's state: pending jobs are queued
   // again, running jobs keep their placement. Nodes start `unknown` (not
   // schedulable) until their agent registers.
+  //
+  // `accounting` (which must outlive the controller too) is where finished
+  // jobs go when their retention is over; null: they stay in the live state
+  // for good.
   static absl::StatusOr<std::unique_ptr<Controller>> Create(
       Cluster cluster, StateStore* store, ControllerOptions options,
-      absl::Time now);
+      absl::Time now, AccountingStore* accounting = nullptr);
 
   // Jobs. Errors: InvalidArgument (bad spec, field named),
   // FailedPrecondition with "infeasible:" (can never run), NotFound,
@@ -191,6 +205,26 @@ class Controller {
   absl::StatusOr<std::string> JobUser(JobId id) const;
   // Whether task `task_id` of job `id` may still write output.
   bool TaskMayWrite(JobId id, const std::string& task_id) const;
+
+  // History and usage (controller_retention.cc, docs/accounting.md).
+  // Moves the jobs whose retention is over (`job_retention` after they
+  // ended; an array with its elements) to the accounting store, then out of
+  // the store's live state and memory, in that order, so that a crash
+  // between the two only makes the next pass do it again. Scans at most
+  // once a second and moves at most a few thousand jobs a pass; returns how
+  // many it moved.
+  int PurgeExpiredJobs(absl::Time now);
+  // `loom sacct`: the jobs that match `query`, live ones and those in the
+  // accounting store, in id order (`GET /v1/accounting/jobs`). The store
+  // is read after the live state and outside the controller's lock.
+  absl::StatusOr<nlohmann::json> AccountingJobs(const FinishedJobQuery& query,
+                                                absl::Time now) const;
+  // `loom report usage`: GPU-seconds of the hours that overlap [since,
+  // until) grouped as `g`, from the usage ledger plus the runs not in it yet
+  // (running, or ended and not yet written).
+  absl::StatusOr<nlohmann::json> ReportUsage(const UsageGrouping& g,
+                                             absl::Time since, absl::Time until,
+                                             absl::Time now) const;
 
   // Nodes and projects.
   nlohmann::json ListNodes(absl::Time now) const;
@@ -381,6 +415,19 @@ class Controller {
   void ForgetDrainedNodes(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Status Load(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Retention (controller_retention.cc). Forgets job `id` everywhere in
+  // memory once it is purged from the store.
+  void ForgetJob(JobId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job `id` as a dependency sees it: in the live state, or a stand-in
+  // (its id and final state) made in `*purged` from the accounting store;
+  // null when there is none.
+  const JobRecord* DependeeOf(JobId id, std::optional<JobRecord>* purged) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The GPU-seconds not in the ledger yet: the job's runs that ended but
+  // are not written, and its current run up to `now`.
+  std::vector<GpuSpan> UnledgeredSpans(const JobRecord& job,
+                                       absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Dependencies (controller_deps.cc). Whether `job` waits for its
   // dependency before it is queued (it has one and never started).
   bool GatedByDependency(const JobRecord& job) const
@@ -599,6 +646,7 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   StateStore* const store_;
+  AccountingStore* accounting_ = nullptr;
   const ControllerOptions options_;
   absl::Time created_ = absl::InfinitePast();
 
@@ -642,6 +690,10 @@ class Controller {
   // What was last written of each job, so that `Persist` writes only what
   // changed.
   JobWriteCache written_ ABSL_GUARDED_BY(mu_);
+  // GPU-seconds per (project, user, hour), and when retention last looked
+  // for jobs to purge.
+  UsageLedger ledger_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_retention_scan_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::map<JobId, ArrayRun> arrays_ ABSL_GUARDED_BY(mu_);
   absl::btree_set<JobId> arrays_to_feed_ ABSL_GUARDED_BY(mu_);
 

@@ -117,9 +117,8 @@ DependencyCheck Controller::CheckDependency(const JobRecord& job) const {
       continue;
     }
     for (JobId id : term.jobs) {
-      auto it = jobs_.find(id);
-      parts.push_back(CheckDependee(term.kind, id,
-                                    it != jobs_.end() ? &it->second : nullptr));
+      std::optional<JobRecord> purged;
+      parts.push_back(CheckDependee(term.kind, id, DependeeOf(id, &purged)));
     }
     for (const ArrayElementRef& ref : term.elements) {
       // An element is watched by its own ID, made or not; one not made
@@ -273,7 +272,8 @@ absl::Status Controller::CheckDependencyJobs(const JobSpec& spec) const {
   }
   for (const JobDependency::Term& term : dep->terms) {
     for (JobId id : term.jobs) {
-      if (!jobs_.contains(id)) {
+      std::optional<JobRecord> purged;
+      if (DependeeOf(id, &purged) == nullptr) {
         return absl::InvalidArgumentError(absl::StrCat(
             "dependency: '", spec.dependency, "': there is no job ", id));
       }

@@ -390,6 +390,14 @@ absl::StatusOr<nlohmann::json> Controller::GetJob(JobId id,
     }
   }
   if (it == jobs_.end()) {
+    std::optional<JobRecord> purged;
+    if (DependeeOf(id, &purged) != nullptr) {
+      return absl::NotFoundError(absl::StrCat(
+          "job ", id, " ", std::string(JobStateName(purged->state)),
+          " and has left the live state (job retention ",
+          absl::FormatDuration(options_.job_retention),
+          "); its record is in accounting: loom sacct -j ", id));
+    }
     return absl::NotFoundError(absl::StrCat("no job ", id));
   }
   return JobJson(it->second, now);

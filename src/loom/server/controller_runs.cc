@@ -201,6 +201,10 @@ void Controller::FinishJob(JobRecord& job, absl::Time now) {
   }
   job.exit_code = code.value_or(ok ? 0 : 1);
   job.gpu_seconds += CurrentRunGpuSeconds(job, now);
+  if (std::optional<GpuSpan> run = CurrentRunSpan(job, now);
+      run && run->gpus > 0 && run->end > run->start) {
+    job.unledgered.push_back(*run);
+  }
   if (!job.tasks.empty()) {
     const int master = NodeIndex(job.tasks[0].node);
     if (master >= 0) nodes_[master].master_ports.erase(job.master_port);

@@ -39,11 +39,11 @@ void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
         if (t.pull && t.state == TaskRecord::State::kLaunching) ++pulling;
       }
     }
-    double s = job.gpu_seconds;
-    if (job.state == JobState::kRunning || job.state == JobState::kStopping) {
-      s += CurrentRunGpuSeconds(job, now);
+    // The ledger's totals (below) plus what it has not taken yet.
+    for (const GpuSpan& span : UnledgeredSpans(job, now)) {
+      gpu_seconds[{job.spec.project, job.spec.user}] +=
+          span.gpus * absl::ToDoubleSeconds(span.end - span.start);
     }
-    gpu_seconds[{job.spec.project, job.spec.user}] += s;
     if (job.state == JobState::kHeld) {
       ++pending["held"];
     } else if (job.state == JobState::kPending && job.not_before) {
@@ -68,8 +68,11 @@ void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
   for (const auto& [reason, n] : pending) {
     out.Sample("loom_pending_jobs", {{"reason", reason}}, n);
   }
+  for (const auto& [key, s] : ledger_.totals()) gpu_seconds[key] += s;
   out.Family("loom_gpu_seconds_total",
-             "GPU-seconds allocated to jobs, by project and user.",
+             "GPU-seconds allocated to jobs, by project and user: the usage "
+             "ledger's (it outlives the jobs and restarts) plus the runs not "
+             "in it yet.",
              MetricType::kCounter);
   for (const auto& [key, s] : gpu_seconds) {
     out.Sample("loom_gpu_seconds_total",

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -13,6 +16,17 @@
 #include "loom/server/route_util.h"
 
 namespace loom {
+namespace {
+
+// glibc keeps freed memory in its arenas; trimming returns it to the
+// system (elsewhere there is nothing to do).
+void ReturnFreedMemory() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
+}  // namespace
 
 HttpServer::HttpServer(Controller* controller, HttpServerOptions options)
     : controller_(controller), options_(std::move(options)) {
@@ -31,6 +45,7 @@ void HttpServer::Routes() {
   ImageRoutes();
   SpecRoutes();
   MaintenanceRoutes();
+  AccountingRoutes();
 }
 
 absl::StatusOr<int> HttpServer::Start() {
@@ -384,6 +399,10 @@ void HttpServer::SchedulerLoop() {
     if (stopping_) break;
     last_pass = absl::Now();
     controller_->Tick(absl::Now());
+    // Finished jobs past their retention leave memory; give the freed
+    // heap back to the system, so that the server's size follows its
+    // live state, not its history.
+    if (controller_->PurgeExpiredJobs(absl::Now()) > 0) ReturnFreedMemory();
     {
       const absl::Time now = absl::Now();
       bool sample;

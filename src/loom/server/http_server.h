@@ -99,7 +99,9 @@ class HttpServer {
   void TokenRoutes();        // token_routes.cc: /v1/tokens..., /v1/whoami
   void SpecRoutes();         // spec_routes.cc: /v1/cluster/... (plan, apply)
   void MaintenanceRoutes();  // maintenance_routes.cc: /v1/maintenance...
-  void ClusterRoutes();      // cluster_routes.cc: the rest
+  void
+  AccountingRoutes();    // accounting_routes.cc: /v1/accounting/..., /v1/usage
+  void ClusterRoutes();  // cluster_routes.cc: the rest
   // Registers a route of `RouteTable()` (aborts for one that is not there:
   // a programming error that every test run would show).
   void Handle(const std::string& method, const std::string& route,

@@ -21,10 +21,20 @@ bool TaskLive(const TaskRecord& t) {
 }
 
 double CurrentRunGpuSeconds(const JobRecord& job, absl::Time now) {
-  if (!job.start_time) return 0;
-  int gpus = 0;
-  for (const TaskRecord& t : job.tasks) gpus += static_cast<int>(t.gpus.size());
-  return gpus * std::max(0.0, absl::ToDoubleSeconds(now - *job.start_time));
+  std::optional<GpuSpan> span = CurrentRunSpan(job, now);
+  if (!span) return 0;
+  return span->gpus * absl::ToDoubleSeconds(span->end - span->start);
+}
+
+std::optional<GpuSpan> CurrentRunSpan(const JobRecord& job, absl::Time now) {
+  if (!job.start_time) return std::nullopt;
+  GpuSpan span;
+  span.start = *job.start_time;
+  span.end = std::max(now, *job.start_time);
+  for (const TaskRecord& t : job.tasks) {
+    span.gpus += static_cast<int>(t.gpus.size());
+  }
+  return span;
 }
 
 std::string_view JobStateName(JobState state) {

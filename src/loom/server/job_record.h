@@ -60,6 +60,14 @@ struct TaskRecord {
   std::optional<TaskPull> pull;
 };
 
+// GPUs in use for a time: `gpus` GPUs from `start` to `end` (one run of a
+// job, or the part of it so far).
+struct GpuSpan {
+  absl::Time start;
+  absl::Time end;
+  int gpus = 0;
+};
+
 // Everything the controller persists about a job (as JSON under
 // /jobs/<id>); the source of truth across restarts.
 struct JobRecord {
@@ -112,6 +120,10 @@ struct JobRecord {
   // GPU-seconds of the runs that ended (the current one is added when it
   // ends): the job's accounting.
   double gpu_seconds = 0;
+  // Runs that ended whose GPU-seconds the usage ledger has not taken yet
+  // (not persisted): they go to the ledger in the commit that writes the
+  // end of the run (`Controller::Persist`, usage_ledger.h).
+  std::vector<GpuSpan> unledgered;
   // Placement while running and after: the switch level the gang spans.
   int switch_level = 0;
   std::string switch_name;
@@ -130,6 +142,8 @@ bool TaskLive(const TaskRecord& t);
 
 // GPU-seconds of the job's current run up to `now` (0 when not started).
 double CurrentRunGpuSeconds(const JobRecord& job, absl::Time now);
+// The job's current run up to `now` as a span (nullopt when not started).
+std::optional<GpuSpan> CurrentRunSpan(const JobRecord& job, absl::Time now);
 
 // Whether `run` (a restart count) is `job`'s current run and that run is
 // live (running or stopping): what a job token of that run needs. OK, or

@@ -38,6 +38,8 @@ const std::vector<RouteRule>& RouteTable() {
       {"GET", "/v1/images", Access::kHuman},
       {"POST", "/v1/images/pull", Access::kOperator},
       {"GET", "/v1/projects", Access::kHuman},
+      {"GET", "/v1/accounting/jobs", Access::kHuman},
+      {"GET", "/v1/usage", Access::kHuman},
       {"POST", "/v1/chaos", Access::kOperator},
       {"POST", "/v1/cluster/plan", Access::kOperator},
       {"POST", "/v1/cluster/apply", Access::kAdmin},

@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "loom/common/atomic_file.h"
 #include "loom/common/config_file_option.h"
+#include "loom/common/units.h"
 #include "loom/core/cluster_spec.h"
 #include "loom/core/job_spec.h"
 #include "loom/server/auth.h"
@@ -31,6 +32,8 @@
 #include "loom/server/standby_reader.h"
 #include "loom/store/etcd_leader_election.h"
 #include "loom/store/etcd_state_store.h"
+#include "loom/store/key_value_accounting_store.h"
+#include "loom/store/sqlite_accounting_store.h"
 #include "loom/store/sqlite_state_store.h"
 
 namespace loom {
@@ -199,8 +202,11 @@ int RunReplicated(const ServerFlags& f, Cluster cluster,
     std::cerr << "loom server: " << st.message() << std::endl;
   }
   // A copy: the standby reader keeps reading `cluster` until `Lead`.
-  absl::StatusOr<std::unique_ptr<Controller>> controller =
-      Controller::Create(cluster, store->get(), copts, absl::Now());
+  // With etcd, finished jobs stay in etcd (under /accounting/), so that
+  // whichever server leads sees the whole history (docs/accounting.md).
+  KeyValueAccountingStore accounting(store->get());
+  absl::StatusOr<std::unique_ptr<Controller>> controller = Controller::Create(
+      cluster, store->get(), copts, absl::Now(), &accounting);
   if (!controller.ok()) {
     std::cerr << "loom server: cannot load the state as the new leader: "
               << controller.status().message() << std::endl;
@@ -301,6 +307,12 @@ CLI::App* AddServerCommand(CLI::App& app, ServerFlags* f) {
                   "more submissions get 429 (0: no limit)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--job-retention", f->job_retention,
+                  "How long a finished job stays in the live state (loom "
+                  "queue, loom show, GET /v1/jobs) before it moves to the "
+                  "accounting store (loom sacct), as Slurm's MinJobAge: "
+                  "90s, 12h, 7d, ... (docs/accounting.md)")
+      ->capture_default_str();
   AddConfigFileOption(cmd);
   return cmd;
 }
@@ -358,6 +370,13 @@ int RunServer(const ServerFlags& f) {
   }
   copts.fence_after = absl::Seconds(fence);
   copts.max_jobs_per_user = f.max_jobs_per_user;
+  absl::StatusOr<absl::Duration> retention = ParseDuration(f.job_retention);
+  if (!retention.ok() || *retention < absl::ZeroDuration()) {
+    return Fail(absl::StrCat(
+        "--job-retention: expected a duration (90s, 12h, 7d), not '",
+        f.job_retention, "'"));
+  }
+  copts.job_retention = *retention;
   copts.checkpoint_root = f.checkpoint_root;  // "": the agents' default
   HttpServerOptions hopts;
   hopts.host = f.listen.substr(0, colon);
@@ -403,8 +422,19 @@ int RunServer(const ServerFlags& f) {
   absl::StatusOr<std::unique_ptr<SqliteStateStore>> store =
       SqliteStateStore::Open(f.data_dir + "/state.db");
   if (!store.ok()) return Fail(std::string(store.status().message()));
-  absl::StatusOr<std::unique_ptr<Controller>> controller =
-      Controller::Create(*std::move(cluster), store->get(), copts, absl::Now());
+  // Finished jobs past their retention: a file of their own, indexed for
+  // `loom sacct` (docs/accounting.md).
+  const std::string accounting_path = f.data_dir + "/accounting.db";
+  if (absl::Status st = CreatePrivateFile(accounting_path); !st.ok()) {
+    return Fail(absl::StrCat("--data-dir: ", st.message()));
+  }
+  absl::StatusOr<std::unique_ptr<SqliteAccountingStore>> accounting =
+      SqliteAccountingStore::Open(accounting_path);
+  if (!accounting.ok()) {
+    return Fail(std::string(accounting.status().message()));
+  }
+  absl::StatusOr<std::unique_ptr<Controller>> controller = Controller::Create(
+      *std::move(cluster), store->get(), copts, absl::Now(), accounting->get());
   if (!controller.ok()) {
     return Fail(std::string(controller.status().message()));
   }

@@ -21,6 +21,9 @@ struct ServerFlags {
   // Unfinished jobs (held, pending, running, stopping) per user; 0: no
   // limit (as Slurm's MaxSubmitJobs).
   int64_t max_jobs_per_user = 10'000;
+  // How long finished jobs stay in the live state before they move to the
+  // accounting store (docs/accounting.md), in loom's duration syntax.
+  std::string job_retention = "7d";
   // State store: "sqlite" (DATA_DIR/state.db, one server) or "etcd" (a
   // replicated controller: several servers, one leads; docs/ha.md).
   std::string store = "sqlite";
