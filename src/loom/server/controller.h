@@ -700,6 +700,7 @@ class Controller {
   // Metrics since this server started (not persisted).
   int64_t decisions_ ABSL_GUARDED_BY(mu_) = 0;  // starts and preemptions
   int64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t purged_ ABSL_GUARDED_BY(mu_) = 0;  // jobs moved to accounting
   // Failures detected, by kind: node_down, task_failed, unhealthy.
   std::map<std::string, int64_t> failures_ ABSL_GUARDED_BY(mu_);
   // Jobs that failed and run again: when the failure was seen; observed

@@ -116,6 +116,7 @@ int Controller::PurgeExpiredJobs(absl::Time now) {
       if (!request.empty()) requests_.Erase(request);
       ForgetJob(id);  // invalidates moving[k]
       ++moved;
+      ++purged_;
     }
   }
   return moved;

@@ -270,6 +270,10 @@ TEST_F(RetentionTest, FinishedJobsMoveToAccountingAfterTheirRetention) {
   absl::StatusOr<int64_t> n = accounting_.Count();
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(*n, 2);
+  std::string metrics;
+  MetricsWriter w(&metrics);
+  c_->WriteMetrics(w, T(200));
+  EXPECT_THAT(metrics, HasSubstr("\nloom_jobs_purged_total 2\n"));
   // sacct shows all three, the running one live.
   nlohmann::json rows = Sacct({}, 200);
   ASSERT_EQ(rows.size(), 3u);

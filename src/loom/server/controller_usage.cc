@@ -155,6 +155,11 @@ void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
              "preemptions.",
              MetricType::kCounter);
   out.Sample("loom_scheduling_decisions_total", {}, decisions_);
+  out.Family("loom_jobs_purged_total",
+             "Finished jobs moved from the live state to the accounting "
+             "store (their retention over) since the server started.",
+             MetricType::kCounter);
+  out.Sample("loom_jobs_purged_total", {}, purged_);
   out.Family("loom_preemptions_total",
              "Jobs preempted since the server started.", MetricType::kCounter);
   out.Sample("loom_preemptions_total", {}, preemptions_);

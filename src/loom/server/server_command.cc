@@ -1,6 +1,9 @@
 #include "loom/server/server_command.h"
 
 #include <fcntl.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -318,6 +321,15 @@ CLI::App* AddServerCommand(CLI::App& app, ServerFlags* f) {
 }
 
 int RunServer(const ServerFlags& f) {
+#if defined(__GLIBC__)
+  // Large blocks (a listing's JSON, a load's records) from mmap, returned
+  // to the system when freed: glibc's default raises this threshold after
+  // the first large free, and from then on keeps such blocks in its
+  // arenas, so that a server's size would follow its largest reply, not
+  // its live state (docs/accounting.md, "Retention").
+  mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+  mallopt(M_TRIM_THRESHOLD, 4 * 1024 * 1024);
+#endif
   const size_t colon = f.listen.rfind(':');
   int port = 0;
   if (colon == std::string::npos ||
