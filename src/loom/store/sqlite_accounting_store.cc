@@ -4,23 +4,28 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <initializer_list>
 #include <iterator>
 #include <limits>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "loom/store/sqlite_util.h"
 
 namespace loom {
 namespace {
 
+using sqlite::BindText;
+using sqlite::ColumnText;
+using sqlite::FirstError;
+using sqlite::OwnedStatement;
+using sqlite::StatementScope;
+
 // The names below carry an `Acct` prefix because unity builds compile this
 // file in one translation unit with sqlite_state_store.cc, whose anonymous
-// namespace has helpers of the same purpose.
+// namespace has constants and helpers of the same purpose.
 
 // Stored in the file header (`PRAGMA application_id`) so that loom refuses an
 // SQLite file that belongs to something else: "lacc" in ASCII (loom
@@ -74,97 +79,16 @@ constexpr const char* kAcctStatementSql[] = {
 };
 static_assert(std::size(kAcctStatementSql) == 7);
 
-absl::StatusCode AcctCodeFor(int rc) {
-  switch (rc & 0xff) {
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-      return absl::StatusCode::kUnavailable;
-    case SQLITE_FULL:
-    case SQLITE_NOMEM:
-      return absl::StatusCode::kResourceExhausted;
-    case SQLITE_CORRUPT:
-    case SQLITE_NOTADB:
-      return absl::StatusCode::kDataLoss;
-    case SQLITE_PERM:
-    case SQLITE_AUTH:
-    case SQLITE_READONLY:
-      return absl::StatusCode::kPermissionDenied;
-    case SQLITE_CANTOPEN:
-      return absl::StatusCode::kFailedPrecondition;
-    case SQLITE_TOOBIG:
-    case SQLITE_RANGE:
-    case SQLITE_MISMATCH:
-      return absl::StatusCode::kInvalidArgument;
-    default:
-      return absl::StatusCode::kInternal;
-  }
-}
-
-// Resets a borrowed prepared statement (and drops its bindings) when the
-// scope ends, so that it is ready for the next use and holds no read lock.
-class AcctStatementScope {
- public:
-  explicit AcctStatementScope(sqlite3_stmt* stmt) : stmt_(stmt) {}
-  ~AcctStatementScope() {
-    sqlite3_reset(stmt_);
-    sqlite3_clear_bindings(stmt_);
-  }
-  AcctStatementScope(const AcctStatementScope&) = delete;
-  AcctStatementScope& operator=(const AcctStatementScope&) = delete;
-
-  sqlite3_stmt* get() const { return stmt_; }
-
- private:
-  sqlite3_stmt* const stmt_;
-};
-
-// Finalizes a statement of its own (a `Find` query) when the scope ends.
-class AcctOwnedStatement {
- public:
-  AcctOwnedStatement() = default;
-  ~AcctOwnedStatement() { sqlite3_finalize(stmt_); }  // harmless on nullptr
-  AcctOwnedStatement(const AcctOwnedStatement&) = delete;
-  AcctOwnedStatement& operator=(const AcctOwnedStatement&) = delete;
-
-  sqlite3_stmt** out() { return &stmt_; }
-  sqlite3_stmt* get() const { return stmt_; }
-
- private:
-  sqlite3_stmt* stmt_ = nullptr;
-};
-
-// Binds text; the bytes must stay alive until the statement is reset. An
-// empty string is bound as empty text, not NULL (`data()` is never null).
-int AcctBindText(sqlite3_stmt* stmt, int index, std::string_view text) {
-  return sqlite3_bind_text64(stmt, index, text.data(), text.size(),
-                             SQLITE_STATIC, SQLITE_UTF8);
-}
-
-std::string AcctColumnText(sqlite3_stmt* stmt, int column) {
-  const unsigned char* data = sqlite3_column_text(stmt, column);
-  int size = sqlite3_column_bytes(stmt, column);
-  if (data == nullptr || size <= 0) return std::string();
-  return std::string(reinterpret_cast<const char*>(data), size);
-}
-
-// Returns the first non-OK code of a series of bind calls.
-int AcctFirstError(std::initializer_list<int> codes) {
-  for (int rc : codes) {
-    if (rc != SQLITE_OK) return rc;
-  }
-  return SQLITE_OK;
-}
-
 // The job in the current row of a statement that selects `kAcctColumns`.
 FinishedJob AcctJobFromRow(sqlite3_stmt* stmt) {
   FinishedJob job;
   job.id = sqlite3_column_int64(stmt, 0);
-  job.user = AcctColumnText(stmt, 1);
-  job.project = AcctColumnText(stmt, 2);
-  job.state = AcctColumnText(stmt, 3);
+  job.user = ColumnText(stmt, 1);
+  job.project = ColumnText(stmt, 2);
+  job.state = ColumnText(stmt, 3);
   job.submit_time = absl::FromUnixMicros(sqlite3_column_int64(stmt, 4));
   job.end_time = absl::FromUnixMicros(sqlite3_column_int64(stmt, 5));
-  job.document = AcctColumnText(stmt, 6);
+  job.document = ColumnText(stmt, 6);
   return job;
 }
 
@@ -188,101 +112,60 @@ SqliteAccountingStore::Open(const std::string& path) {
   if (path.empty()) {
     return absl::InvalidArgumentError("sqlite accounting store: empty path");
   }
-  sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(
-      path.c_str(), &db,
-      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-      nullptr);
-  if (rc != SQLITE_OK) {
-    std::string message =
-        db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-    sqlite3_close_v2(db);
-    return absl::Status(AcctCodeFor(rc),
-                        absl::StrCat("sqlite accounting store ", path,
-                                     ": cannot open: ", message));
-  }
-  sqlite3_extended_result_codes(db, 1);
-  // How long a statement waits for a lock held by another connection (for
-  // example `sqlite3` poking at the file) before failing with `Unavailable`.
-  sqlite3_busy_timeout(db, 5000);
+  // The busy timeout: how long a statement waits for a lock held by another
+  // connection (for example `sqlite3` poking at the file) before failing
+  // with `Unavailable`.
+  absl::StatusOr<sqlite3*> db =
+      sqlite::Open(path, absl::StrCat("sqlite accounting store ", path), 5000);
+  if (!db.ok()) return db.status();
   // From here on the store owns `db` and closes it on every path.
   std::unique_ptr<SqliteAccountingStore> store(
-      new SqliteAccountingStore(path, db));
+      new SqliteAccountingStore(path, *db));
   if (absl::Status s = store->Init(); !s.ok()) return s;
   return store;
 }
 
 SqliteAccountingStore::SqliteAccountingStore(std::string path, sqlite3* db)
-    : path_(std::move(path)), db_(db) {}
+    : path_(std::move(path)),
+      label_(absl::StrCat("sqlite accounting store ", path_)),
+      db_(db) {}
 
 SqliteAccountingStore::~SqliteAccountingStore() {
-  for (sqlite3_stmt*& stmt : statements_) {
-    sqlite3_finalize(stmt);  // harmless on nullptr
-    stmt = nullptr;
-  }
-  sqlite3_close_v2(db_);
+  sqlite::Close(db_, statements_);
 }
 
 absl::Status SqliteAccountingStore::SqlError(std::string_view what, int rc) {
-  return absl::Status(
-      AcctCodeFor(rc),
-      absl::StrCat("sqlite accounting store ", path_, ": ", std::string(what),
-                   ": ", sqlite3_errmsg(db_), " (", sqlite3_errstr(rc), ")"));
+  return sqlite::Error(db_, label_, what, rc);
 }
 
 absl::Status SqliteAccountingStore::Init() {
   absl::MutexLock lock(&mu_);
   // The first statement reads the header, so it is the one that tells a
   // garbage file (SQLITE_NOTADB) from a database.
-  std::string text;
-  if (absl::Status s = QueryText("PRAGMA application_id", &text); !s.ok()) {
-    return s;
-  }
-  const int64_t application_id = std::strtoll(text.c_str(), nullptr, 10);
-  if (application_id == kAcctStateStoreApplicationId) {
+  absl::StatusOr<int64_t> application_id =
+      sqlite::ReadApplicationId(db_, label_);
+  if (!application_id.ok()) return application_id.status();
+  if (*application_id == kAcctStateStoreApplicationId) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "sqlite accounting store ", path_,
+        label_,
         ": not a loom accounting store (it is a loom state store; accounting "
         "needs a file of its own)"));
   }
-  if (application_id != 0 && application_id != kAcctApplicationId) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "sqlite accounting store %s: not a loom accounting store "
-        "(application_id 0x%x)",
-        path_, application_id));
-  }
-  if (application_id == 0) {
-    // An unmarked file is new (no tables); a database with tables of its
-    // own belongs to something else.
-    if (absl::Status s = QueryText(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
-            "name != 'finished_jobs'",
-            &text);
-        !s.ok()) {
-      return s;
-    }
-    if (text != "0") {
-      return absl::FailedPreconditionError(
-          absl::StrCat("sqlite accounting store ", path_,
-                       ": not a loom accounting store (it has other tables)"));
-    }
-  }
-  if (absl::Status s = QueryText("PRAGMA journal_mode=WAL", &text); !s.ok()) {
+  if (absl::Status s = sqlite::CheckApplicationId(
+          db_, label_, "loom accounting store", *application_id,
+          kAcctApplicationId,
+          "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
+          "name != 'finished_jobs'");
+      !s.ok()) {
     return s;
   }
-  if (text != "wal") {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "sqlite accounting store ", path_,
-        ": cannot switch to WAL journal mode (got \"", text, "\")"));
-  }
-  int rc =
-      sqlite3_exec(db_, "PRAGMA synchronous=FULL", nullptr, nullptr, nullptr);
-  if (rc != SQLITE_OK) return SqlError("PRAGMA synchronous=FULL", rc);
+  if (absl::Status s = sqlite::UseDurableWal(db_, label_); !s.ok()) return s;
 
   // Check and create the schema in one write transaction, so that two
   // processes creating the same new file agree.
-  rc = sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
+  int rc = sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
   if (rc != SQLITE_OK) return SqlError("creating the schema", rc);
+  std::string text;
   if (absl::Status s = QueryText("PRAGMA user_version", &text); !s.ok()) {
     RollbackIfActive();
     return s;
@@ -290,9 +173,9 @@ absl::Status SqliteAccountingStore::Init() {
   const int64_t version = std::strtoll(text.c_str(), nullptr, 10);
   if (version != 0 && version != kAcctSchemaVersion) {
     RollbackIfActive();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "sqlite accounting store ", path_, ": schema version ", version,
-        " is not the supported version ", kAcctSchemaVersion));
+    return absl::FailedPreconditionError(
+        absl::StrCat(label_, ": schema version ", version,
+                     " is not the supported version ", kAcctSchemaVersion));
   }
   std::string setup = kAcctSchema;
   if (version == 0) {
@@ -309,70 +192,34 @@ absl::Status SqliteAccountingStore::Init() {
     return error;
   }
 
-  for (int i = 0; i < kNumStatements; ++i) {
-    rc =
-        sqlite3_prepare_v3(db_, kAcctStatementSql[i], -1,
-                           SQLITE_PREPARE_PERSISTENT, &statements_[i], nullptr);
-    if (rc != SQLITE_OK) {
-      return SqlError(absl::StrCat("preparing \"", kAcctStatementSql[i], "\""),
-                      rc);
-    }
-  }
-  return absl::OkStatus();
+  return sqlite::PrepareAll(db_, label_, kAcctStatementSql, statements_);
 }
 
 absl::Status SqliteAccountingStore::QueryText(const char* sql,
                                               std::string* out) {
-  sqlite3_stmt* stmt = nullptr;
-  int rc = sqlite3_prepare_v2(db_, sql, -1, &stmt, nullptr);
-  if (rc != SQLITE_OK) {
-    absl::Status error = SqlError(sql, rc);
-    sqlite3_finalize(stmt);
-    return error;
-  }
-  rc = sqlite3_step(stmt);
-  if (rc == SQLITE_ROW) {
-    const unsigned char* text = sqlite3_column_text(stmt, 0);
-    *out = text != nullptr ? reinterpret_cast<const char*>(text) : "";
-  } else {
-    out->clear();
-  }
-  absl::Status status = rc == SQLITE_ROW || rc == SQLITE_DONE
-                            ? absl::OkStatus()
-                            : SqlError(sql, rc);
-  sqlite3_finalize(stmt);
-  return status;
+  return sqlite::QueryText(db_, label_, sql, out);
 }
 
 absl::Status SqliteAccountingStore::Run(Statement id) {
-  AcctStatementScope scope(statements_[id]);
-  int rc;
-  while ((rc = sqlite3_step(scope.get())) == SQLITE_ROW) {
-  }
-  if (rc != SQLITE_DONE) return SqlError(kAcctStatementSql[id], rc);
-  return absl::OkStatus();
+  return sqlite::RunStatement(db_, label_, statements_[id],
+                              kAcctStatementSql[id]);
 }
 
 void SqliteAccountingStore::RollbackIfActive() {
-  if (sqlite3_get_autocommit(db_) != 0) return;  // no open transaction
-  if (statements_[kRollbackTxn] != nullptr) {
-    (void)Run(kRollbackTxn);
-  } else {
-    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-  }
+  sqlite::RollbackIfActive(db_, statements_[kRollbackTxn]);
 }
 
 absl::Status SqliteAccountingStore::PutJob(const FinishedJob& job) {
-  AcctStatementScope scope(statements_[kPutJob]);
+  StatementScope scope(statements_[kPutJob]);
   sqlite3_stmt* stmt = scope.get();
-  int rc = AcctFirstError({
+  int rc = FirstError({
       sqlite3_bind_int64(stmt, 1, job.id),
-      AcctBindText(stmt, 2, job.user),
-      AcctBindText(stmt, 3, job.project),
-      AcctBindText(stmt, 4, job.state),
+      BindText(stmt, 2, job.user),
+      BindText(stmt, 3, job.project),
+      BindText(stmt, 4, job.state),
       sqlite3_bind_int64(stmt, 5, absl::ToUnixMicros(job.submit_time)),
       sqlite3_bind_int64(stmt, 6, absl::ToUnixMicros(job.end_time)),
-      AcctBindText(stmt, 7, job.document),
+      BindText(stmt, 7, job.document),
   });
   if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
   if (rc != SQLITE_DONE) {
@@ -432,7 +279,7 @@ absl::Status SqliteAccountingStore::FindPart(const FinishedJobQuery& query,
   absl::StrAppend(&sql, " ORDER BY id");
   if (limit > 0) absl::StrAppend(&sql, " LIMIT ?");
 
-  AcctOwnedStatement stmt;
+  OwnedStatement stmt;
   int rc = sqlite3_prepare_v2(db_, sql.c_str(), -1, stmt.out(), nullptr);
   if (rc != SQLITE_OK) return SqlError("preparing Find", rc);
   int index = 0;
@@ -440,13 +287,13 @@ absl::Status SqliteAccountingStore::FindPart(const FinishedJobQuery& query,
     if (rc == SQLITE_OK) rc = sqlite3_bind_int64(stmt.get(), ++index, id);
   }
   if (!query.user.empty() && rc == SQLITE_OK) {
-    rc = AcctBindText(stmt.get(), ++index, query.user);
+    rc = BindText(stmt.get(), ++index, query.user);
   }
   if (!query.project.empty() && rc == SQLITE_OK) {
-    rc = AcctBindText(stmt.get(), ++index, query.project);
+    rc = BindText(stmt.get(), ++index, query.project);
   }
   for (const std::string& state : query.states) {
-    if (rc == SQLITE_OK) rc = AcctBindText(stmt.get(), ++index, state);
+    if (rc == SQLITE_OK) rc = BindText(stmt.get(), ++index, state);
   }
   if (query.since.has_value() && rc == SQLITE_OK) {
     rc = sqlite3_bind_int64(stmt.get(), ++index, AcctCeilMicros(*query.since));
@@ -517,7 +364,7 @@ absl::StatusOr<std::vector<FinishedJob>> SqliteAccountingStore::Find(
 absl::StatusOr<std::optional<FinishedJob>> SqliteAccountingStore::Get(
     int64_t id) {
   absl::MutexLock lock(&mu_);
-  AcctStatementScope scope(statements_[kGetJob]);
+  StatementScope scope(statements_[kGetJob]);
   sqlite3_stmt* stmt = scope.get();
   int rc = sqlite3_bind_int64(stmt, 1, id);
   if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
@@ -528,7 +375,7 @@ absl::StatusOr<std::optional<FinishedJob>> SqliteAccountingStore::Get(
 
 absl::StatusOr<int64_t> SqliteAccountingStore::Count() {
   absl::MutexLock lock(&mu_);
-  AcctStatementScope scope(statements_[kCountJobs]);
+  StatementScope scope(statements_[kCountJobs]);
   sqlite3_stmt* stmt = scope.get();
   int rc = sqlite3_step(stmt);
   if (rc == SQLITE_ROW) return sqlite3_column_int64(stmt, 0);

@@ -115,6 +115,8 @@ class SqliteAccountingStore final : public AccountingStore {
 
   // Constant after construction.
   const std::string path_;
+  // "sqlite accounting store <path>": how error messages name the store.
+  const std::string label_;
 
   absl::Mutex mu_;
   sqlite3* const db_ ABSL_PT_GUARDED_BY(mu_);

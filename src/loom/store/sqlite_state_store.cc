@@ -2,18 +2,22 @@
 
 #include <sqlite3.h>
 
-#include <cstdlib>
-#include <initializer_list>
 #include <iterator>
 #include <string>
 #include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "loom/store/sqlite_util.h"
 
 namespace loom {
 namespace {
+
+using sqlite::BindBytes;
+using sqlite::BindText;
+using sqlite::ColumnBytes;
+using sqlite::FirstError;
+using sqlite::StatementScope;
 
 // Stored in the file header (`PRAGMA application_id`) so that loom refuses an
 // SQLite file that belongs to something else: "loom" in ASCII.
@@ -103,78 +107,6 @@ constexpr const char* kStatementSql[] = {
 };
 static_assert(std::size(kStatementSql) == 18);
 
-absl::StatusCode CodeFor(int rc) {
-  switch (rc & 0xff) {
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-      return absl::StatusCode::kUnavailable;
-    case SQLITE_FULL:
-    case SQLITE_NOMEM:
-      return absl::StatusCode::kResourceExhausted;
-    case SQLITE_CORRUPT:
-    case SQLITE_NOTADB:
-      return absl::StatusCode::kDataLoss;
-    case SQLITE_PERM:
-    case SQLITE_AUTH:
-    case SQLITE_READONLY:
-      return absl::StatusCode::kPermissionDenied;
-    case SQLITE_CANTOPEN:
-      return absl::StatusCode::kFailedPrecondition;
-    case SQLITE_TOOBIG:
-    case SQLITE_RANGE:
-    case SQLITE_MISMATCH:
-      return absl::StatusCode::kInvalidArgument;
-    default:
-      return absl::StatusCode::kInternal;
-  }
-}
-
-// Resets a borrowed prepared statement (and drops its bindings) when the
-// scope ends, so that it is ready for the next use and holds no read lock.
-class StatementScope {
- public:
-  explicit StatementScope(sqlite3_stmt* stmt) : stmt_(stmt) {}
-  ~StatementScope() {
-    sqlite3_reset(stmt_);
-    sqlite3_clear_bindings(stmt_);
-  }
-  StatementScope(const StatementScope&) = delete;
-  StatementScope& operator=(const StatementScope&) = delete;
-
-  sqlite3_stmt* get() const { return stmt_; }
-
- private:
-  sqlite3_stmt* const stmt_;
-};
-
-// Binds bytes as a BLOB; the bytes must stay alive until the statement is
-// reset. An empty blob is bound as a zero-length blob, not NULL.
-int BindBytes(sqlite3_stmt* stmt, int index, std::string_view bytes) {
-  if (bytes.empty()) return sqlite3_bind_zeroblob(stmt, index, 0);
-  return sqlite3_bind_blob64(stmt, index, bytes.data(), bytes.size(),
-                             SQLITE_STATIC);
-}
-
-int BindText(sqlite3_stmt* stmt, int index, std::string_view text) {
-  return sqlite3_bind_text64(stmt, index, text.data(), text.size(),
-                             SQLITE_STATIC, SQLITE_UTF8);
-}
-
-std::string ColumnBytes(sqlite3_stmt* stmt, int column) {
-  const void* data = sqlite3_column_blob(stmt, column);
-  int size = sqlite3_column_bytes(stmt, column);
-  if (data == nullptr || size <= 0) return std::string();
-  return std::string(static_cast<const char*>(data), size);
-}
-
-// Returns the first non-OK code of a series of bind calls.
-int FirstError(std::initializer_list<int> codes) {
-  for (int rc : codes) {
-    if (rc != SQLITE_OK) return rc;
-  }
-  return SQLITE_OK;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(
@@ -192,100 +124,59 @@ absl::StatusOr<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(
         "sqlite store ", path, ": negative change_log_bytes_limit ",
         options.change_log_bytes_limit));
   }
-  sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(
-      path.c_str(), &db,
-      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-      nullptr);
-  if (rc != SQLITE_OK) {
-    std::string message =
-        db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-    sqlite3_close_v2(db);
-    return absl::Status(CodeFor(rc), absl::StrCat("sqlite store ", path,
-                                                  ": cannot open: ", message));
-  }
-  sqlite3_extended_result_codes(db, 1);
-  sqlite3_busy_timeout(
-      db, static_cast<int>(absl::ToInt64Milliseconds(options.busy_timeout)));
+  absl::StatusOr<sqlite3*> db = sqlite::Open(
+      path, absl::StrCat("sqlite store ", path),
+      static_cast<int>(absl::ToInt64Milliseconds(options.busy_timeout)));
+  if (!db.ok()) return db.status();
   // From here on the store owns `db` and closes it on every path.
   std::unique_ptr<SqliteStateStore> store(
-      new SqliteStateStore(path, options, db));
+      new SqliteStateStore(path, options, *db));
   if (absl::Status s = store->Init(); !s.ok()) return s;
   return store;
 }
 
 SqliteStateStore::SqliteStateStore(std::string path,
                                    SqliteStateStoreOptions options, sqlite3* db)
-    : path_(std::move(path)), options_(options), db_(db) {}
+    : path_(std::move(path)),
+      label_(absl::StrCat("sqlite store ", path_)),
+      options_(options),
+      db_(db) {}
 
-SqliteStateStore::~SqliteStateStore() {
-  for (sqlite3_stmt*& stmt : statements_) {
-    sqlite3_finalize(stmt);  // harmless on nullptr
-    stmt = nullptr;
-  }
-  sqlite3_close_v2(db_);
-}
+SqliteStateStore::~SqliteStateStore() { sqlite::Close(db_, statements_); }
 
 absl::Status SqliteStateStore::SqlError(std::string_view what, int rc) {
-  return absl::Status(
-      CodeFor(rc),
-      absl::StrCat("sqlite store ", path_, ": ", std::string(what), ": ",
-                   sqlite3_errmsg(db_), " (", sqlite3_errstr(rc), ")"));
+  return sqlite::Error(db_, label_, what, rc);
 }
 
 absl::Status SqliteStateStore::Init() {
   absl::MutexLock lock(&mu_);
   // The first statement reads the header, so it is the one that tells a
   // garbage file (SQLITE_NOTADB) from a database.
-  std::string text;
-  if (absl::Status s = QueryText("PRAGMA application_id", &text); !s.ok()) {
+  absl::StatusOr<int64_t> application_id =
+      sqlite::ReadApplicationId(db_, label_);
+  if (!application_id.ok()) return application_id.status();
+  // An unmarked file is either new (no tables) or an older loom store.
+  if (absl::Status s = sqlite::CheckApplicationId(
+          db_, label_, "loom state store", *application_id, kApplicationId,
+          "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
+          "name NOT IN ('meta', 'kv', 'changes')");
+      !s.ok()) {
     return s;
   }
-  const int64_t application_id = std::strtoll(text.c_str(), nullptr, 10);
-  if (application_id != 0 && application_id != kApplicationId) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "sqlite store %s: not a loom state store (application_id 0x%x)", path_,
-        application_id));
-  }
-  if (application_id == 0) {
-    // An unmarked file is either new (no tables) or an older loom store; a
-    // database with tables of its own belongs to something else.
-    if (absl::Status s = QueryText(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
-            "name NOT IN ('meta', 'kv', 'changes')",
-            &text);
-        !s.ok()) {
-      return s;
-    }
-    if (text != "0") {
-      return absl::FailedPreconditionError(
-          absl::StrCat("sqlite store ", path_,
-                       ": not a loom state store (it has other tables)"));
-    }
-  }
-  if (absl::Status s = QueryText("PRAGMA journal_mode=WAL", &text); !s.ok()) {
-    return s;
-  }
-  if (text != "wal") {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "sqlite store ", path_, ": cannot switch to WAL journal mode (got \"",
-        text, "\")"));
-  }
-  int rc =
-      sqlite3_exec(db_, "PRAGMA synchronous=FULL", nullptr, nullptr, nullptr);
-  if (rc != SQLITE_OK) return SqlError("PRAGMA synchronous=FULL", rc);
+  if (absl::Status s = sqlite::UseDurableWal(db_, label_); !s.ok()) return s;
 
   // Create or check the schema in one write transaction.
   std::string setup = absl::StrCat("BEGIN IMMEDIATE;", kSchema);
-  if (application_id == 0) {
+  if (*application_id == 0) {
     absl::StrAppend(&setup, "PRAGMA application_id = ", kApplicationId, ";");
   }
-  rc = sqlite3_exec(db_, setup.c_str(), nullptr, nullptr, nullptr);
+  int rc = sqlite3_exec(db_, setup.c_str(), nullptr, nullptr, nullptr);
   if (rc != SQLITE_OK) {
     absl::Status error = SqlError("creating the schema", rc);
     RollbackIfActive();
     return error;
   }
+  std::string text;
   if (absl::Status s = QueryText(
           "SELECT value FROM meta WHERE name = 'schema_version'", &text);
       !s.ok()) {
@@ -295,7 +186,7 @@ absl::Status SqliteStateStore::Init() {
   if (text != std::to_string(kSchemaVersion)) {
     RollbackIfActive();
     return absl::FailedPreconditionError(
-        absl::StrCat("sqlite store ", path_, ": schema version ", text,
+        absl::StrCat(label_, ": schema version ", text,
                      " is not the supported version ", kSchemaVersion));
   }
   rc = sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr);
@@ -305,55 +196,19 @@ absl::Status SqliteStateStore::Init() {
     return error;
   }
 
-  for (int i = 0; i < kNumStatements; ++i) {
-    rc =
-        sqlite3_prepare_v3(db_, kStatementSql[i], -1, SQLITE_PREPARE_PERSISTENT,
-                           &statements_[i], nullptr);
-    if (rc != SQLITE_OK) {
-      return SqlError(absl::StrCat("preparing \"", kStatementSql[i], "\""), rc);
-    }
-  }
-  return absl::OkStatus();
+  return sqlite::PrepareAll(db_, label_, kStatementSql, statements_);
 }
 
 absl::Status SqliteStateStore::QueryText(const char* sql, std::string* out) {
-  sqlite3_stmt* stmt = nullptr;
-  int rc = sqlite3_prepare_v2(db_, sql, -1, &stmt, nullptr);
-  if (rc != SQLITE_OK) {
-    absl::Status error = SqlError(sql, rc);
-    sqlite3_finalize(stmt);
-    return error;
-  }
-  rc = sqlite3_step(stmt);
-  if (rc == SQLITE_ROW) {
-    const unsigned char* text = sqlite3_column_text(stmt, 0);
-    *out = text != nullptr ? reinterpret_cast<const char*>(text) : "";
-  } else {
-    out->clear();
-  }
-  absl::Status status = rc == SQLITE_ROW || rc == SQLITE_DONE
-                            ? absl::OkStatus()
-                            : SqlError(sql, rc);
-  sqlite3_finalize(stmt);
-  return status;
+  return sqlite::QueryText(db_, label_, sql, out);
 }
 
 absl::Status SqliteStateStore::Run(Statement id) {
-  StatementScope scope(statements_[id]);
-  int rc;
-  while ((rc = sqlite3_step(scope.get())) == SQLITE_ROW) {
-  }
-  if (rc != SQLITE_DONE) return SqlError(kStatementSql[id], rc);
-  return absl::OkStatus();
+  return sqlite::RunStatement(db_, label_, statements_[id], kStatementSql[id]);
 }
 
 void SqliteStateStore::RollbackIfActive() {
-  if (sqlite3_get_autocommit(db_) != 0) return;  // no open transaction
-  if (statements_[kRollbackTxn] != nullptr) {
-    (void)Run(kRollbackTxn);
-  } else {
-    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-  }
+  sqlite::RollbackIfActive(db_, statements_[kRollbackTxn]);
 }
 
 absl::StatusOr<int64_t> SqliteStateStore::GetMeta(std::string_view name) {
@@ -364,9 +219,8 @@ absl::StatusOr<int64_t> SqliteStateStore::GetMeta(std::string_view name) {
   rc = sqlite3_step(stmt);
   if (rc == SQLITE_ROW) return sqlite3_column_int64(stmt, 0);
   if (rc == SQLITE_DONE) {
-    return absl::DataLossError(absl::StrCat("sqlite store ", path_,
-                                            ": meta row \"", std::string(name),
-                                            "\" missing"));
+    return absl::DataLossError(
+        absl::StrCat(label_, ": meta row \"", std::string(name), "\" missing"));
   }
   return SqlError(absl::StrCat("reading meta ", std::string(name)), rc);
 }
@@ -573,9 +427,8 @@ absl::Status SqliteStateStore::TrimLog(int64_t change_count,
     if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
     if (rc != SQLITE_ROW) {
       if (rc == SQLITE_DONE) {
-        return absl::DataLossError(
-            absl::StrCat("sqlite store ", path_,
-                         ": change_count does not match the change log"));
+        return absl::DataLossError(absl::StrCat(
+            label_, ": change_count does not match the change log"));
       }
       return SqlError("trimming the change log", rc);
     }

@@ -144,6 +144,8 @@ class SqliteStateStore final : public StateStore {
 
   // Constant after construction.
   const std::string path_;
+  // "sqlite store <path>": how error messages name the store.
+  const std::string label_;
   const SqliteStateStoreOptions options_;
 
   // A commit waiting in the group-commit queue (see `Commit`).
