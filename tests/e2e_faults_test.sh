@@ -211,5 +211,31 @@ runs_apart 2 3 "$T_KILL" "its agent was killed" 5.5 ||
 grep -q "^signaled 9 " "$W/agent$DI/tasks/$PART.0.2.exit" ||
   fail "no SIGKILL exit recorded by the shim: $(cat "$W/agent$DI/tasks/$PART.0.2.exit" 2>&1)"
 echo "ok: the agent of $DEAD was killed; its shim fenced run 2 before run 3 started"
+
+# --- 6. A plain job (no restart policy) whose node dies runs again ---------
+# Losing a node is not the job's fault (requeue); its own exit code is.
+"$LOOM" cancel "$PART" > /dev/null
+wait_for 20 state_is "$PART" cancelled || fail "cancel part"
+PLAIN=$("$LOOM" run -g 8 --name plain -- sleep 600 | grep -o 'job [0-9]*' | grep -o '[0-9]*$') ||
+  fail "submit the plain job"
+wait_for 20 state_is "$PLAIN" running || fail "plain did not start: $("$LOOM" show "$PLAIN")"
+LOSTN=$(jget "$PLAIN" "j['placement']['tasks'][0]['node']")
+kill -9 "${AGENT_PIDS[${LOSTN#h200-}]}" || fail "kill the agent of $LOSTN"
+runs_again() {
+  [ "$(jget "$PLAIN" "j['state'], j['restart_count'], j['restarts_used'], j['requeues']")" = "running 1 0 1" ]
+}
+wait_for 20 runs_again || fail "plain was not requeued after its node died: $("$LOOM" show "$PLAIN")"
+[ "$(jget "$PLAIN" "j['placement']['tasks'][0]['node']")" != "$LOSTN" ] || fail "plain runs on the dead node"
+"$LOOM" show "$PLAIN" > "$W/plain.show"
+grep -q "requeued: task 0 was lost with its node $LOSTN (no heartbeat for" "$W/plain.show" ||
+  fail "loom show does not say plain was requeued for its node: $(cat "$W/plain.show")"
+grep -q "Restarts: *1 (0 after its own failures, 1 requeued" "$W/plain.show" ||
+  fail "loom show does not tell the requeue from a restart: $(cat "$W/plain.show")"
+"$LOOM" cancel "$PLAIN" > /dev/null
+OWN=$("$LOOM" run -g 1 --name own -- sh -c 'exit 3' | grep -o 'job [0-9]*' | grep -o '[0-9]*$') ||
+  fail "submit the failing job"
+wait_for 20 state_is "$OWN" failed || fail "own is $(jget "$OWN" "j['state']"): $("$LOOM" show "$OWN")"
+[ "$(jget "$OWN" "j['restart_count']")" = 0 ] || fail "own exit 3 ran again: $("$LOOM" show "$OWN")"
+echo "ok: a plain job whose node died was requeued (not restarted) elsewhere; one that exited 3 failed"
 kill -0 "$SERVER" || fail "server died"
 echo "PASS"

@@ -3,7 +3,9 @@
 # checkpoints every 5 steps runs on three agents; once it has saved a
 # checkpoint, the node of its rank 1 dies (its agent and its task processes
 # get SIGKILL). The server notices the silent node (default heartbeat
-# timeout), stops the gang, requeues it by its restart policy, and it runs
+# timeout), stops the gang and requeues it (a lost node is not the job's
+# fault); when rank 0 fails first in its collective, the run ends as the
+# job's own failure and its restart policy queues it again. Either way it runs
 # again on the two healthy nodes, resuming from the checkpoint. Asserts that
 # the step count continues from the checkpoint, that the dead node is not
 # used, that the job finishes, and that recovery (node death to the first

@@ -284,13 +284,20 @@ std::string FormatJobDetails(const nlohmann::json& job, absl::Time now) {
     }
     add("Exit code", code);
   }
-  add("Restarts", Cell(job, "restart_count"));
+  // Which kind each new run was: a restart after the job's own failure
+  // (its restart policy) or a requeue (preempted, moved off a node, or its
+  // node lost: not its fault).
+  std::string restarts = Cell(job, "restart_count");
+  const std::optional<int64_t> requeues = Int(job, "requeues");
+  const std::optional<int64_t> used = Int(job, "restarts_used");
+  if (requeues.value_or(0) > 0 || used.value_or(0) > 0) {
+    absl::StrAppend(&restarts, " (", used.value_or(0),
+                    " after its own failures, ", requeues.value_or(0),
+                    " requeued: preempted, moved or its node lost)");
+  }
+  add("Restarts", restarts);
   if (std::optional<int64_t> by = Int(job, "preempted_by")) {
     add("Preempted by", absl::StrCat("job ", *by));
-  }
-  if (std::optional<int64_t> requeues = Int(job, "requeues");
-      requeues && *requeues > 0) {
-    add("Requeues", absl::StrCat(*requeues));
   }
   if (const Json* c = Field(job, "checkpoint");
       c != nullptr && c->is_object()) {

@@ -580,6 +580,10 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishJob(JobRecord& job, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `task` is lost with its node (down, or its agent back without it;
+  // `why` says which): the job is queued again (`requeue`), not failed.
+  void LostWithNode(JobRecord& job, TaskRecord& task, const std::string& why,
+                    absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A launching task's node pulls its image (`progress`: the agent's
   // `pull` object, or null). Returns true the first time (an event added).
   bool NotePull(JobRecord& job, TaskRecord& task,

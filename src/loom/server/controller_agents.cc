@@ -184,8 +184,11 @@ nlohmann::json Controller::TaskReports(const std::string& node_name,
           actions_.push_back(LaunchAction(job, task));
           continue;
         }
-        task.state = TaskRecord::State::kLost;
-        TaskEnded(job, task, now);
+        LostWithNode(
+            job, task,
+            absl::StrCat("task ", task.index, " was lost: the agent of ",
+                         node_name, " registered again without it"),
+            now);
         dirty->push_back(&job);
       }
     }

@@ -185,6 +185,20 @@ void Controller::TaskEnded(JobRecord& job, TaskRecord& task, absl::Time now,
   FinishJob(job, now);
 }
 
+void Controller::LostWithNode(JobRecord& job, TaskRecord& task,
+                              const std::string& why, absl::Time now) {
+  // Not the job's fault: the gang is queued again as a moved job is
+  // (`requeue`, unlimited by default), without using up a restart, as
+  // Slurm requeues a batch job whose node failed. Only when this loss is
+  // what stops the run (a run already failing keeps its own end).
+  if (job.state == JobState::kRunning && !job.cancel_requested) {
+    job.preempted = true;
+    failed_at_[job.id] = now;  // recovery time: until it runs again
+  }
+  task.state = TaskRecord::State::kLost;
+  TaskEnded(job, task, now, why);
+}
+
 void Controller::FinishJob(JobRecord& job, absl::Time now) {
   bool ok = true;
   std::optional<int> code;

@@ -219,13 +219,35 @@ TEST_F(ControllerTest, RestartPolicyRequeuesTheWholeGang) {
   for (const AgentAction& a : second)
     c_->ActionDone(a, absl::OkStatus(), T(9.6));
   EXPECT_EQ(State(1, 9.6), "running");
-  // The second failure (a lost node) uses up the policy: failed.
+  // A lost node is not the job's failure: queued again (`requeue`), the
+  // restart policy (used up) untouched.
   Register(0, nlohmann::json::array(), 10);  // agent 0 lost its task
   c_->TakeActions();
   Beat(1,
        {{{"task_id", second[1].task_id}, {"state", "exited"}, {"signal", 15}}},
        11);
-  EXPECT_EQ(State(1, 11), "failed");
+  job = *c_->GetJob(1, T(11));
+  EXPECT_EQ(job["state"], "pending") << job.dump();
+  EXPECT_EQ(job["requeues"], 1);
+  EXPECT_EQ(job["restart_count"], 2);
+  EXPECT_NE(job["reason"].get<std::string>().find(
+                "requeued: task 0 was lost: the agent of h200-0 registered "
+                "again without it"),
+            std::string::npos)
+      << job["reason"];
+  // Its own failure now does use up the policy: failed.
+  c_->Tick(T(12));
+  auto third = c_->TakeActions();
+  ASSERT_EQ(third.size(), 2u);
+  for (const AgentAction& a : third) c_->ActionDone(a, absl::OkStatus(), T(12));
+  Beat(0,
+       {{{"task_id", third[0].task_id}, {"state", "exited"}, {"exit_code", 1}}},
+       13);
+  c_->TakeActions();
+  Beat(1,
+       {{{"task_id", third[1].task_id}, {"state", "exited"}, {"signal", 15}}},
+       14);
+  EXPECT_EQ(State(1, 14), "failed");
 }
 
 // A job token's run (issue 15, item 7): valid while the run is the job's
@@ -461,14 +483,39 @@ TEST_F(ControllerTest, LaunchAnAgentWasNotReadyForIsQueuedAgainAsAMove) {
   EXPECT_EQ(State(1), "running");
 }
 
-TEST_F(ControllerTest, AgentThatLostItsTasksFailsTheJob) {
+// Losing a node is not the job's fault (issue 20): a plain job (no
+// restart policy) is queued again; with `requeue: {max: 0}` (sbatch's
+// --no-requeue) it fails.
+TEST_F(ControllerTest, AgentThatLostItsTasksRequeuesTheJob) {
   Register(0, nlohmann::json::array(), 1);
+  JobSpec no_requeue = Gang(8);
+  no_requeue.requeue.max = 0;
+  ASSERT_TRUE(c_->Submit(no_requeue, "a", T(2)).ok());
   ASSERT_TRUE(c_->Submit(Gang(8), "a", T(2)).ok());
   c_->Tick(T(2));
   auto launch = c_->TakeActions();
+  ASSERT_EQ(launch.size(), 1u);  // one node: one job at a time
+  EXPECT_EQ(launch[0].job, 1);
   Beat(0, {{{"task_id", launch[0].task_id}, {"state", "running"}}}, 3);
   Register(0, nlohmann::json::array(), 4);  // restarted with nothing
-  EXPECT_EQ(State(1), "failed");
+  auto job = *c_->GetJob(1, T(4));
+  EXPECT_EQ(job["state"], "failed") << job.dump();
+  EXPECT_NE(job["reason"].get<std::string>().find("not queued again"),
+            std::string::npos)
+      << job["reason"];
+  // The plain job runs next, and is lost too: queued again.
+  c_->Tick(T(5));
+  launch = c_->TakeActions();
+  ASSERT_EQ(launch.size(), 1u);
+  EXPECT_EQ(launch[0].job, 2);
+  Beat(0, {{{"task_id", launch[0].task_id}, {"state", "running"}}}, 6);
+  Register(0, nlohmann::json::array(), 7);
+  job = *c_->GetJob(2, T(7));
+  EXPECT_EQ(job["state"], "pending") << job.dump();
+  EXPECT_EQ(job["restart_count"], 1);
+  EXPECT_EQ(job["requeues"], 1);
+  c_->Tick(T(8));
+  EXPECT_EQ(c_->TakeActions().size(), 1u);  // and runs again
 }
 
 TEST_F(ControllerTest, SilentNodeGoesDownAndUnknownTasksAreStopped) {
@@ -477,8 +524,8 @@ TEST_F(ControllerTest, SilentNodeGoesDownAndUnknownTasksAreStopped) {
   c_->Tick(T(2));
   auto launch = c_->TakeActions();
   Beat(0, {{{"task_id", launch[0].task_id}, {"state", "running"}}}, 3);
-  c_->Tick(T(20));  // no heartbeat for 17 s
-  EXPECT_EQ(State(1), "failed");
+  c_->Tick(T(20));                 // no heartbeat for 17 s
+  EXPECT_EQ(State(1), "pending");  // queued again: not the job's fault
   auto node = *c_->GetNode("h200-0", T(20));
   EXPECT_EQ(node["state"], "down");
   EXPECT_EQ(

@@ -138,8 +138,10 @@ void Controller::NodeLost(int n, absl::Time now,
   for (auto& [id, job] : jobs_) {
     for (TaskRecord& t : job.tasks) {
       if (t.node != cluster_->nodes[n].name || !TaskLive(t)) continue;
-      t.state = TaskRecord::State::kLost;
-      TaskEnded(job, t, now);
+      LostWithNode(job, t,
+                   absl::StrCat("task ", t.index, " was lost with its node ",
+                                t.node, " (", nodes_[n].reason, ")"),
+                   now);
       dirty->push_back(&job);
     }
   }

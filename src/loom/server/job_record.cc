@@ -298,6 +298,7 @@ nlohmann::json JobApiJson(
       job.exit_code ? nlohmann::json(*job.exit_code) : nlohmann::json(nullptr);
   j["restart_count"] = job.restart_count;
   j["requeues"] = job.requeues;
+  j["restarts_used"] = job.restarts_used;
   if (job.array_job != 0) {
     j["array_job_id"] = job.array_job;
     j["array_task_id"] = job.array_index;
