@@ -13,15 +13,42 @@
 # printed at the start, with the N jobs in memory, and after the purge; with
 # N >= 10000 (bench/retention.sh) the last must be back within 25% (plus 8
 # MiB) of the first.
-# Usage: tests/e2e_retention_test.sh PATH_TO_LOOM [N]
+# With STORE etcd the server runs on a one-member etcd (Debian's etcd-server),
+# so the accounting store is keys under /accounting/ (docs/accounting.md).
+# Usage: tests/e2e_retention_test.sh PATH_TO_LOOM [N] [sqlite|etcd]
 set -u
 LOOM="$(realpath "$1")"
 N="${2:-600}"
+STORE="${3:-sqlite}"
 NODES="${NODES:-2}"
 cd "$(dirname "$0")/.."
 source tests/lib/cluster.sh
+SERVER_FLAGS=()
+if [ "$STORE" = etcd ]; then
+  command -v etcd > /dev/null || fail "etcd not installed (scripts/setup.sh --test installs etcd-server)"
+  EPORT=$((PORT + 40))
+  etcd --name m1 --data-dir "$W/etcd" --heartbeat-interval=50 --election-timeout=500 \
+    --listen-client-urls "http://127.0.0.1:$EPORT" --advertise-client-urls "http://127.0.0.1:$EPORT" \
+    --listen-peer-urls "http://127.0.0.1:$((EPORT + 1))" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$((EPORT + 1))" \
+    --initial-cluster "m1=http://127.0.0.1:$((EPORT + 1))" --logger zap --log-level warn \
+    > "$W/etcd.log" 2>&1 &
+  PIDS+=($!)
+  wait_for 10 sh -c "curl -sf http://127.0.0.1:$EPORT/health | grep -q true" ||
+    fail "etcd did not start: $(tail -3 "$W/etcd.log")"
+  SERVER_FLAGS=(--store etcd --etcd-endpoints "http://127.0.0.1:$EPORT" --leader-lease 2)
+fi
+# restart_server RETENTION: kill -9, then start again (on etcd: until it leads).
+leads() { curl -sf "$LOOM_SERVER/v1/leader" | grep -q '"role": *"leader"'; }
+restart_server() {
+  kill -9 "$SERVER"
+  wait "$SERVER" 2> /dev/null
+  start_server "${SERVER_FLAGS[@]}" --job-retention "$1"
+  wait_for 30 leads || fail "the restarted server does not lead: $(curl -s "$LOOM_SERVER/v1/leader")"
+}
 write_cluster "$NODES"
-start_server --job-retention 1h
+start_server "${SERVER_FLAGS[@]}" --job-retention 1h
+wait_for 30 leads || fail "the server does not lead: $(curl -s "$LOOM_SERVER/v1/leader")"
 start_agents "$NODES"
 
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$SERVER/status"; }
@@ -33,7 +60,7 @@ T_START=$(date +%s)
 (
   while :; do
     v=$(curl -sf "${AUTH[@]}" "$LOOM_SERVER/metrics" 2>/dev/null |
-      awk '/^loom_gpu_seconds_total\{/ {s += $2} END {if (NR) printf "%.6f\n", s}')
+      awk '/^loom_gpu_seconds_total\{/ {s += $2; n++} END {if (n) printf "%.6f\n", s}')
     [ -n "$v" ] && echo "$v" >> "$W/counter.txt"
     sleep 0.3
   done
@@ -62,10 +89,8 @@ half_done() { n=$(succeeded_count) && [ "$n" -ge $((N / 2)) ]; }
 # kill -9 while elements run: the ones that end meanwhile are reported
 # when the agents register again.
 wait_for $((N / 8 + 60)) half_done || fail "half the jobs did not succeed in time"
-kill -9 "$SERVER"
-wait "$SERVER" 2> /dev/null
-echo "ok: killed the server (SIGKILL) with half the jobs done"
-start_server --job-retention 1h
+restart_server 1h
+echo "ok: killed the server (SIGKILL) with half the jobs done, and started it again"
 wait_for $((N / 4 + 120)) all_done || fail "the arrays did not all succeed in time"
 RSS_FULL=$(rss_kib)
 RUN_S=$(($(date +%s) - T_START))
@@ -104,23 +129,29 @@ EOF
 echo "ok: before the purge sacct, report usage and the counter agree: $secs GPU-s"
 
 # kill -9, then a 3 s retention: the purge starts; kill -9 again halfway.
-kill -9 "$SERVER"
-wait "$SERVER" 2> /dev/null
-start_server --job-retention 3s
+restart_server 3s
 live_jobs() { curl -sf "${AUTH[@]}" "$LOOM_SERVER/v1/jobs" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["jobs"]))'; }
 some_purged() { n=$(live_jobs) && [ "$n" -lt "$((N + ${#ARRAYS[@]}))" ]; }
 # A pass moves up to 2,000 jobs: with more, this kill lands in the middle
 # of the purge; with fewer, right after it.
 wait_for 60 some_purged || fail "nothing was purged after the restart"
-kill -9 "$SERVER"
-wait "$SERVER" 2> /dev/null
-echo "ok: killed the server (SIGKILL) once the purge had begun"
-start_server --job-retention 3s
+restart_server 3s
+echo "ok: killed the server (SIGKILL) once the purge had begun, and started it again"
 all_purged() { [ "$(live_jobs)" = 0 ]; }
 wait_for 120 all_purged || fail "$(live_jobs) jobs are still live after the purge"
 sleep 1.5  # a scan after the last pass
 RSS_END=$(rss_kib)
 echo "ok: GET /v1/jobs is empty: every job moved to the accounting store"
+if [ "$STORE" = etcd ]; then
+  # There, the accounting store is etcd keys (jobs, arrays and their elements).
+  keys=$(ETCDCTL_API=3 etcdctl --endpoints "http://127.0.0.1:$EPORT" get --prefix --keys-only \
+    /loom/data/accounting/jobs/ | grep -c .)
+  [ "$keys" = $((N + ${#ARRAYS[@]})) ] || fail "$keys keys under /loom/data/accounting/jobs/, not $((N + ${#ARRAYS[@]}))"
+  live_keys=$(ETCDCTL_API=3 etcdctl --endpoints "http://127.0.0.1:$EPORT" get --prefix --keys-only \
+    /loom/data/jobs/ | grep -c .)
+  [ "$live_keys" = 0 ] || fail "$live_keys job records are still in etcd"
+  echo "ok: etcd holds the $keys accounting rows under /accounting/jobs/ and no job record"
+fi
 
 read -r rows ids secs2 live states <<< "$(gpu_seconds_of_sacct)"
 [ "$rows" = "$N" ] && [ "$ids" = "$N" ] || fail "after the purge sacct lists $rows rows ($ids ids), not $N"
