@@ -51,7 +51,15 @@ run_phase release --bound 2
 # A frozen agent (SIGSTOP) behind log reads: each read gives up after the
 # proxy's short deadline with a 503, and other callers are not held.
 # A whole node: the other one (the long job holds a GPU of its own node).
-SECOND=$(LOOM_TOKEN_FILE="$W/mallory.token" "$LOOM" run -g 8 --name second -- sh -c 'echo hi; sleep 600' |
+# Not requeued when the frozen node is declared down (5 s, while the reads
+# go on): it keeps its task there, and so its log source.
+cat > "$W/second.yaml" <<'YAML'
+name: second
+resources: {gpus: 8}
+command: [sh, -c, "echo hi; sleep 600"]
+requeue: {max: 0}
+YAML
+SECOND=$(LOOM_TOKEN_FILE="$W/mallory.token" "$LOOM" submit -f "$W/second.yaml" |
   grep -o '[0-9]*$') || fail "submit the second job"
 wait_for 10 state_is "$SECOND" running || fail "the second job did not start"
 NODE1=$("$LOOM" show "$SECOND" -o json | grep -o '"node": *"h200-[01]"' | head -1 | grep -o 'h200-[01]')

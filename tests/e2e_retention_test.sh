@@ -32,6 +32,7 @@ if [ "$STORE" = etcd ]; then
     --listen-peer-urls "http://127.0.0.1:$((EPORT + 1))" \
     --initial-advertise-peer-urls "http://127.0.0.1:$((EPORT + 1))" \
     --initial-cluster "m1=http://127.0.0.1:$((EPORT + 1))" --logger zap --log-level warn \
+    --max-txn-ops=100000 --max-request-bytes=33554432 \
     > "$W/etcd.log" 2>&1 &
   PIDS+=($!)
   wait_for 10 sh -c "curl -sf http://127.0.0.1:$EPORT/health | grep -q true" ||

@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/civil_time.h"
 #include "absl/time/clock.h"
 #include "loom/common/job_id.h"
 #include "loom/server/http_server.h"
@@ -21,13 +22,25 @@ absl::StatusOr<std::optional<absl::Time>> AcctTimeParam(
     const http::HttpRequest& req, const char* name) {
   if (!req.has_param(name)) return std::nullopt;
   const std::string text = req.get_param_value(name);
-  if (absl::StatusOr<absl::Time> t = ParseTimestamp(text); t.ok()) return *t;
   absl::Time t;
   std::string err;
-  if (absl::ParseTime(absl::RFC3339_full, text, &t, &err)) return t;
-  return absl::InvalidArgumentError(absl::StrCat(
-      name, ": expected an RFC 3339 time (2026-12-03T10:00:00Z), not \"", text,
-      "\""));
+  if (absl::StatusOr<absl::Time> z = ParseTimestamp(text); z.ok()) {
+    t = *z;
+  } else if (!absl::ParseTime(absl::RFC3339_full, text, &t, &err)) {
+    t = absl::InfinitePast();
+  }
+  // absl also takes "infinite-past"; no job is older than 1970 or newer
+  // than 9999.
+  static const absl::Time kLast = absl::FromCivil(
+      absl::CivilSecond(10000, 1, 1, 0, 0, 0), absl::UTCTimeZone());
+  if (t < absl::UnixEpoch() || t >= kLast) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name,
+                     ": expected an RFC 3339 time from 1970 to 9999 "
+                     "(2026-12-03T10:00:00Z), not \"",
+                     text, "\""));
+  }
+  return t;
 }
 
 absl::StatusOr<FinishedJobQuery> AcctQueryOf(const http::HttpRequest& req) {

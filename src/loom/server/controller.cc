@@ -147,8 +147,18 @@ absl::Status Controller::Load(absl::Time now) {
     if (job.array_job == 0) user_jobs_.Add(job.spec.user, job.id);
     absl::StatusOr<JobRequest> req =
         ToJobRequest(job.spec, *cluster_, job.id, job.submit_time);
+    // A run these paths end is charged as any run that ends (the ledger
+    // gets it at the next write), so no GPU-second is lost.
+    auto end_run = [&job, now] {
+      std::optional<GpuSpan> run = CurrentRunSpan(job, now);
+      if (!run || run->gpus <= 0 || run->end <= run->start) return;
+      job.gpu_seconds +=
+          run->gpus * absl::ToDoubleSeconds(run->end - run->start);
+      job.unledgered.push_back(*run);
+    };
     if (!req.ok()) {
       // The cluster changed under the job: it can no longer be described.
+      end_run();
       job.state = JobState::kFailed;
       job.reason = absl::StrCat("no longer valid on this cluster: ",
                                 req.status().message());
@@ -173,6 +183,7 @@ absl::Status Controller::Load(absl::Time now) {
       // Its node left the cluster (a revision removed it while it drained):
       // not the job's fault; it runs again elsewhere.
       job.AddEvent(now, "its node is no longer in the cluster; queued again");
+      end_run();
       job.state = JobState::kPending;
       job.tasks.clear();
       job.start_time.reset();
@@ -198,6 +209,7 @@ absl::Status Controller::Load(absl::Time now) {
         scheduler_->ReportCheckpoint(job.id, *job.checkpoint_time);
       }
       if (!st.ok()) {
+        end_run();
         job.state = JobState::kFailed;
         job.reason =
             absl::StrCat("could not restore after restart: ", st.message());

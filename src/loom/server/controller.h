@@ -105,6 +105,9 @@ struct DependencyCheck {
   Result result = Result::kMet;
   std::string reason;
   std::vector<JobId> watch;
+  // Waiting because a job it names could not be read (the accounting
+  // store failed): checked again at the next tick.
+  bool retry = false;
 };
 
 // The controller's brain: jobs, nodes and the scheduler, with every change
@@ -211,8 +214,8 @@ class Controller {
   // ended; an array with its elements) to the accounting store, then out of
   // the store's live state and memory, in that order, so that a crash
   // between the two only makes the next pass do it again. Scans at most
-  // once a second and moves at most a few thousand jobs a pass; returns how
-  // many it moved.
+  // once a second and moves at most 2,000 jobs a pass (an array's elements
+  // first, the array itself once they are gone); returns how many it moved.
   int PurgeExpiredJobs(absl::Time now);
   // `loom sacct`: the jobs that match `query`, live ones and those in the
   // accounting store, in id order (`GET /v1/accounting/jobs`). The store
@@ -420,8 +423,10 @@ class Controller {
   void ForgetJob(JobId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job `id` as a dependency sees it: in the live state, or a stand-in
   // (its id and final state) made in `*purged` from the accounting store;
-  // null when there is none.
-  const JobRecord* DependeeOf(JobId id, std::optional<JobRecord>* purged) const
+  // null when there is none; the accounting store's error when it cannot
+  // be read.
+  absl::StatusOr<const JobRecord*> DependeeOf(
+      JobId id, std::optional<JobRecord>* purged) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The GPU-seconds not in the ledger yet: the job's runs that ended but
   // are not written, and its current run up to `now`.

@@ -175,7 +175,9 @@ nlohmann::json Controller::TaskReports(const std::string& node_name,
     // between writing the start and sending the launch): send the launch
     // again; the agent answers 409 for a task id it already has.
     for (auto& [id, job] : jobs_) {
-      for (TaskRecord& task : job.tasks) {
+      // By index: the end of the run may clear `tasks` (a requeue).
+      for (size_t k = 0; k < job.tasks.size(); ++k) {
+        TaskRecord& task = job.tasks[k];
         if (task.node != node_name || !TaskLive(task) ||
             reported.contains(task.task_id)) {
           continue;

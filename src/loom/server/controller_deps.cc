@@ -118,7 +118,18 @@ DependencyCheck Controller::CheckDependency(const JobRecord& job) const {
     }
     for (JobId id : term.jobs) {
       std::optional<JobRecord> purged;
-      parts.push_back(CheckDependee(term.kind, id, DependeeOf(id, &purged)));
+      absl::StatusOr<const JobRecord*> other = DependeeOf(id, &purged);
+      if (!other.ok()) {
+        DependencyCheck c;
+        c.result = DepResult::kWaiting;
+        c.retry = true;
+        c.reason = absl::StrCat("waiting for job ", id,
+                                ": its record cannot be read now (",
+                                other.status().message(), ")");
+        parts.push_back(std::move(c));
+        continue;
+      }
+      parts.push_back(CheckDependee(term.kind, id, *other));
     }
     for (const ArrayElementRef& ref : term.elements) {
       // An element is watched by its own ID, made or not; one not made
@@ -128,6 +139,7 @@ DependencyCheck Controller::CheckDependency(const JobRecord& job) const {
       std::optional<JobRecord> unmade;
       int pos = 0;
       const JobRecord* array = nullptr;
+      bool unreadable = false;
       if (id.ok() && it == jobs_.end() &&
           (array = ArrayOfId(*id, &pos)) != nullptr) {
         unmade.emplace();
@@ -135,11 +147,20 @@ DependencyCheck Controller::CheckDependency(const JobRecord& job) const {
         unmade->state = arrays_.at(array->id).cancelled.contains(pos)
                             ? JobState::kCancelled
                             : JobState::kPending;
+        if (unmade->state == JobState::kPending && IsFinal(array->state)) {
+          // An ended array being moved to accounting: this element is
+          // there already.
+          std::optional<JobRecord> purged;
+          absl::StatusOr<const JobRecord*> row = DependeeOf(*id, &purged);
+          unreadable = !row.ok();
+          if (row.ok() && *row != nullptr) unmade->state = (*row)->state;
+        }
       }
       DependencyCheck c = CheckDependee(term.kind, id.ok() ? *id : 0,
                                         it != jobs_.end() ? &it->second
                                         : unmade          ? &*unmade
                                                           : nullptr);
+      c.retry = unreadable;
       // Said as the user wrote it.
       c.reason = absl::StrReplaceAll(
           c.reason,
@@ -157,6 +178,7 @@ DependencyCheck Controller::CheckDependency(const JobRecord& job) const {
     if (c.result == DepResult::kMet) ++met;
     if (c.result == DepResult::kWaiting) {
       ++waits;
+      out.retry = out.retry || c.retry;
       if (first_wait == nullptr) first_wait = &c;
       out.watch.insert(out.watch.end(), c.watch.begin(), c.watch.end());
     }
@@ -208,7 +230,9 @@ void Controller::NoteJobChanged(const JobRecord& job) {
 
 void Controller::StepDependencies(absl::Time now,
                                   std::vector<const JobRecord*>* dirty) {
-  // A job cancelled here may release others: until none is left.
+  // A job cancelled here may release others: until none is left. Those
+  // that could not be judged (a store error) are checked at the next tick.
+  std::vector<JobId> retry;
   while (!dep_recheck_.empty()) {
     const JobId id = *dep_recheck_.begin();
     dep_recheck_.erase(dep_recheck_.begin());
@@ -220,6 +244,7 @@ void Controller::StepDependencies(absl::Time now,
     }
     JobRecord& job = it->second;
     DependencyCheck c = CheckDependency(job);
+    if (c.retry) retry.push_back(id);
     if (c.result == DepResult::kWaiting) {
       for (JobId w : c.watch) {
         std::vector<JobId>& waiters = dep_waiters_[w];
@@ -261,6 +286,7 @@ void Controller::StepDependencies(absl::Time now,
     }
     dirty->push_back(&job);
   }
+  dep_recheck_.insert(retry.begin(), retry.end());
 }
 
 absl::Status Controller::CheckDependencyJobs(const JobSpec& spec) const {
@@ -273,7 +299,13 @@ absl::Status Controller::CheckDependencyJobs(const JobSpec& spec) const {
   for (const JobDependency::Term& term : dep->terms) {
     for (JobId id : term.jobs) {
       std::optional<JobRecord> purged;
-      if (DependeeOf(id, &purged) == nullptr) {
+      absl::StatusOr<const JobRecord*> other = DependeeOf(id, &purged);
+      if (!other.ok()) {
+        return absl::UnavailableError(
+            absl::StrCat("dependency: job ", id,
+                         " cannot be read now: ", other.status().message()));
+      }
+      if (*other == nullptr) {
         return absl::InvalidArgumentError(absl::StrCat(
             "dependency: '", spec.dependency, "': there is no job ", id));
       }

@@ -391,7 +391,8 @@ absl::StatusOr<nlohmann::json> Controller::GetJob(JobId id,
   }
   if (it == jobs_.end()) {
     std::optional<JobRecord> purged;
-    if (DependeeOf(id, &purged) != nullptr) {
+    if (absl::StatusOr<const JobRecord*> other = DependeeOf(id, &purged);
+        other.ok() && *other != nullptr) {
       return absl::NotFoundError(absl::StrCat(
           "job ", id, " ", std::string(JobStateName(purged->state)),
           " and has left the live state (job retention ",

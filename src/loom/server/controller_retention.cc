@@ -19,8 +19,7 @@ namespace loom {
 namespace {
 
 // How often the live state is scanned for jobs to purge, and how many jobs
-// one pass moves at most (an array with all its elements counts as one
-// more job past this, so that it moves whole).
+// one pass moves at most (a larger array moves over several passes).
 constexpr absl::Duration kRetentionScanEvery = absl::Seconds(1);
 constexpr size_t kPurgePerPass = 2000;
 // Writes per store commit (etcd refuses transactions of over 128
@@ -50,7 +49,8 @@ int Controller::PurgeExpiredJobs(absl::Time now) {
   for (const auto& [id, job] : jobs_) {
     if (!job.unledgered.empty()) unwritten.push_back(&job);
   }
-  (void)Persist(unwritten);
+  // One at a time: one that cannot be written never holds back the rest.
+  for (const JobRecord* j : unwritten) (void)Persist({j});
   if (accounting_ == nullptr) return 0;
   const absl::Time cutoff = now - options_.job_retention;
   // The jobs to move; an array's elements go with it, before it.
@@ -83,8 +83,13 @@ int Controller::PurgeExpiredJobs(absl::Time now) {
       elements.push_back(&e->second);
     }
     if (!ready) continue;
-    moving.insert(moving.end(), elements.begin(), elements.end());
-    moving.push_back(&job);
+    // A large array moves over several passes (elements first, the array
+    // last), so that no pass holds the controller for long: its
+    // heartbeats wait meanwhile.
+    const size_t room = kPurgePerPass - moving.size();
+    moving.insert(moving.end(), elements.begin(),
+                  elements.begin() + std::min(room, elements.size()));
+    if (elements.size() < room) moving.push_back(&job);
   }
   if (moving.empty()) return 0;
   // First into the accounting store (idempotent: a pass that fails later
@@ -105,7 +110,12 @@ int Controller::PurgeExpiredJobs(absl::Time now) {
       const JobRecord& j = *moving[k];
       m.push_back(Mutation::Delete(JobKey(j.id)));
       m.push_back(Mutation::Delete(EventsKey(j.id)));
-      if (!j.request_id.empty()) {
+      // Its idempotency key, unless the key expired and a newer job
+      // took it (PurgeRequests deletes expired keys).
+      if (const IdempotencyRecord* r = j.request_id.empty()
+                                           ? nullptr
+                                           : requests_.Find(j.request_id, now);
+          r != nullptr && r->job == j.id) {
         m.push_back(Mutation::Delete(IdempotencyStoreKey(j.request_id)));
       }
     }
@@ -113,7 +123,11 @@ int Controller::PurgeExpiredJobs(absl::Time now) {
     for (size_t k = i; k < i + n; ++k) {
       const JobId id = moving[k]->id;
       const std::string request = moving[k]->request_id;
-      if (!request.empty()) requests_.Erase(request);
+      if (const IdempotencyRecord* r =
+              request.empty() ? nullptr : requests_.Find(request, now);
+          r != nullptr && r->job == id) {
+        requests_.Erase(request);
+      }
       ForgetJob(id);  // invalidates moving[k]
       ++moved;
       ++purged_;
@@ -123,6 +137,15 @@ int Controller::PurgeExpiredJobs(absl::Time now) {
 }
 
 void Controller::ForgetJob(JobId id) {
+  if (auto it = jobs_.find(id); it != jobs_.end()) {
+    const JobRecord& job = it->second;
+    user_jobs_.Remove(job.spec.user, id);
+    auto named = unfinished_by_name_.find({job.spec.user, job.spec.name});
+    if (named != unfinished_by_name_.end()) {
+      named->second.erase(id);
+      if (named->second.empty()) unfinished_by_name_.erase(named);
+    }
+  }
   jobs_.erase(id);
   written_.Forget(id);
   arrays_.erase(id);
@@ -135,12 +158,13 @@ void Controller::ForgetJob(JobId id) {
   unsaved_.erase(id);
 }
 
-const JobRecord* Controller::DependeeOf(
+absl::StatusOr<const JobRecord*> Controller::DependeeOf(
     JobId id, std::optional<JobRecord>* purged) const {
   if (auto it = jobs_.find(id); it != jobs_.end()) return &it->second;
   if (accounting_ == nullptr || id <= 0 || id >= next_id_) return nullptr;
   absl::StatusOr<std::optional<FinishedJob>> row = accounting_->Get(id);
-  if (!row.ok() || !row->has_value()) return nullptr;
+  if (!row.ok()) return row.status();
+  if (!row->has_value()) return nullptr;
   absl::StatusOr<JobState> state = ParseJobState((*row)->state);
   if (!state.ok()) return nullptr;
   purged->emplace();

@@ -3,6 +3,7 @@
 // finished jobs moved to the accounting store after their retention, and
 // what survives a restart. Fake agents; stores in memory.
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -371,6 +372,62 @@ TEST_F(RetentionTest, AFailedMoveLeavesTheJobsLive) {
   rows = Sacct({}, 103);
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0]["live"], false);
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+TEST_F(RetentionTest, PurgedJobsLeaveTheUsersJobLimit) {
+  options_.max_jobs_per_user = 2;
+  Make();
+  RunJob(10, 20);
+  RunJob(21, 30);
+  ASSERT_EQ(c_->PurgeExpiredJobs(T(100)), 2);
+  // Two more: the purged ones no longer count as unfinished.
+  EXPECT_NE(Submit("resources: {gpus: 8}\n", 101), 0);
+  EXPECT_NE(Submit("resources: {gpus: 8}\n", 102), 0);
+}
+
+TEST_F(RetentionTest, ALargeArrayMovesOverSeveralPasses) {
+  const JobId a = Submit("resources: {gpus: 1}\narray: 0-2499\n", 10);
+  double t = 10;
+  for (int round = 0; round < 400; ++round) {
+    c_->Tick(T(t));
+    std::vector<AgentAction> l = Launches();
+    if (l.empty() && round > 0) break;
+    // Both nodes report their tasks' ends in one heartbeat each.
+    std::map<std::string, nlohmann::json> ends;
+    for (const AgentAction& x : l) {
+      ends[x.node].push_back(
+          {{"task_id", x.task_id}, {"state", "exited"}, {"exit_code", 0}});
+    }
+    t += 0.5;
+    for (auto& [node, tasks] : ends) {
+      ASSERT_TRUE(c_->Heartbeat({{"name", node}, {"tasks", tasks}}, T(t)).ok());
+    }
+    t += 0.5;
+  }
+  c_->Tick(T(t));
+  auto j = c_->GetJob(a, T(t));
+  ASSERT_TRUE(j.ok());
+  ASSERT_EQ((*j)["state"], "succeeded") << (*j)["array"].dump();
+  EXPECT_EQ(c_->PurgeExpiredJobs(T(t + 100)), 2000);  // elements only
+  EXPECT_TRUE(c_->GetJob(a, T(t + 100)).ok());
+  // A dependency on a moved element of the half-moved array is judged from
+  // accounting, not taken for a pending element.
+  const JobId dep = Submit(
+      "resources: {gpus: 8}\ndependency: afterok:" + std::to_string(a) + "_5\n",
+      t + 100);
+  c_->Tick(T(t + 100));
+  auto d = c_->GetJob(dep, T(t + 100));
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ((*d)["state"], "running") << d->dump();
+  EXPECT_EQ(c_->PurgeExpiredJobs(T(t + 102)), 501);  // the rest, then it
+  EXPECT_FALSE(c_->GetJob(a, T(t + 102)).ok());
+  EXPECT_EQ(Sacct({}, t + 102).size(), 2501u);  // the elements and `dep`
 }
 
 }  // namespace

@@ -191,12 +191,20 @@ void Controller::LostWithNode(JobRecord& job, TaskRecord& task,
   // (`requeue`, unlimited by default), without using up a restart, as
   // Slurm requeues a batch job whose node failed. Only when this loss is
   // what stops the run (a run already failing keeps its own end).
+  std::string reason = why;
   if (job.state == JobState::kRunning && !job.cancel_requested) {
-    job.preempted = true;
-    failed_at_[job.id] = now;  // recovery time: until it runs again
+    if (job.node_losses < kMaxNodeLossRequeues) {
+      job.preempted = true;
+      ++job.node_losses;
+    } else {
+      absl::StrAppend(&reason, "; its runs lost their node ", job.node_losses,
+                      " times, the most loom requeues: this loss is the "
+                      "job's failure");
+    }
   }
+  if (job.preempted) failed_at_[job.id] = now;  // recovery: until it runs
   task.state = TaskRecord::State::kLost;
-  TaskEnded(job, task, now, why);
+  TaskEnded(job, task, now, reason);
 }
 
 void Controller::FinishJob(JobRecord& job, absl::Time now) {

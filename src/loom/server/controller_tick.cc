@@ -136,7 +136,9 @@ void Controller::NodeLost(int n, absl::Time now,
                           std::vector<const JobRecord*>* dirty) {
   ++failures_["node_down"];
   for (auto& [id, job] : jobs_) {
-    for (TaskRecord& t : job.tasks) {
+    // By index: the end of the run may clear `tasks` (a requeue).
+    for (size_t k = 0; k < job.tasks.size(); ++k) {
+      TaskRecord& t = job.tasks[k];
       if (t.node != cluster_->nodes[n].name || !TaskLive(t)) continue;
       LostWithNode(job, t,
                    absl::StrCat("task ", t.index, " was lost with its node ",

@@ -127,6 +127,7 @@ nlohmann::json JobRecordToJson(const JobRecord& j) {
   out["restarts_used"] = j.restarts_used;
   if (j.preempted_by != 0) out["preempted_by"] = j.preempted_by;
   if (j.requeues != 0) out["requeues"] = j.requeues;
+  if (j.node_losses != 0) out["node_losses"] = j.node_losses;
   if (!j.request_id.empty()) out["request_id"] = j.request_id;
   if (j.array_job != 0) {
     out["array_job"] = j.array_job;
@@ -193,6 +194,7 @@ absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& in) {
     j.restarts_used = in.value("restarts_used", 0);
     j.preempted_by = in.value("preempted_by", JobId{0});
     j.requeues = in.value("requeues", 0);
+    j.node_losses = in.value("node_losses", 0);
     j.request_id = in.value("request_id", std::string());
     j.array_job = in.value("array_job", JobId{0});
     j.array_index = in.value("array_index", -1);
@@ -298,6 +300,7 @@ nlohmann::json JobApiJson(
       job.exit_code ? nlohmann::json(*job.exit_code) : nlohmann::json(nullptr);
   j["restart_count"] = job.restart_count;
   j["requeues"] = job.requeues;
+  j["node_losses"] = job.node_losses;
   j["restarts_used"] = job.restarts_used;
   if (job.array_job != 0) {
     j["array_job_id"] = job.array_job;

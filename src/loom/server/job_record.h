@@ -99,6 +99,9 @@ struct JobRecord {
   bool launch_not_ready = false;
   // Times it was requeued after a preemption or a move (`spec.requeue.max`).
   int requeues = 0;
+  // Runs ended by losing their node (requeued; at most
+  // `kMaxNodeLossRequeues`, then the loss counts as the job's failure).
+  int node_losses = 0;
   // An element of an array (docs/scheduling.md, "Arrays"): the array job's
   // ID and this element's index; 0 and -1 otherwise. Its ID is the array's
   // ID plus one plus the index's position in the array.
@@ -136,6 +139,12 @@ struct JobRecord {
     events.Add(t, std::move(message), kind);
   }
 };
+
+// How many runs of a job loom queues again after losing their node, as
+// Slurm's MaxBatchRequeue: a job that takes its node down each time it runs
+// must not go round the cluster for ever. Past it, a loss is the job's
+// failure (its restart policy decides).
+inline constexpr int kMaxNodeLossRequeues = 5;
 
 // Whether the task may still run and write output: launching or running.
 bool TaskLive(const TaskRecord& t);
