@@ -8,7 +8,8 @@ the node killed at T_KILL, once rank 0 had printed checkpoint SEEN (> 0).
 Asserts that run 1 (WORLD ranks) resumed from loom's last checkpoint, one
 run 0 reported, at step SEEN or later, and went on at the next step, on other nodes than VICTIM; that the job ran STEPS steps and
 succeeded with restart_count 1; and that recovery (node death to the first
-step of run 1) took at most 30 s. Prints the recovery time and its parts.
+step of run 1) took at most 30 s, and that loom recorded the recovery's
+phases. Prints the recovery time and the phases.
 """
 import datetime
 import json
@@ -44,25 +45,28 @@ def main():
         errors.append(f"loom's last checkpoint {ck} is not the one run 1 resumed from ({resumed})")
     if final["restart_count"] != 1:
         errors.append(f"restart_count {final['restart_count']}, expected 1")
-    ev = after["events"]
-
-    def when(pattern):
-        for e in ev:
-            if re.search(pattern, e["message"]) and ts(e["time"]) >= t_kill - 1:
-                return ts(e["time"])
-        return None
-    requeued, started, running = when(r"^restart 1 of"), when(r"^started on"), when(r"^running: all")
+    # Losing the node is not the job's fault, whichever loom saw first: the
+    # node's silence, or rank 0 failing in its collective with rank 1.
+    if final.get("node_losses") != 1 or final.get("restarts_used") != 0:
+        errors.append(f"expected one node-loss requeue and no restart used: "
+                      f"node_losses {final.get('node_losses')}, restarts_used "
+                      f"{final.get('restarts_used')}")
     total = t_step - t_kill
-    parts = []
-    if requeued and started and running:
-        parts = [("detection and gang stop (node declared down, job requeued)", requeued - t_kill),
-                 ("backoff and rescheduling", started - requeued),
-                 ("launch (agents confirmed every task)", running - started),
-                 ("torch start-up, init_process_group and checkpoint load", t_step - running)]
     print(f"recovery: {total:.1f} s from node death to the first step of the new run "
           f"(resumed from step {resumed}, on {sorted(nodes)})")
-    for name, secs in parts:
-        print(f"  {name}: {secs:.1f} s")
+    # loom's own account of it (docs/fault-tolerance.md, "Recovery phases").
+    rec = final.get("recovery") or {}
+    phases = rec.get("phases") or {}
+    if not phases or rec.get("run") != 0:
+        errors.append(f"loom show has no recovery of run 0: {rec}")
+    for name in ("detection", "gang_stop", "placement", "launch", "first_progress"):
+        secs = phases.get(name)
+        print(f"  {name}: " + ("-" if secs is None else f"{secs:.2f} s"))
+    if phases and any(phases.get(n) is None for n in
+                      ("detection", "gang_stop", "placement", "launch")):
+        errors.append(f"recovery phases missing: {phases}")
+    if rec.get("lost") and ts(rec["lost"]) > t_kill + 0.5:
+        errors.append(f"loom dates the loss {ts(rec['lost']) - t_kill:.1f} s after the kill")
     if total > 30:
         errors.append(f"recovery took {total:.1f} s, more than 30 s")
     for e in errors:

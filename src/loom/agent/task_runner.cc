@@ -1,6 +1,7 @@
 #include "loom/agent/task_runner.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -623,15 +624,41 @@ void TaskRunner::ApplyServerOrders(AgentNode& node,
   if (report) Report(node);
 }
 
+namespace {
+
+// Heartbeats in which a running task's output is looked for (a stat of
+// its log files each) before the agent stops looking.
+constexpr int kOutputChecks = 600;
+
+bool HasOutput(const TaskUnit& unit) {
+  for (const TaskProcess& p : unit.procs) {
+    for (const std::string* path : {&p.stdout_path, &p.stderr_path}) {
+      struct stat st;
+      if (!path->empty() && ::stat(path->c_str(), &st) == 0 && st.st_size > 0) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 json TaskRunner::Statuses(AgentNode& node,
                           std::vector<std::string>* ended_ids) {
   json tasks = json::array();
   absl::MutexLock lock(&node.mu);
-  for (const auto& [id, unit] : node.units) {
+  for (auto& [id, unit] : node.units) {
     if (unit.launching && unit.pull == nullptr) continue;
     json status = TaskStatusJson(node.name, unit, /*detailed=*/false);
     if (status["state"] != "running" && status["state"] != "pulling") {
       ended_ids->push_back(id);
+    } else if (status["state"] == "running") {
+      if (!unit.output_seen && unit.output_checks < kOutputChecks) {
+        ++unit.output_checks;
+        unit.output_seen = HasOutput(unit);
+      }
+      if (unit.output_seen) status["output"] = true;
     }
     tasks.push_back(std::move(status));
   }

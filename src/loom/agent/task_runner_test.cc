@@ -448,11 +448,14 @@ TEST_F(TaskRunnerTest, LaunchThenStatuses) {
   std::set<std::string> ended;
   std::map<std::string, json> s = Statuses(&ended);
   ASSERT_EQ(s.size(), 1u);
+  // The fake processes wrote a line at start: `output` (a recovered run's
+  // first progress for the server).
   EXPECT_EQ(s["1.0.0"], (json{{"task_id", "1.0.0"},
                               {"state", "running"},
                               {"exit_code", 0},
                               {"signal", 0},
-                              {"reason", ""}}));
+                              {"reason", ""},
+                              {"output", true}}));
   EXPECT_TRUE(ended.empty());
   EXPECT_EQ(ended_reports_, 0);
   EXPECT_EQ(log_.LinesWith("launched task 1.0.0 (job 1, task index 0, 2 "

@@ -67,6 +67,11 @@ struct TaskUnit {
   bool stopping = false;
   bool persisted = false;  // has a unit file (unit_file.h)
   bool end_announced = false;
+  // Whether a process of it has written output yet (heartbeats say
+  // `output`: a recovered run's first progress, docs/fault-tolerance.md);
+  // looked for in the first `kOutputChecks` heartbeats only.
+  bool output_seen = false;
+  int output_checks = 0;
   // The process whose failure this agent learned of first: the cause
   // reported for the task (exit times have only whole seconds).
   std::optional<int> first_failure;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "loom/cli/output_format.h"
 #include "loom/cli/reply_fields.h"
@@ -309,6 +310,30 @@ std::string FormatJobDetails(const nlohmann::json& job, absl::Time now) {
       absl::StrAppend(&line, ", run ", *run);
     }
     add("Checkpoint", line);
+  }
+  // The last recovery, phase by phase (docs/fault-tolerance.md).
+  if (const Json* r = Field(job, "recovery"); r != nullptr && r->is_object()) {
+    std::string line;
+    if (const Json* phases = Field(*r, "phases");
+        phases != nullptr && phases->is_object()) {
+      for (const char* phase : {"detection", "gang_stop", "placement", "launch",
+                                "first_progress"}) {
+        const Json* v = Field(*phases, phase);
+        std::string name = phase;
+        std::replace(name.begin(), name.end(), '_', ' ');
+        absl::StrAppend(&line, line.empty() ? "" : ", ", name, " ",
+                        v != nullptr && v->is_number()
+                            ? absl::StrFormat("%.1fs", v->get<double>())
+                            : std::string("-"));
+      }
+    }
+    if (const Json* total = Field(*r, "total_s");
+        total != nullptr && total->is_number()) {
+      absl::StrAppend(&line,
+                      absl::StrFormat("; %.1fs in all", total->get<double>()));
+    }
+    add("Recovery", line);
+    add("Recovered from", Cell(*r, "cause"));
   }
 
   size_t width = 0;

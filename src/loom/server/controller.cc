@@ -42,6 +42,10 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
   c->created_ = now;
   c->recovery_ =
       *Histogram::Create({1, 2, 5, 10, 15, 20, 30, 45, 60, 120, 300});
+  for (Histogram& h : c->recovery_phases_) {
+    h = *Histogram::Create(
+        {0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 30, 60, 300});
+  }
   c->queue_wait_ = *Histogram::Create(
       {0.01, 0.1, 1, 10, 60, 300, 900, 3600, 4 * 3600, 24 * 3600});
   c->image_pull_ =

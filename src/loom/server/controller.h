@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <map>
 #include <memory>
 #include <optional>
@@ -45,6 +46,7 @@ struct ControllerOptions {
   SchedulerOptions scheduler_options;
   // An agent not heard from for this long is marked down.
   absl::Duration heartbeat_timeout = absl::Seconds(10);
+  // Told to agents at registration (`loom server --heartbeat-interval`).
   absl::Duration heartbeat_interval = absl::Seconds(1);
   // A node silent this long is suspect: it gets no new work until it is
   // heard from again (`loom nodes` shows "suspect").
@@ -84,8 +86,10 @@ struct ControllerOptions {
 // Something the controller wants an agent to do. The server carries these
 // out over HTTP outside the controller's lock; tests inspect them.
 struct AgentAction {
-  // kMaintain: a maintenance command (`task_id` is its id).
-  enum class Kind { kLaunch, kStop, kPullImage, kMaintain };
+  // kMaintain: a maintenance command (`task_id` is its id). kProbe: is the
+  // agent there at all (`ProbeAgent`; OK: it answered, Unavailable: the
+  // connection was refused, DeadlineExceeded: no answer).
+  enum class Kind { kLaunch, kStop, kPullImage, kMaintain, kProbe };
   Kind kind = Kind::kLaunch;
   std::string node;
   std::string address;  // the agent's host:port
@@ -354,6 +358,12 @@ class Controller {
     bool draining = false;
     // Silent longer than `suspect_after` (still up).
     bool suspect = false;
+    // Liveness probes (controller_liveness.cc): one in flight, when the
+    // last was sent, and what the last answer was (not persisted).
+    bool probing = false;
+    absl::Time probed_at = absl::InfinitePast();
+    enum class Probe { kNone, kAnswered, kRefused, kNoAnswer };
+    Probe probe = Probe::kNone;
     // Drained by a failed health check (until an operator uncordons it).
     bool unhealthy = false;
     std::vector<std::string> health;  // the agent's last health problems
@@ -585,6 +595,10 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishJob(JobRecord& job, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A job out of its restart backoff joins the queue (or fails, saying
+  // why it cannot).
+  void QueueAfterBackoff(JobRecord& job, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `task` is lost with its node (down, or its agent back without it;
   // `why` says which): the job is queued again (`requeue`), not failed.
   void LostWithNode(JobRecord& job, TaskRecord& task, const std::string& why,
@@ -603,6 +617,26 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every live task on node `n` is lost (the node is down).
   void NodeLost(int n, absl::Time now, std::vector<const JobRecord*>* dirty)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Liveness (controller_liveness.cc, docs/fault-tolerance.md
+  // "Detection"): silent nodes suspect, probed, then down; a gang whose
+  // task failed while a node of it went silent loses that node's tasks at
+  // once (`WatchGang`, `StepGangWatch`); the probe's answer.
+  void StepLiveness(absl::Time now, std::vector<const JobRecord*>* dirty)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Probe(int n, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ProbeDelivered(const AgentAction& action, const absl::Status& status,
+                      absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WatchGang(const JobRecord& job, const TaskRecord& failed, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StepGangWatch(absl::Time now, std::vector<const JobRecord*>* dirty)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the loss of `task`'s node follows from (or caused) the failure
+  // `job`'s run is stopping for: the node went silent by then.
+  bool LossCausedGangFailure(const JobRecord& job, const TaskRecord& task) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Recovery phases (`JobRecord::recovery`): the next run made progress.
+  void NoteProgress(JobRecord& job, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The agent's health report (`"health"` of a registration or heartbeat):
   // a node with problems is drained and its jobs are moved.
@@ -716,6 +750,11 @@ class Controller {
   // into `recovery_` when every task of the next run is running.
   absl::flat_hash_map<JobId, absl::Time> failed_at_ ABSL_GUARDED_BY(mu_);
   Histogram recovery_ ABSL_GUARDED_BY(mu_);
+  std::array<Histogram, kRecoveryPhases.size()> recovery_phases_
+      ABSL_GUARDED_BY(mu_);
+  // Multi-node runs stopping after a task failed: when it was reported
+  // (`WatchGang`).
+  absl::flat_hash_map<JobId, absl::Time> gang_watch_ ABSL_GUARDED_BY(mu_);
   Histogram queue_wait_ ABSL_GUARDED_BY(mu_);
   // Container tasks' image pulls, as a phase of their start.
   Histogram image_pull_ ABSL_GUARDED_BY(mu_);

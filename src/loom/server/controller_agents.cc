@@ -139,6 +139,13 @@ nlohmann::json Controller::TaskReports(const std::string& node_name,
         NoteRunning(*job, now);
         dirty->push_back(job);
       }
+      // Its first output: the first progress of a recovered run.
+      if (auto o = t.find("output");
+          o != t.end() && o->is_boolean() && o->get<bool>() && job->recovery &&
+          job->recovery->running && !job->recovery->progress) {
+        NoteProgress(*job, now);
+        dirty->push_back(job);
+      }
       continue;
     }
     task->state = state == "exited" ? TaskRecord::State::kExited
@@ -352,6 +359,11 @@ void Controller::ActionDone(const AgentAction& action,
   if (action.kind == AgentAction::Kind::kMaintain) {
     absl::MutexLock lock(&mu_);
     MaintenanceDelivered(action, status, now);
+    return;
+  }
+  if (action.kind == AgentAction::Kind::kProbe) {
+    absl::MutexLock lock(&mu_);
+    ProbeDelivered(action, status, now);
     return;
   }
   if (action.kind != AgentAction::Kind::kLaunch) return;

@@ -340,6 +340,11 @@ absl::StatusOr<nlohmann::json> Controller::Checkpoint(
   job.checkpoint_step = step;
   job.checkpoint_run = job.restart_count;
   scheduler_->ReportCheckpoint(id, now);
+  // The first checkpoint of a recovered run is its first progress.
+  if (job.recovery && !job.recovery->progress) {
+    NoteProgress(job, now);
+    if (job.recovery->progress) unsaved_.insert(id);
+  }
   if (!write) return JobJson(job, now);  // held: `Tick` writes it when due
   AddCheckpointEvent(job);
   if (absl::Status st = Persist({&job}); !st.ok()) {

@@ -70,6 +70,10 @@ void Controller::StartJob(JobRecord& job, absl::Time now) {
   for (const TaskRecord& t : job.tasks)
     actions_.push_back(LaunchAction(job, t));
   NoteJobChanged(job);  // `after` dependencies
+  if (job.recovery && job.recovery->run + 1 == job.restart_count &&
+      job.recovery->stopped && !job.recovery->placed) {
+    job.recovery->placed = now;
+  }
   job.AddEvent(
       now,
       absl::StrCat(
@@ -165,21 +169,33 @@ void Controller::StopTask(const JobRecord& job, const TaskRecord& t, int signal,
 
 void Controller::TaskEnded(JobRecord& job, TaskRecord& task, absl::Time now,
                            const std::string& why) {
-  const bool failed = task.state == TaskRecord::State::kLost ||
-                      task.exit_code.value_or(0) != 0 || task.signal;
+  const bool lost = task.state == TaskRecord::State::kLost;
+  const bool failed = lost || task.exit_code.value_or(0) != 0 || task.signal;
   if (failed && job.state == JobState::kRunning) {
-    if (task.state != TaskRecord::State::kLost) ++failures_["task_failed"];
+    if (!lost) ++failures_["task_failed"];
     job.state = JobState::kStopping;
     job.reason =
         !why.empty() ? why
-        : task.state == TaskRecord::State::kLost
+        : lost
             ? absl::StrCat("task ", task.index, " on ", task.node, " was lost")
         : task.signal ? absl::StrCat("task ", task.index, " killed by ",
                                      SignalName(*task.signal))
                       : absl::StrCat("task ", task.index, " exited with code ",
                                      task.exit_code.value_or(-1));
     job.AddEvent(now, job.reason + "; stopping the other tasks");
-    StopTasks(job, job.spec.cancel_signal, job.spec.cancel_grace);
+    if (!job.recovery || job.recovery->run != job.restart_count) {
+      job.recovery.emplace();
+      job.recovery->run = job.restart_count;
+      job.recovery->cause = job.reason;
+      job.recovery->lost = job.recovery->detected = now;
+    }
+    // A gang that lost a task cannot go on: the others get the stop
+    // signal and little grace (they may hang in a collective with it).
+    StopTasks(job, job.spec.cancel_signal,
+              lost ? std::min(job.spec.cancel_grace, kLostGangGrace)
+                   : job.spec.cancel_grace);
+    // The others may have failed with a node of theirs: watch for it.
+    if (!lost && !job.cancel_requested) WatchGang(job, task, now);
   }
   if (std::any_of(job.tasks.begin(), job.tasks.end(), TaskLive)) return;
   FinishJob(job, now);
@@ -190,9 +206,13 @@ void Controller::LostWithNode(JobRecord& job, TaskRecord& task,
   // Not the job's fault: the gang is queued again as a moved job is
   // (`requeue`, unlimited by default), without using up a restart, as
   // Slurm requeues a batch job whose node failed. Only when this loss is
-  // what stops the run (a run already failing keeps its own end).
+  // what stops the run, or what made another task of it fail first (it
+  // failed in its collective with this one); a run already failing for
+  // its own reasons keeps its own end.
   std::string reason = why;
-  if (job.state == JobState::kRunning && !job.cancel_requested) {
+  const bool caused = job.state == JobState::kStopping && !job.preempted &&
+                      LossCausedGangFailure(job, task);
+  if ((job.state == JobState::kRunning || caused) && !job.cancel_requested) {
     if (job.node_losses < kMaxNodeLossRequeues) {
       job.preempted = true;
       ++job.node_losses;
@@ -200,6 +220,24 @@ void Controller::LostWithNode(JobRecord& job, TaskRecord& task,
       absl::StrAppend(&reason, "; its runs lost their node ", job.node_losses,
                       " times, the most loom requeues: this loss is the "
                       "job's failure");
+    }
+    const int n = NodeIndex(task.node);
+    const absl::Time seen =
+        n >= 0 ? std::min(now, nodes_[n].last_heartbeat) : now;
+    if (caused) {
+      job.reason = absl::StrCat(reason, "; ", job.reason,
+                                " before, in its collective with it");
+      job.AddEvent(now, job.reason);
+    }
+    if (!job.recovery || job.recovery->run != job.restart_count) {
+      job.recovery.emplace();
+      job.recovery->run = job.restart_count;
+      job.recovery->cause = reason;
+      job.recovery->lost = seen;
+      job.recovery->detected = now;
+    } else {
+      job.recovery->cause = caused ? job.reason : reason;
+      job.recovery->lost = std::min(job.recovery->lost, seen);
     }
   }
   if (job.preempted) failed_at_[job.id] = now;  // recovery: until it runs
@@ -232,6 +270,7 @@ void Controller::FinishJob(JobRecord& job, absl::Time now) {
     if (master >= 0) nodes_[master].master_ports.erase(job.master_port);
   }
   (void)scheduler_->Finish(job.id, now);
+  gang_watch_.erase(job.id);
   const bool preempted = job.preempted && !job.cancel_requested;
   RetryDecision retry;
   if (job.launch_refused && !job.cancel_requested) {
@@ -282,8 +321,17 @@ void Controller::FinishJob(JobRecord& job, absl::Time now) {
     job.exit_code.reset();
     job.start_time.reset();
     job.running_time.reset();
+    if (job.recovery && job.recovery->run + 1 == job.restart_count) {
+      job.recovery->stopped = now;
+    }
     backoff_.insert(job.id);
+    // No backoff: queued now, so that the pass under way (or the next) can
+    // place it.
+    if (wait <= absl::ZeroDuration()) QueueAfterBackoff(job, now);
     return;
+  }
+  if (job.recovery && job.recovery->run == job.restart_count) {
+    job.recovery.reset();  // no run follows this one
   }
   if (job.cancel_requested) {
     job.state = JobState::kCancelled;
@@ -305,12 +353,30 @@ void Controller::NoteRunning(JobRecord& job, absl::Time now) {
     if (t.state != TaskRecord::State::kRunning) return;
   }
   job.running_time = now;
+  if (job.recovery && job.recovery->placed && !job.recovery->running &&
+      job.recovery->run + 1 == job.restart_count) {
+    job.recovery->running = now;
+  }
   if (auto it = failed_at_.find(job.id); it != failed_at_.end()) {
     recovery_.Observe(absl::ToDoubleSeconds(now - it->second));
     failed_at_.erase(it);
   }
   job.AddEvent(
       now, absl::StrCat("running: all ", job.tasks.size(), " task(s) started"));
+}
+
+void Controller::NoteProgress(JobRecord& job, absl::Time now) {
+  if (!job.recovery || !job.recovery->running || job.recovery->progress ||
+      job.recovery->run + 1 != job.restart_count) {
+    return;
+  }
+  job.recovery->progress = now;
+  const auto seconds = RecoveryPhaseSeconds(*job.recovery);
+  for (size_t i = 0; i < seconds.size(); ++i) {
+    if (seconds[i]) recovery_phases_[i].Observe(*seconds[i]);
+  }
+  job.AddEvent(now,
+               absl::StrCat("recovered: ", RecoverySummary(*job.recovery)));
 }
 
 void Controller::Evict(JobRecord& job, const std::string& why, absl::Time now) {

@@ -32,54 +32,17 @@ void Controller::Tick(absl::Time now) {
   }
   // Restarts whose backoff is over go back to the queue.
   for (auto it = backoff_.begin(); it != backoff_.end();) {
-    JobRecord& job = jobs_.at(*it);
+    JobRecord& job = jobs_.at(*it++);
     if (job.state != JobState::kPending || !job.not_before ||
         *job.not_before > now) {
-      ++it;
       continue;
     }
-    if (absl::Status out = QueueSpec(job, now); !out.ok()) {
-      job.state = JobState::kFailed;
-      job.reason = absl::StrCat("cannot be queued again: ", out.message());
-      job.end_time = now;
-      job.AddEvent(now, job.reason);
-      NoteJobChanged(job);
-    }
-    job.not_before.reset();
+    QueueAfterBackoff(job, now);
     dirty.push_back(&job);
-    backoff_.erase(it++);
   }
   // Liveness: silent nodes are suspect (no new work), then down (their
-  // tasks are lost). A node not heard from since this server started is
-  // down once a whole timeout has passed: its tasks were fenced by then.
-  for (size_t n = 0; n < nodes_.size(); ++n) {
-    Node& node = nodes_[n];
-    if (node.state == Node::State::kUnknown) {
-      if (now - created_ > options_.heartbeat_timeout &&
-          !scheduler_->JobsOnNode(static_cast<int>(n)).empty()) {
-        node.state = Node::State::kDown;
-        node.reason =
-            absl::StrCat("no agent registered within ",
-                         absl::FormatDuration(options_.heartbeat_timeout),
-                         " of this server's start");
-        NodeLost(static_cast<int>(n), now, &dirty);
-      }
-      continue;
-    }
-    if (node.state != Node::State::kUp) continue;
-    const absl::Duration silent = now - node.last_heartbeat;
-    if (silent > options_.heartbeat_timeout) {
-      node.state = Node::State::kDown;
-      node.suspect = false;
-      node.reason =
-          absl::StrCat("no heartbeat for ", FormatDurationShort(silent));
-      UpdateSchedulable(static_cast<int>(n));
-      NodeLost(static_cast<int>(n), now, &dirty);
-    } else if (!node.suspect && silent > options_.suspect_after) {
-      node.suspect = true;
-      UpdateSchedulable(static_cast<int>(n));
-    }
-  }
+  // tasks are lost); gangs that lost a node are stopped.
+  StepLiveness(now, &dirty);
   // Rolling maintenance: nodes cordoned, drained, upgraded, returned.
   StepMaintenances(now, &dirty);
   // Jobs whose dependency is now met join the queue before this pass.
@@ -130,6 +93,18 @@ void Controller::Tick(absl::Time now) {
                                   }),
                    actions_.end());
   }
+}
+
+void Controller::QueueAfterBackoff(JobRecord& job, absl::Time now) {
+  if (absl::Status out = QueueSpec(job, now); !out.ok()) {
+    job.state = JobState::kFailed;
+    job.reason = absl::StrCat("cannot be queued again: ", out.message());
+    job.end_time = now;
+    job.AddEvent(now, job.reason);
+    NoteJobChanged(job);
+  }
+  job.not_before.reset();
+  backoff_.erase(job.id);
 }
 
 void Controller::NodeLost(int n, absl::Time now,

@@ -177,6 +177,16 @@ void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
              "From a job's failure to every task of its next run running.",
              MetricType::kHistogram);
   out.HistogramSample("loom_recovery_seconds", {}, recovery_);
+  out.Family("loom_recovery_phase_seconds",
+             "The phases of jobs' recoveries, from a run lost to the next "
+             "run's first progress: detection, gang_stop, placement, launch, "
+             "first_progress (docs/fault-tolerance.md).",
+             MetricType::kHistogram);
+  for (size_t i = 0; i < recovery_phases_.size(); ++i) {
+    out.HistogramSample("loom_recovery_phase_seconds",
+                        {{"phase", std::string(kRecoveryPhases[i])}},
+                        recovery_phases_[i]);
+  }
   out.Family("loom_queue_wait_seconds",
              "From submission to the first start of a job.",
              MetricType::kHistogram);

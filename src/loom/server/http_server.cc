@@ -12,11 +12,15 @@
 #include "absl/strings/strip.h"
 #include "httplib.h"
 #include "loom/common/job_id.h"
+#include "loom/server/agent_probe.h"
 #include "loom/server/redact.h"
 #include "loom/server/route_util.h"
 
 namespace loom {
 namespace {
+
+// How long the server waits for an agent to answer a liveness probe.
+constexpr absl::Duration kProbeDeadline = absl::Seconds(1);
 
 // glibc keeps freed memory in its arenas; trimming returns it to the
 // system (elsewhere there is nothing to do).
@@ -442,6 +446,17 @@ void HttpServer::DispatchLoop() {
       if (stopping_) return;
       a = std::move(queue_.front());
       queue_.pop_front();
+    }
+    if (a.kind == AgentAction::Kind::kProbe) {
+      // A fresh connection, not the kept-alive one: the question is
+      // whether anything listens there now.
+      const ProbeResult r = ProbeAgent(a.address, kProbeDeadline);
+      const absl::Status st = r == ProbeResult::kAnswered ? absl::OkStatus()
+                              : r == ProbeResult::kRefused
+                                  ? absl::UnavailableError("connection refused")
+                                  : absl::DeadlineExceededError("no answer");
+      controller_->ActionDone(a, st, absl::Now());
+      continue;
     }
     std::unique_ptr<httplib::Client>& c = clients[a.address];
     if (c == nullptr) {

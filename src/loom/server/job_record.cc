@@ -141,6 +141,7 @@ nlohmann::json JobRecordToJson(const JobRecord& j) {
   out["switch_level"] = j.switch_level;
   out["switch"] = j.switch_name;
   out["master_port"] = j.master_port;
+  if (j.recovery) out["recovery"] = RecoveryToJson(*j.recovery);
   nlohmann::json tasks = nlohmann::json::array();
   for (const TaskRecord& t : j.tasks) {
     tasks.push_back({{"index", t.index},
@@ -213,6 +214,11 @@ absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& in) {
     j.switch_level = in.value("switch_level", 0);
     j.switch_name = in.value("switch", "");
     j.master_port = in.value("master_port", 0);
+    if (auto r = in.find("recovery"); r != in.end() && !r->is_null()) {
+      absl::StatusOr<RecoveryTimes> recovery = RecoveryFromJson(*r);
+      if (!recovery.ok()) return recovery.status();
+      j.recovery = *std::move(recovery);
+    }
     for (const nlohmann::json& t : in.at("tasks")) {
       TaskRecord task;
       task.index = t.at("index").get<int>();
@@ -316,6 +322,8 @@ nlohmann::json JobApiJson(
   } else {
     j["checkpoint"] = nullptr;
   }
+  j["recovery"] =
+      job.recovery ? RecoveryApiJson(*job.recovery) : nlohmann::json(nullptr);
   if (!job.tasks.empty()) {
     nlohmann::json tasks = nlohmann::json::array();
     absl::flat_hash_set<std::string> nodes;

@@ -13,6 +13,7 @@
 #include "loom/core/job.h"
 #include "loom/core/job_spec.h"
 #include "loom/server/job_events.h"
+#include "loom/server/job_recovery.h"
 #include "nlohmann/json.hpp"
 
 namespace loom {
@@ -131,6 +132,8 @@ struct JobRecord {
   int switch_level = 0;
   std::string switch_name;
   int master_port = 0;
+  // Its last recovery (a run lost, the next one's start), phase by phase.
+  std::optional<RecoveryTimes> recovery;
   std::vector<TaskRecord> tasks;
   // Bounded: the last `JobEvents::kMaxJobEvents`, repeats coalesced.
   JobEvents events;
@@ -145,6 +148,11 @@ struct JobRecord {
 // must not go round the cluster for ever. Past it, a loss is the job's
 // failure (its restart policy decides).
 inline constexpr int kMaxNodeLossRequeues = 5;
+
+// The most grace the other tasks of a gang get from their stop signal when
+// one of its tasks is lost: the run cannot go on without it, and they may
+// hang in a collective with it (docs/fault-tolerance.md).
+inline constexpr absl::Duration kLostGangGrace = absl::Seconds(3);
 
 // Whether the task may still run and write output: launching or running.
 bool TaskLive(const TaskRecord& t);

@@ -284,6 +284,10 @@ CLI::App* AddServerCommand(CLI::App& app, ServerFlags* f) {
   cmd->add_option("--heartbeat-timeout", f->heartbeat_timeout_s,
                   "Seconds without a heartbeat before a node is down")
       ->capture_default_str();
+  cmd->add_option("--heartbeat-interval", f->heartbeat_interval,
+                  "How often agents heartbeat (told at registration), e.g. "
+                  "1s or 500ms; below --suspect-after")
+      ->capture_default_str();
   cmd->add_option("--suspect-after", f->suspect_after_s,
                   "Seconds without a heartbeat before a node is suspect "
                   "(no new work); below --heartbeat-timeout; default 3, or "
@@ -372,6 +376,15 @@ int RunServer(const ServerFlags& f) {
         "--heartbeat-timeout");
   }
   copts.suspect_after = absl::Seconds(suspect);
+  absl::StatusOr<absl::Duration> interval = ParseDuration(f.heartbeat_interval);
+  if (!interval.ok() || *interval < absl::Milliseconds(50) ||
+      *interval >= copts.suspect_after) {
+    return Fail(absl::StrCat(
+        "--heartbeat-interval: expected a duration from 50ms to below "
+        "--suspect-after (",
+        suspect, "s), not '", f.heartbeat_interval, "'"));
+  }
+  copts.heartbeat_interval = *interval;
   const double fence =
       f.fence_after_s < 0 ? 0.8 * f.heartbeat_timeout_s : f.fence_after_s;
   if (fence >= f.heartbeat_timeout_s) {

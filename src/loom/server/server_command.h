@@ -15,6 +15,7 @@ struct ServerFlags {
   std::string cluster = "small";
   std::string policy = "fair";
   double heartbeat_timeout_s = 10;
+  std::string heartbeat_interval = "1s";
   double suspect_after_s = -1;  // -1: 3 s, at most half the timeout
   double fence_after_s = -1;    // -1: 80% of the heartbeat timeout
   std::string checkpoint_root;
