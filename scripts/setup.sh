@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Installs everything loom needs to build and test on Debian 12 (bookworm).
 # Safe to run again; safe while another process runs apt (waits for the lock).
-# Usage: scripts/setup.sh [--test]; --test adds what only the tests need
+# Usage: scripts/setup.sh [--test|--bench]; --test adds what only the tests need
 # (Debian's python3-torch for the torch.distributed end-to-end test,
 # prometheus for the metrics test, chromium for the dashboard test, etcd
 # for the etcd store and HA tests, clang and its libFuzzer runtime for
 # scripts/fuzz.sh, a registry and the tools that build and push a test image
 # for the image tests: docker-registry, umoci, skopeo, jq, busybox-static,
 # and runc for running tasks in images, ansible-core for the playbook in
-# deploy/ansible that tests/package_test.sh runs).
+# deploy/ansible that tests/package_test.sh runs). --bench installs --test's
+# packages plus what only the benchmarks need: stress-ng, which saturates the
+# CPUs in bench/liveness.sh.
 set -euo pipefail
 
 SUDO=""
@@ -22,10 +24,13 @@ PACKAGES=(
   libsqlite3-dev libcpp-httplib-dev libarchive-dev
   libgtest-dev libgmock-dev libbenchmark-dev time curl
 )
-if [ "${1:-}" = "--test" ]; then
+if [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; then
   PACKAGES+=(python3-torch prometheus chromium etcd-server etcd-client
              clang libclang-rt-dev
              docker-registry umoci skopeo jq busybox-static runc ansible-core)
+fi
+if [ "${1:-}" = "--bench" ]; then
+  PACKAGES+=(stress-ng)
 fi
 
 missing=()

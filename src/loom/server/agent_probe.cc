@@ -53,7 +53,7 @@ ProbeResult ProbeOne(const addrinfo& ai, const std::string& host,
     result = ProbeResult::kRefused;
   } else if (err == 0) {
     const std::string request =
-        absl::StrCat("GET /v1/health HTTP/1.1\r\nHost: ", host,
+        absl::StrCat("GET /healthz HTTP/1.1\r\nHost: ", host,
                      "\r\nConnection: close\r\n\r\n");
     if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
             static_cast<ssize_t>(request.size()) &&

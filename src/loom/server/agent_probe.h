@@ -17,7 +17,7 @@ enum class ProbeResult {
 };
 
 // Connects to `address` ("host:port"; a name, an IPv4 or a bracketed IPv6
-// address) and sends `GET /v1/health`; any HTTP answer (an error status
+// address) and sends `GET /healthz`; any HTTP answer (an error status
 // included) is `kAnswered`. Only ECONNREFUSED is `kRefused`: an unreachable
 // network or a timeout says nothing certain of the agent. Blocks for at
 // most `deadline` (plus name resolution).
