@@ -64,6 +64,16 @@ expect 2 "garbage.csv" -- sim --trace "$T/garbage.csv"
 { echo "job_id,submit_time,duration,num_gpus"; echo "huge,0,100,4096"; echo "ok,1,100,8"; } > "$T/huge.csv"
 expect 0 "jobs infeasible +1$" -- sim --cluster small --trace "$T/huge.csv" --policy fifo --quiet
 
+# The Llama 3 failure model and a pre-training gang with hot spares.
+expect 0 "llama3" -- sim --help
+expect 0 "effective training time" -- sim --cluster small --trace $S --policy fair \
+  --failure-model llama3 --checkpoint-interval 1800 --gang 12:48:2 --quiet
+expect 0 "failure model llama3" -- sim --cluster small --trace $S --failure-model llama3 --quiet
+expect 2 "unknown model 'weibull'" -- sim --trace $S --failure-model weibull
+expect 2 "give one of them" -- sim --trace $S --failure-model llama3 --fail-mtbf 100
+expect 2 "NODES:HOURS" -- sim --trace $S --gang 4:x
+expect 2 "the cluster has 18" -- sim --cluster small --trace $S --gang 19:1
+
 if [ "$fails" -gt 0 ]; then
   echo "$fails check(s) failed"
   exit 1

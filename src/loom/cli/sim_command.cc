@@ -7,6 +7,7 @@
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -32,7 +33,8 @@ std::string PresetHelp() {
   s += "Or --cluster FILE for a cluster spec (docs/cluster-spec.md).\n";
   s += "Trace formats (--format): auto, canonical, philly, itp, alibaba "
        "(docs/trace-formats.md).\n";
-  s += "Policies (--policy): fifo, backfill, las, fair (docs/scheduling.md).";
+  s += "Policies (--policy): fifo, backfill, las, fair (docs/scheduling.md).\n";
+  s += "Failure models (--failure-model): llama3 (docs/simulator.md).";
   return s;
 }
 
@@ -76,16 +78,26 @@ CLI::App* AddSimCommand(CLI::App& app, SimFlags* f) {
   sim->add_option("--fail-mtbf", f->fail_mtbf_s,
                   "Mean time between failures of each node, seconds (0: no "
                   "failures)");
+  sim->add_option("--failure-model", f->failure_model,
+                  "A named failure model instead of --fail-mtbf: none, or "
+                  "llama3 (Llama 3 pre-training: one interruption per ~3.1 h "
+                  "across 16,384 GPUs, scaled per GPU; repair 4h, restart "
+                  "5min unless --repair-time / --restart-cost say otherwise)")
+      ->capture_default_str();
+  sim->add_option("--gang", f->gangs,
+                  "NODES:HOURS[:SPARES]: add a long pre-training gang of "
+                  "NODES whole nodes and HOURS of work, with SPARES hot "
+                  "spares, submitted with the first trace job (repeatable)");
   sim->add_option("--checkpoint-interval", f->checkpoint_interval_s,
                   "Jobs checkpoint every this many seconds of run time (0: "
                   "never; a failure loses the whole run)");
   sim->add_option("--repair-time", f->repair_s,
-                  "Seconds a failed node stays down")
-      ->capture_default_str();
+                  "Seconds a failed node stays down (default 3600, or the "
+                  "failure model's)");
   sim->add_option("--restart-cost", f->restart_cost_s,
                   "Seconds a job spends restoring when it starts again after "
-                  "preemption or failure")
-      ->capture_default_str();
+                  "preemption or failure (default 30, or the failure "
+                  "model's)");
   sim->add_option("--restart-max", f->restart_max,
                   "Restart policy of every job: restarts after failures "
                   "(-1: no limit; a job out of restarts fails)")
@@ -135,8 +147,28 @@ int RunSim(const SimFlags& f) {
     return Fail("--arrival-scale: must be a positive number");
   }
   if (f.limit < 0) return Fail("--limit: must not be negative");
-  if (f.fail_mtbf_s < 0 || f.checkpoint_interval_s < 0 || f.repair_s < 0 ||
-      f.restart_cost_s < 0 || f.starvation_age_s < 0 || !(f.half_life_s > 0)) {
+  std::optional<FailureModel> model;
+  if (f.failure_model != "none") {
+    absl::StatusOr<FailureModel> m = FindFailureModel(f.failure_model);
+    if (!m.ok()) return Fail(std::string(m.status().message()));
+    if (f.fail_mtbf_s != 0) {
+      return Fail("--fail-mtbf and --failure-model: give one of them");
+    }
+    model = *m;
+  }
+  const double repair_s =
+      f.repair_s != -1 ? f.repair_s : (model ? model->repair_s : 3600);
+  const double restart_cost_s = f.restart_cost_s != -1
+                                    ? f.restart_cost_s
+                                    : (model ? model->restart_cost_s : 30);
+  std::vector<GangSpec> gangs;
+  for (const std::string& text : f.gangs) {
+    absl::StatusOr<GangSpec> g = ParseGangSpec(text);
+    if (!g.ok()) return Fail(std::string(g.status().message()));
+    gangs.push_back(*g);
+  }
+  if (f.fail_mtbf_s < 0 || f.checkpoint_interval_s < 0 || repair_s < 0 ||
+      restart_cost_s < 0 || f.starvation_age_s < 0 || !(f.half_life_s > 0)) {
     return Fail(
         "--fail-mtbf, --checkpoint-interval, --repair-time, --restart-cost, "
         "--starvation-age must not be negative; --half-life must be positive");
@@ -193,6 +225,11 @@ int RunSim(const SimFlags& f) {
   wopts.seed = f.seed;
   wopts.time_limits = *limits;
   Workload workload = BuildWorkload(*trace, *cluster, wopts);
+  for (const GangSpec& g : gangs) {
+    if (absl::Status st = AddGang(g, *cluster, &workload); !st.ok()) {
+      return Fail(std::string(st.message()));
+    }
+  }
   for (const TraceIssue& issue : workload.issues) {
     if (f.strict) {
       return Fail(fmt::format("{}: {}", f.trace, FormatTraceIssue(issue)));
@@ -221,6 +258,14 @@ int RunSim(const SimFlags& f) {
       "window), peak {:.2f}\n",
       report.offered.mean_load, report.offered.mean_demand_gpus,
       report.cluster_gpus, report.offered.peak_load);
+  if (model) {
+    std::cerr << fmt::format(
+        "failure model {}: {}; a node of 8 GPUs fails every {:.0f} days on "
+        "average, the cluster every {}\n",
+        model->name, model->summary, model->gpu_mtbf_s / 8 / 86400,
+        FormatDurationShort(absl::Seconds(model->gpu_mtbf_s /
+                                          std::max(1, report.cluster_gpus))));
+  }
 
   // One simulation per policy, in parallel.
   const size_t n = policies.size();
@@ -232,10 +277,11 @@ int RunSim(const SimFlags& f) {
     options[i].policy_options = popts;
     options[i].scheduler_options.usage_half_life = absl::Seconds(f.half_life_s);
     options[i].seed = f.seed;
-    options[i].fail_mtbf_s = f.fail_mtbf_s;
-    options[i].repair_s = f.repair_s;
+    options[i].fail_mtbf_s = model ? model->gpu_mtbf_s : f.fail_mtbf_s;
+    options[i].fail_mtbf_per_gpu = model.has_value();
+    options[i].repair_s = repair_s;
     options[i].checkpoint_interval_s = f.checkpoint_interval_s;
-    options[i].restart_cost_s = f.restart_cost_s;
+    options[i].restart_cost_s = restart_cost_s;
     options[i].restart = {f.restart_max, absl::Seconds(f.restart_backoff_s)};
     options[i].requeue = {f.requeue_max, absl::ZeroDuration()};
     options[i].progress = &progress[i];

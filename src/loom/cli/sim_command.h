@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 
@@ -19,9 +20,12 @@ struct SimFlags {
   std::string time_limits = "none";
   double fail_mtbf_s = 0;
   double checkpoint_interval_s = 0;
-  double repair_s = 3600;
-  double restart_cost_s = 30;
-  int restart_max = -1;  // -1: no limit
+  // -1: the default (3600 s and 30 s, or the failure model's).
+  double repair_s = -1;
+  double restart_cost_s = -1;
+  std::string failure_model = "none";
+  std::vector<std::string> gangs;  // NODES:HOURS[:SPARES] each
+  int restart_max = -1;            // -1: no limit
   double restart_backoff_s = 0;
   int requeue_max = -1;
   double starvation_age_s = 3600;

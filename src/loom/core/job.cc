@@ -112,6 +112,31 @@ absl::Status ValidateJobRequest(const JobRequest& job, const Cluster& cluster) {
   if (job.time_limit <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("time_limit: must be positive");
   }
+  if (job.spares < 0 || job.spares > kMaxSpares) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spares: must be 0 to ", kMaxSpares, ", got ", job.spares));
+  }
+  const int nodes = static_cast<int>(cluster.nodes.size());
+  if (!job.last_nodes.empty() &&
+      static_cast<int>(job.last_nodes.size()) != s.tasks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("last_nodes: ", job.last_nodes.size(),
+                     " entries for a job of ", s.tasks, " tasks"));
+  }
+  for (int n : job.last_nodes) {
+    if (n < -1 || n >= nodes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "last_nodes: node ", n, " does not exist (the cluster has ", nodes,
+          " nodes; -1 marks a lost one)"));
+    }
+  }
+  for (int n : job.spare_nodes) {
+    if (n < 0 || n >= nodes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spare_nodes: node ", n,
+                       " does not exist (the cluster has ", nodes, " nodes)"));
+    }
+  }
   return absl::OkStatus();
 }
 

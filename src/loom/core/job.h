@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -74,12 +75,27 @@ struct JobRequest {
   // Only nodes whose labels match this (`MatchesSelector`,
   // loom/core/labels.h; `Scheduler::SetNodeLabels`); empty: any node.
   std::map<std::string, std::string> node_selector;
+  // Hot spares (docs/job-spec.md `spares`): whole nodes reserved for this
+  // job while it runs, lent to preemptible work meanwhile; 0..16.
+  int spares = 0;
+  // A job queued again after losing nodes (the server rebuilds the request
+  // from its record): the node of each task in the run that ended, -1 for a
+  // task whose node was lost, and the spare nodes it held then. With both,
+  // the scheduler first tries the recovery placement: the survivors plus
+  // spares in place of the lost nodes (`Scheduler::Submit`).
+  std::vector<int> last_nodes;
+  std::vector<int> spare_nodes;
 };
+
+// The most hot spares one job may ask for.
+inline constexpr int kMaxSpares = 16;
 
 // Checks a request for values that are wrong on any cluster: counts that are
 // not positive or absurd, a task larger than any node can be
 // (`kMaxGpusPerNode`), a GPU model id the cluster does not have, a time limit
-// that is not positive. Returns InvalidArgument naming the field. Whether the
+// that is not positive, spares outside 0..`kMaxSpares`, node ids in
+// `last_nodes` (one per task, -1 for a lost one) or `spare_nodes` that the
+// cluster does not have. Returns InvalidArgument naming the field. Whether the
 // job fits this cluster is `CouldEverRun`'s question (loom/sched/placement.h).
 absl::Status ValidateJobRequest(const JobRequest& job, const Cluster& cluster);
 

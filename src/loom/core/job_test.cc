@@ -137,5 +137,27 @@ TEST_F(ValidateJobRequestTest, RejectsNonPositiveTimeLimit) {
   ExpectRejected("time_limit");
 }
 
+TEST_F(ValidateJobRequestTest, ChecksSparesAndRecoveryHints) {
+  cluster_.nodes.resize(4);
+  job_.spares = kMaxSpares;
+  job_.last_nodes = {3, -1};
+  job_.spare_nodes = {0, 1};
+  EXPECT_TRUE(ValidateJobRequest(job_, cluster_).ok());
+  job_.spares = kMaxSpares + 1;
+  ExpectRejected("spares");
+  job_.spares = -1;
+  ExpectRejected("spares");
+  job_.spares = 1;
+  job_.last_nodes = {4, 0};
+  ExpectRejected("last_nodes: node 4");
+  job_.last_nodes = {-2, 0};
+  ExpectRejected("last_nodes");
+  job_.last_nodes = {0};  // one per task
+  ExpectRejected("last_nodes: 1 entries");
+  job_.last_nodes = {};
+  job_.spare_nodes = {-1};
+  ExpectRejected("spare_nodes");
+}
+
 }  // namespace
 }  // namespace loom

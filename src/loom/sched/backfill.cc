@@ -1,5 +1,7 @@
 #include "loom/sched/backfill.h"
 
+#include <algorithm>
+
 namespace loom {
 
 using Step = GroupedQueue::Step;
@@ -35,12 +37,15 @@ Step BackfillPass::Visit(const GroupedQueue::Entry& entry,
     }
     reservation_ = ctx_.Reserve(entry.id);
     reserved_ = true;
-    // Jobs of the same shape behind the head cannot fit either.
+    // Jobs of the same shape behind the head cannot fit either, unless hot
+    // spares kept it out: preemptible jobs of its shape may use them.
+    if (why.spare_nodes > 0) return Step::kNext;
     SkipGroup(group, why);
     return Step::kSkipGroup;
   }
   if (!reservation_.valid || EndsBeforeReservation(entry)) {
     if (ctx_.TryStart(entry.id, nullptr, &why)) return Step::kStarted;
+    if (why.spare_nodes > 0) return Step::kNext;
     // It does not fit anywhere: neither does the rest of its group.
     SkipGroup(group, why);
     return Step::kSkipGroup;
@@ -52,6 +57,13 @@ Step BackfillPass::Visit(const GroupedQueue::Entry& entry,
   delay.code = PendingReason::Code::kWouldDelayReservation;
   delay.other = reservation_.job;
   ctx_.SetReason(entry.id, delay);
+  if (why.spare_nodes > 0) {
+    // Kept off hot spares, where preemptible jobs of its group may go.
+    if (std::find(blocked_.begin(), blocked_.end(), &group) == blocked_.end()) {
+      blocked_.push_back(&group);
+    }
+    return Step::kNext;
+  }
   SkipGroup(group, delay);
   // Later jobs of this group whose time limit ends before the reservation
   // may still start: `FillBeforeReservation` finds them without walking

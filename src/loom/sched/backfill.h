@@ -14,7 +14,9 @@ namespace loom {
 // start early only if it cannot delay the reservation: it has a time limit
 // that ends before the reserved start, or it fits on nodes the reservation
 // does not need. Jobs without a time limit therefore only backfill onto
-// nodes outside the reservation.
+// nodes outside the reservation. A job kept off hot spares (its pending
+// reason counts `spare_nodes`) does not skip the rest of its group: the
+// preemptible jobs among them may run there.
 class BackfillPass {
  public:
   explicit BackfillPass(SchedulingContext& ctx) : ctx_(ctx) {}
@@ -72,12 +74,15 @@ void BackfillPass::FillBeforeReservation(GroupedQueue& queue,
   for (GroupedQueue::Group* group : blocked_) {
     queue.VisitByLimit(*group, bound, [&](const GroupedQueue::Entry& e) {
       if (ctx_.state().TotalFreeGpus() == 0) return GroupedQueue::Step::kStop;
-      if (ctx_.TryStart(e.id, nullptr)) {
+      PendingReason why;
+      if (ctx_.TryStart(e.id, nullptr, &why)) {
         on_started(e);
         return GroupedQueue::Step::kStarted;
       }
-      // The same shape fails for the rest of the group.
-      return GroupedQueue::Step::kSkipGroup;
+      // The same shape fails for the rest of the group (unless hot spares,
+      // which preemptible jobs may use, kept this one out).
+      return why.spare_nodes > 0 ? GroupedQueue::Step::kNext
+                                 : GroupedQueue::Step::kSkipGroup;
     });
   }
 }

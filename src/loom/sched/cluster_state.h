@@ -131,6 +131,21 @@ class ClusterState {
   // Jobs holding GPUs on `node`, in allocation order (a job with several
   // tasks on the node appears once per task).
   std::vector<JobId> JobsOn(int node) const;
+  // Calls `fn(job)` for each allocation on `node` (a job once per task
+  // there), in allocation order, until it returns false. Returns false when
+  // a call did; allocates nothing.
+  template <typename Fn>
+  bool ForEachJobOn(int node, Fn&& fn) const {
+    for (const Allocation& a : nodes_[node].allocations) {
+      if (!fn(a.job)) return false;
+    }
+    return true;
+  }
+  // Every GPU of `node` (bit i = GPU i).
+  uint32_t AllGpusMask(int node) const {
+    const int g = nodes_[node].gpus;
+    return g >= 32 ? ~0u : ((1u << g) - 1);
+  }
 
   // Mutations. `Allocate` requires that the placement fits (checked with
   // assertions in debug builds and by `CheckInvariants`).

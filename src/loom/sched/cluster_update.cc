@@ -191,6 +191,9 @@ absl::StatusOr<Scheduler::ClusterChange> Scheduler::UpdateCluster(
     }
   }
 
+  // Recovery placements on hot spares are node ids of the old numbering:
+  // those jobs join the queue (as pending jobs, below).
+  AbandonRecoveries();
   // A job whose GPU model id changes leaves the policy's index (keyed by
   // shape) and comes back with the new shape; so do pending jobs whose
   // feasibility changes. The others stay where they are in it.
@@ -256,6 +259,8 @@ absl::StatusOr<Scheduler::ClusterChange> Scheduler::UpdateCluster(
       if (queued) policy_->Remove(job);
     }
   }
+  // Spares move to the new node ids, or go when they cannot stay spares.
+  RemapSpares(map.node);
   for (size_t p = 0; p < projects_.size(); ++p) {
     Accrue(static_cast<int>(p), now);
   }

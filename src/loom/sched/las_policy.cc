@@ -110,7 +110,9 @@ void LasPolicy::Schedule(SchedulingContext& ctx) {
             return Step::kNext;
           }
         }
-        // Later jobs of this shape and queue cannot start either.
+        // Later jobs of this shape and queue cannot start either (unless
+        // hot spares kept this one out: preemptible ones may use them).
+        if (why.spare_nodes > 0) return Step::kNext;
         g.skipped_reason = why;
         g.skipped_pass = ctx.pass();
         return Step::kSkipGroup;

@@ -45,12 +45,16 @@ const char* PendingReasonCodeName(PendingReason::Code code) {
       return "no_node_matches_selector";
     case C::kNoMatchingNodeFits:
       return "no_matching_node_fits";
+    case C::kRecoveringOnSpares:
+      return "recovering_on_spares";
   }
   return "unknown";
 }
 
-std::string FormatPendingReason(const PendingReason& r, const Cluster& cluster,
-                                absl::Time now, const std::string& selector) {
+namespace {
+
+std::string FormatCode(const PendingReason& r, const Cluster& cluster,
+                       absl::Time now, const std::string& selector) {
   using C = PendingReason::Code;
   const std::string model = ModelName(cluster, r.gpu_model);
   switch (r.code) {
@@ -108,8 +112,36 @@ std::string FormatPendingReason(const PendingReason& r, const Cluster& cluster,
           cluster.nodes.size(), " nodes match",
           r.usable < r.have ? absl::StrCat(", ", r.usable, " schedulable")
                             : std::string());
+    case C::kRecoveringOnSpares:
+      if (r.other == 0) {
+        return "lost a node; restarting on its hot spares in the next "
+               "scheduling pass";
+      }
+      return absl::StrCat("lost a node; restarting on its hot spares once ",
+                          r.other,
+                          " preempted job(s) there have stopped (killed "
+                          "without grace)");
   }
   return "pending";
+}
+
+}  // namespace
+
+std::string FormatPendingReason(const PendingReason& r, const Cluster& cluster,
+                                absl::Time now, const std::string& selector) {
+  std::string text = FormatCode(r, cluster, now, selector);
+  if (r.spare_nodes > 0) {
+    absl::StrAppend(
+        &text, "; ", r.spare_nodes,
+        r.spare_nodes_idle ? " free" : " partly free",
+        r.spare_nodes == 1 ? " node is a hot spare" : " nodes are hot spares",
+        " of ",
+        r.spare_owners <= 1 ? absl::StrCat("job ", r.spare_owner)
+                            : absl::StrCat(r.spare_owners, " jobs (job ",
+                                           r.spare_owner, " and others)"),
+        ", lent to preemptible jobs only");
+  }
+  return text;
 }
 
 }  // namespace loom

@@ -27,6 +27,7 @@ struct PendingReason {
     kInfeasible,             // cannot run on the cluster as it is now
     kNoNodeMatchesSelector,  // no node's labels match the job's selector
     kNoMatchingNodeFits,     // the matching nodes have no room for the job
+    kRecoveringOnSpares,     // lost nodes; restarts on its hot spares
   };
   Code code = Code::kNew;
   GpuModelId gpu_model = kAnyGpuModel;
@@ -35,10 +36,20 @@ struct PendingReason {
   int gpus_per_task = 0;
   int level = 0;             // switch level for kNoSwitchFits / kReserved
   bool whole_nodes = false;  // kNoSwitchFits: each task takes a whole node
-  JobId other = 0;           // the head or reserved job, or victim count
+  // The head or reserved job, or victim count (kWaitingForPreemption,
+  // kRecoveringOnSpares).
+  JobId other = 0;
   // kNoMatchingNodeFits: `have` nodes match the selector, `usable` of them
   // schedulable; `need` GPUs.
   int usable = 0;
+  // Nodes with room for a task of the job that are hot spares of other jobs
+  // (a non-preemptible job is not placed there): how many, of how many
+  // jobs, the first of them (lowest id), and whether all are idle. Added to
+  // any code.
+  int spare_nodes = 0;
+  int spare_owners = 0;
+  JobId spare_owner = 0;
+  bool spare_nodes_idle = false;
   absl::Time when = absl::InfiniteFuture();  // reserved start
 };
 

@@ -107,6 +107,16 @@ std::optional<Placement> PlaceOnOneNode(const ClusterState& state,
   return p;
 }
 
+// The lowest switch above every task of `p`.
+void SetSwitch(const Topology& topo, Placement* p) {
+  std::vector<int> used;
+  used.reserve(p->tasks.size());
+  for (const TaskPlacement& t : p->tasks) used.push_back(t.node);
+  p->switch_level = used.empty() ? 0 : topo.LowestCommonLevel(used);
+  p->switch_index =
+      p->switch_level == 0 ? -1 : topo.AncestorAt(used[0], p->switch_level);
+}
+
 struct LeafRoom {
   int leaf;
   int room;  // tasks that fit
@@ -177,12 +187,7 @@ std::optional<Placement> PlaceUnderSwitch(const ClusterState& state, int sw,
     ++p.leaves;
   }
   if (left > 0) return std::nullopt;
-  std::vector<int> used;
-  used.reserve(p.tasks.size());
-  for (const TaskPlacement& t : p.tasks) used.push_back(t.node);
-  p.switch_level = topo.LowestCommonLevel(used);
-  p.switch_index =
-      p.switch_level == 0 ? -1 : topo.AncestorAt(used[0], p.switch_level);
+  SetSwitch(topo, &p);
   return p;
 }
 
@@ -242,6 +247,21 @@ void ExplainFailure(const ClusterState& state, GpuModelId model,
 }
 
 }  // namespace
+
+void DescribePlacement(const Topology& topo, Placement* placement) {
+  SetSwitch(topo, placement);
+  std::vector<int> nodes, leaves;
+  for (const TaskPlacement& t : placement->tasks) {
+    nodes.push_back(t.node);
+    leaves.push_back(topo.leaf_of(t.node));
+  }
+  std::sort(nodes.begin(), nodes.end());
+  std::sort(leaves.begin(), leaves.end());
+  placement->nodes =
+      static_cast<int>(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
+  placement->leaves = static_cast<int>(
+      std::unique(leaves.begin(), leaves.end()) - leaves.begin());
+}
 
 std::vector<GpuModelId> CandidateModels(const Cluster& cluster,
                                         const JobShape& shape) {

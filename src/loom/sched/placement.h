@@ -51,6 +51,12 @@ std::optional<Placement> FindPlacement(const ClusterState& state,
 bool CouldEverRun(const Cluster& cluster, const JobShape& shape,
                   std::string* why);
 
+// Fills the topology fields of a placement whose `tasks` are set: the lowest
+// common switch (`switch_level`, `switch_index`), the distinct nodes and
+// leaves. The same figures `FindPlacement` reports, for a placement made
+// elsewhere (a restored job, a recovery on hot spares).
+void DescribePlacement(const Topology& topo, Placement* placement);
+
 // GPU models to try for `shape`, fastest first.
 std::vector<GpuModelId> CandidateModels(const Cluster& cluster,
                                         const JobShape& shape);

@@ -47,6 +47,22 @@ struct SchedJob {
   // Non-empty: pending, but out of the policy's queue because it could never
   // run on the cluster as it is now (`Scheduler::UpdateCluster`); why.
   std::string infeasible;
+  // Hot spares (`JobRequest::spares`) reserved for the job now: whole nodes
+  // on which no non-preemptible job is placed, lent to preemptible ones.
+  // Held while it runs, and while it is pending with a recovery placement.
+  std::vector<int> spare_nodes;
+  // Non-empty: pending with a recovery placement (`Scheduler::Requeue`
+  // after losing nodes, or `Submit` with `last_nodes`), out of the policy's
+  // queue: the node of each task in the run that ended, -1 for a lost one.
+  // Each pass tries it first, on the survivors and spares in place of the
+  // lost nodes, until it starts or falls back to the queue.
+  std::vector<int> recovery_base;
+  // Why the recovery on spares after the latest requeue was not possible
+  // (said with the pending reason; kept while the run that followed runs);
+  // empty otherwise.
+  std::string recovery_fallback;
+
+  bool recovering() const { return !recovery_base.empty(); }
 
   // GPU-seconds of the current run since its last checkpoint (all of the
   // run without one): the work a preemption at `now` would throw away.

@@ -96,7 +96,7 @@ class Scheduler::Context : public SchedulingContext {
     // for this job alone is not remembered across jobs.
     avoid = AvoidFor(job, avoid);
     NodeMask scratch;
-    avoid = s_->AvoidClaimed(id, avoid, &scratch);
+    avoid = s_->AvoidClaimed(job, avoid, &scratch);
     const bool own_mask = avoid == &scratch;
     ShapeKey key = KeyOf(shape, avoid);
     if (auto it = failed_.find(key); !own_mask && it != failed_.end()) {
@@ -111,12 +111,15 @@ class Scheduler::Context : public SchedulingContext {
         *s_->state_, shape, avoid, s_->NodesWithImage(job.request.image), &why);
     if (!p.has_value()) {
       if (job.selector != 0) why = SelectorReason(job);
+      if (s_->spare_count_ > 0 && !job.request.preemptible) {
+        s_->NoteSpares(job, &why);
+      }
       if (!own_mask) failed_.emplace(key, why);
       SetReason(id, why);
       if (why_out != nullptr) *why_out = why;
       return false;
     }
-    Start(job, std::move(*p));
+    s_->StartJob(job, std::move(*p), now_, result_);
     return true;
   }
 
@@ -183,25 +186,6 @@ class Scheduler::Context : public SchedulingContext {
   }
 
  private:
-  void Start(SchedJob& job, Placement placement) {
-    s_->claims_.erase(job.request.id);
-    s_->Accrue(job.project, now_);
-    job.placement = std::move(placement);
-    job.phase = JobPhase::kRunning;
-    job.start_time = now_;
-    job.expected_end = job.request.time_limit == absl::InfiniteDuration()
-                           ? absl::InfiniteFuture()
-                           : now_ + job.request.time_limit;
-    job.runs += 1;
-    s_->state_->Allocate(job.request.id, job.placement, job.request.shape,
-                         job.expected_end);
-    s_->projects_[job.project].running_gpus += job.request.shape.TotalGpus();
-    s_->pending_count_ -= 1;
-    s_->running_count_ += 1;
-    result_->started.push_back(job.request.id);
-    s_->policy_->Started(job);
-  }
-
   Scheduler* s_;
   absl::Time now_;
   PassResult* result_;
@@ -223,7 +207,7 @@ Reservation Scheduler::Context::Reserve(JobId id) {
   // Nodes claimed for another job's preemption are not this job's to
   // reserve.
   NodeMask scratch;
-  const NodeMask* claimed = s_->AvoidClaimed(id, nullptr, &scratch);
+  const NodeMask* claimed = s_->AvoidClaimed(job, nullptr, &scratch);
   for (GpuModelId model : CandidateModels(*s_->cluster_, shape)) {
     const int max_node = st.MaxNodeGpus(model);
     if (max_node < shape.gpus_per_task || !st.tracks_ready_times()) continue;
@@ -285,6 +269,13 @@ Reservation Scheduler::Context::Reserve(JobId id) {
     why.gpu_model = best.gpu_model;
     why.need = shape.TotalGpus();
     why.when = best.start;
+    if (job.reason_pass == s_->pass_) {
+      // Why it could not start now: hot spares of other jobs, say so.
+      why.spare_nodes = job.reason.spare_nodes;
+      why.spare_owners = job.reason.spare_owners;
+      why.spare_owner = job.reason.spare_owner;
+      why.spare_nodes_idle = job.reason.spare_nodes_idle;
+    }
     SetReason(id, why);
   }
   return best;
@@ -304,11 +295,15 @@ bool Scheduler::Context::PreemptFor(JobId for_job,
     SetReason(for_job, why);
     return true;
   }
-  const JobRequest& request = s_->jobs_.at(for_job).request;
+  const SchedJob& for_sj = s_->jobs_.at(for_job);
+  const JobRequest& request = for_sj.request;
   const JobShape& shape = request.shape;
   const NodeMask* prefer = s_->NodesWithImage(request.image);
-  const NodeMask* excluded =
-      s_->node_labels_.Excluded(s_->jobs_.at(for_job).selector);
+  // Nodes its selector rules out, nodes held for a recovery and (for a
+  // non-preemptible job) hot spares: not to be freed for it.
+  NodeMask scratch;
+  const NodeMask* excluded = s_->AvoidSparesAndRecoveries(
+      for_sj, s_->node_labels_.Excluded(for_sj.selector), &scratch);
   ClusterState& st = *s_->state_;
   const std::vector<GpuModelId> models = CandidateModels(*s_->cluster_, shape);
   auto usable = [&](GpuModelId m) {
@@ -457,6 +452,35 @@ void Scheduler::Accrue(int project, absl::Time now) {
       Advance(projects_[project], now, options_.usage_half_life);
 }
 
+void Scheduler::StartJob(SchedJob& job, Placement placement, absl::Time now,
+                         PassResult* result) {
+  const JobId id = job.request.id;
+  claims_.erase(id);
+  Accrue(job.project, now);
+  job.placement = std::move(placement);
+  job.phase = JobPhase::kRunning;
+  job.start_time = now;
+  job.expected_end = job.request.time_limit == absl::InfiniteDuration()
+                         ? absl::InfiniteFuture()
+                         : now + job.request.time_limit;
+  job.runs += 1;
+  state_->Allocate(id, job.placement, job.request.shape, job.expected_end);
+  projects_[job.project].running_gpus += job.request.shape.TotalGpus();
+  pending_count_ -= 1;
+  running_count_ += 1;
+  result->started.push_back(id);
+  policy_->Started(job);
+  if (job.request.spares > 0 || !job.spare_nodes.empty()) {
+    job.recovery_base.clear();
+    recovering_.erase(id);
+    // Spares it now runs on (a recovery) are spares no more.
+    for (const TaskPlacement& t : job.placement.tasks) {
+      if (SpareOwner(t.node) == id) DropSpare(job, t.node);
+    }
+    TopUpSpares(job);
+  }
+}
+
 absl::StatusOr<SubmitOutcome> Scheduler::Submit(const JobRequest& job,
                                                 absl::Time now) {
   if (absl::Status st = ValidateJobRequest(job, *cluster_); !st.ok()) return st;
@@ -467,6 +491,18 @@ absl::StatusOr<SubmitOutcome> Scheduler::Submit(const JobRequest& job,
   if (jobs_.contains(job.id)) {
     return absl::InvalidArgumentError(
         absl::StrCat("job ", job.id, " is already known to the scheduler"));
+  }
+  if (job.spares > 0) {
+    bool whole = false;
+    for (GpuModelId m : CandidateModels(*cluster_, job.shape)) {
+      whole = whole || state_->MaxNodeGpus(m) == job.shape.gpus_per_task;
+    }
+    if (!whole) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "spares: only for jobs whose tasks take whole nodes (each task "
+          "as many GPUs as a node has); this job's tasks take ",
+          job.shape.gpus_per_task, " GPU(s)"));
+    }
   }
   std::string why;
   if (!CouldEverRun(*cluster_, job.shape, &why)) {
@@ -481,6 +517,34 @@ absl::StatusOr<SubmitOutcome> Scheduler::Submit(const JobRequest& job,
   sj.selector = node_labels_.Intern(job.node_selector);
   sj.queued_since = now;
   pending_count_ += 1;
+  if (job.spares > 0 && !job.last_nodes.empty() && !job.spare_nodes.empty()) {
+    // The server's recovery path: the run ended, the job comes back with
+    // the nodes it ran on and the spares it held.
+    std::vector<int> base = job.last_nodes;
+    NodeMask own(state_->num_nodes());
+    GpuModelId model = job.shape.gpu_model;
+    for (int& n : base) {
+      if (n >= 0 && !state_->Schedulable(n)) n = -1;
+      if (n < 0) continue;
+      own.Insert(n);
+      if (model == kAnyGpuModel) model = state_->NodeModel(n);
+    }
+    for (int n : job.spare_nodes) {
+      if (model == kAnyGpuModel && state_->Schedulable(n)) {
+        model = state_->NodeModel(n);
+      }
+      if (static_cast<int>(sj.spare_nodes.size()) < job.spares &&
+          model != kAnyGpuModel && SpareEligible(sj, model, n, &own)) {
+        AddSpare(sj, n);
+        own.Insert(n);
+      }
+    }
+    if (std::find(base.begin(), base.end(), -1) != base.end() &&
+        BeginRecovery(sj, std::move(base))) {
+      return SubmitOutcome{};
+    }
+    ReleaseSpares(sj);
+  }
   policy_->Enqueue(sj);
   return SubmitOutcome{};
 }
@@ -515,6 +579,7 @@ absl::Status Scheduler::Finish(JobId id, absl::Time now) {
         absl::StrCat("job ", id, " is pending, not running"));
   }
   StopRunning(it->second, now);
+  ReleaseSpares(it->second);
   node_labels_.Release(it->second.selector);
   jobs_.erase(it);
   return absl::OkStatus();
@@ -527,11 +592,16 @@ absl::Status Scheduler::Cancel(JobId id, absl::Time now) {
   }
   claims_.erase(id);
   if (it->second.phase == JobPhase::kPending) {
-    if (it->second.infeasible.empty()) policy_->Remove(it->second);
+    if (it->second.recovering()) {
+      recovering_.erase(id);
+    } else if (it->second.infeasible.empty()) {
+      policy_->Remove(it->second);
+    }
     pending_count_ -= 1;
   } else {
     StopRunning(it->second, now);
   }
+  ReleaseSpares(it->second);
   node_labels_.Release(it->second.selector);
   jobs_.erase(it);
   return absl::OkStatus();
@@ -547,7 +617,19 @@ absl::Status Scheduler::Requeue(JobId id, absl::Time now) {
     return absl::FailedPreconditionError(
         absl::StrCat("job ", id, " is already pending"));
   }
+  // A job with spares that lost nodes restarts on them: the nodes it ran
+  // on, -1 for those that are down now.
+  std::vector<int> base;
+  bool lost = false;
+  if (job.request.spares > 0) {
+    for (const TaskPlacement& t : job.placement.tasks) {
+      const bool up = state_->Schedulable(t.node);
+      base.push_back(up ? t.node : -1);
+      lost = lost || !up;
+    }
+  }
   StopRunning(job, now);
+  job.recovery_fallback.clear();
   job.phase = JobPhase::kPending;
   job.queued_since = now;
   job.reason = PendingReason{};
@@ -556,148 +638,37 @@ absl::Status Scheduler::Requeue(JobId id, absl::Time now) {
   // It ran here, but the cluster may have changed since it started.
   if (std::string why; !CouldEverRun(*cluster_, job.request.shape, &why)) {
     job.infeasible = why.empty() ? "it does not fit" : why;
+    ReleaseSpares(job);
     return absl::OkStatus();
   }
+  if (lost && BeginRecovery(job, std::move(base))) return absl::OkStatus();
+  ReleaseSpares(job);
   policy_->Enqueue(job);
   return absl::OkStatus();
 }
 
-absl::Status Scheduler::Restore(const JobRequest& job,
-                                const Placement& placement,
-                                absl::Time start_time,
-                                double attained_gpu_seconds, absl::Time now) {
-  if (absl::Status st = ValidateJobRequest(job, *cluster_); !st.ok()) return st;
-  if (jobs_.contains(job.id)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("job ", job.id, " is already known to the scheduler"));
-  }
-  const JobShape& shape = job.shape;
-  if (static_cast<int>(placement.tasks.size()) != shape.tasks) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", job.id, ": placement has ", placement.tasks.size(),
-                     " tasks, the job ", shape.tasks));
-  }
-  // Check every task against the free GPUs, counting tasks that share a node.
-  absl::flat_hash_map<int, uint32_t> taken;
-  for (const TaskPlacement& t : placement.tasks) {
-    if (t.node < 0 || t.node >= state_->num_nodes()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("job ", job.id, ": node ", t.node, " does not exist"));
-    }
-    const std::string& name = cluster_->nodes[t.node].name;
-    if (state_->NodeModel(t.node) != placement.gpu_model ||
-        (shape.gpu_model != kAnyGpuModel &&
-         shape.gpu_model != placement.gpu_model)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job ", job.id, ": node ", name, " has the wrong GPU model"));
-    }
-    if (std::popcount(t.gpu_mask) != shape.gpus_per_task) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job ", job.id, ": a task on ", name, " has ",
-          std::popcount(t.gpu_mask), " GPUs, not ", shape.gpus_per_task));
-    }
-    uint32_t& used = taken[t.node];
-    if ((t.gpu_mask & ~state_->FreeMask(t.node)) != 0 || (used & t.gpu_mask)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("job ", job.id, ": a GPU on ", name, " is not free"));
-    }
-    used |= t.gpu_mask;
-  }
-  SchedJob& sj = jobs_[job.id];
-  sj.request = job;
-  sj.project = InternProject(job.project);
-  sj.selector = node_labels_.Intern(job.node_selector);
-  sj.placement = placement;
-  std::vector<int> nodes;
-  for (const TaskPlacement& t : placement.tasks) nodes.push_back(t.node);
-  sj.placement.switch_level = cluster_->topology.LowestCommonLevel(nodes);
-  sj.placement.switch_index =
-      sj.placement.switch_level == 0
-          ? -1
-          : cluster_->topology.AncestorAt(nodes[0], sj.placement.switch_level);
-  sj.phase = JobPhase::kRunning;
-  sj.start_time = start_time;
-  sj.queued_since = job.submit_time;
-  sj.expected_end = job.time_limit == absl::InfiniteDuration()
-                        ? absl::InfiniteFuture()
-                        : start_time + job.time_limit;
-  sj.attained_gpu_seconds = attained_gpu_seconds;
-  sj.runs = 1;
-  Accrue(sj.project, now);
-  projects_[sj.project].running_gpus += shape.TotalGpus();
-  state_->Allocate(job.id, sj.placement, shape, sj.expected_end);
-  running_count_ += 1;
-  policy_->Started(sj);
-  return absl::OkStatus();
-}
-
-void Scheduler::SetNodeSchedulable(int node, bool schedulable) {
-  state_->SetSchedulable(node, schedulable);
-}
-
-void Scheduler::SetNodeImages(int node,
-                              const std::vector<std::string>& digests) {
-  if (node < 0 || node >= state_->num_nodes()) return;
-  if (node_images_.empty()) node_images_.resize(state_->num_nodes());
-  std::vector<std::string> next;
-  next.reserve(digests.size());
-  for (const std::string& d : digests) {
-    if (!d.empty()) next.push_back(d);
-  }
-  std::sort(next.begin(), next.end());
-  next.erase(std::unique(next.begin(), next.end()), next.end());
-  std::vector<std::string>& held = node_images_[node];
-  if (held == next) return;
-  for (const std::string& d : held) {
-    if (std::binary_search(next.begin(), next.end(), d)) continue;
-    auto it = image_nodes_.find(d);
-    if (it == image_nodes_.end()) continue;
-    it->second.Erase(node);
-    if (it->second.Empty()) image_nodes_.erase(it);
-  }
-  for (const std::string& d : next) {
-    auto [it, inserted] = image_nodes_.try_emplace(d);
-    if (inserted) it->second = NodeMask(state_->num_nodes());
-    it->second.Insert(node);
-  }
-  held = std::move(next);
-}
-
-void Scheduler::SetNodeLabels(int node,
-                              std::map<std::string, std::string> labels) {
-  node_labels_.Set(node, std::move(labels));
-}
-
-const NodeMask* Scheduler::NodesWithImage(const std::string& digest) const {
-  if (digest.empty() || image_nodes_.empty()) return nullptr;
-  auto it = image_nodes_.find(digest);
-  return it == image_nodes_.end() ? nullptr : &it->second;
-}
-
-std::vector<JobId> Scheduler::JobsOnNode(int node) const {
-  std::vector<JobId> jobs = state_->JobsOn(node);
-  std::sort(jobs.begin(), jobs.end());
-  jobs.erase(std::unique(jobs.begin(), jobs.end()), jobs.end());
-  return jobs;
-}
-
-const NodeMask* Scheduler::AvoidClaimed(JobId id, const NodeMask* avoid,
+const NodeMask* Scheduler::AvoidClaimed(const SchedJob& job,
+                                        const NodeMask* avoid,
                                         NodeMask* scratch) {
-  if (claims_.empty()) return avoid;
+  const bool spares = spare_count_ > 0 && !job.request.preemptible;
+  if (claims_.empty() && !spares) return avoid;
+  const JobId id = job.request.id;
   auto mine = claims_.find(id);
   if (mine == claims_.end()) {
-    auto [it, inserted] = with_claims_.try_emplace(avoid);
+    auto [it, inserted] = with_claims_.try_emplace({avoid, spares});
     if (inserted) {
       it->second = claimed_;
+      if (spares) it->second.UnionWith(spare_mask_);
       if (avoid != nullptr) it->second.UnionWith(*avoid);
     }
     return &it->second;
   }
-  if (claims_.size() == 1) return avoid;
+  if (claims_.size() == 1 && !spares) return avoid;
   *scratch = avoid != nullptr ? *avoid : NodeMask(state_->num_nodes());
   for (const auto& [holder, claim] : claims_) {
     if (holder != id) scratch->UnionWith(claim.nodes);
   }
+  if (spares) scratch->UnionWith(spare_mask_);
   return scratch;
 }
 
@@ -711,12 +682,20 @@ PassResult Scheduler::Schedule(absl::Time now) {
       ++it;
     }
   }
-  with_claims_.clear();
-  claimed_ = NodeMask(state_->num_nodes());
-  for (const auto& [holder, claim] : claims_) claimed_.UnionWith(claim.nodes);
   last_pass_time_ = now;
   default_reason_ = PendingReason{};
   PassResult result;
+  // Jobs that lost nodes go first, onto their spares; then jobs short of
+  // spares top up; then the policy.
+  if (!recovering_.empty()) RecoverOnSpares(now, &result);
+  with_claims_.clear();
+  claimed_ = NodeMask(state_->num_nodes());
+  for (const auto& [holder, claim] : claims_) claimed_.UnionWith(claim.nodes);
+  if (!short_of_spares_.empty()) {
+    const std::vector<JobId> shorts(short_of_spares_.begin(),
+                                    short_of_spares_.end());
+    for (JobId id : shorts) TopUpSpares(jobs_.at(id));
+  }
   Context ctx(this, now, &result);
   policy_->Schedule(ctx);
   return result;
@@ -733,6 +712,7 @@ const SchedJob* Scheduler::Find(JobId id) const {
 }
 
 PendingReason Scheduler::ReasonFor(const SchedJob& job) const {
+  if (job.recovering()) return job.reason;
   if (!job.infeasible.empty()) {
     PendingReason why;
     why.code = PendingReason::Code::kInfeasible;
@@ -764,8 +744,14 @@ std::string Scheduler::ExplainPending(JobId id, absl::Time now) const {
     return absl::StrCat("cannot run on the cluster as it is now: ",
                         job->infeasible);
   }
-  return FormatPendingReason(ReasonFor(*job), *cluster_, now,
-                             FormatSelector(job->request.node_selector));
+  std::string text =
+      FormatPendingReason(ReasonFor(*job), *cluster_, now,
+                          FormatSelector(job->request.node_selector));
+  if (!job->recovery_fallback.empty()) {
+    absl::StrAppend(&text, " (queued: no restart on hot spares, ",
+                    job->recovery_fallback, ")");
+  }
+  return text;
 }
 
 std::vector<ProjectUsage> Scheduler::Usage(absl::Time now) const {

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,11 @@ struct SubmitOutcome {
 struct Preemption {
   JobId victim = 0;
   JobId for_job = 0;
+  // A spare reclaimed: the victim ran on a hot spare (or a survivor node)
+  // of `for_job`, which has lost a node and restarts there now. Stop it
+  // without grace (the caller sends SIGKILL, no checkpoint signal), then
+  // `Requeue` or `Finish` it as for any preemption.
+  bool immediate = false;
 };
 
 // What one scheduling pass decided. Started jobs hold their placement
@@ -77,23 +83,53 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Adds a job to the queue. Returns InvalidArgument for a malformed request
-  // or a duplicate id; a job that could never run on this cluster is not
+  // or a duplicate id, and for `spares` on a job whose tasks do not each
+  // take a whole node; a job that could never run on this cluster is not
   // queued and comes back as kInfeasible with the reason.
+  //
+  // Hot spares (spares.cc, docs/scheduling.md): when a job with `spares`
+  // starts, up to that many whole nodes are reserved for it (its GPU model,
+  // schedulable, matching its selector, free or running only preemptible
+  // work; the same leaf as most of its nodes first, then the same spine,
+  // then any, ties by node id), topped up in later passes when it got
+  // fewer. Only preemptible jobs are placed on spares. They are not the
+  // job's GPU-seconds nor its project's quota.
+  //
+  // A request with `last_nodes` and `spare_nodes` (a job queued again after
+  // losing nodes: the server finished its run and submits it again) takes
+  // back those spares that are still schedulable and no other job's, and
+  // when some of its nodes are lost (-1, or unschedulable now) and it holds
+  // enough spares, waits for its recovery placement (see `Requeue`) instead
+  // of joining the queue.
   absl::StatusOr<SubmitOutcome> Submit(const JobRequest& job, absl::Time now);
 
-  // A running job ended. Releases its GPUs and forgets it.
+  // A running job ended. Releases its GPUs and spares and forgets it.
   absl::Status Finish(JobId id, absl::Time now);
-  // Removes a pending or running job (releasing its GPUs) and forgets it.
+  // Removes a pending or running job (releasing its GPUs and spares) and
+  // forgets it.
   absl::Status Cancel(JobId id, absl::Time now);
   // A running or stopping job stopped and goes back to the queue, keeping
   // the service it received (preemption, node failure, restart policy).
+  //
+  // A job with spares some of whose nodes are unschedulable now (the caller
+  // marked them down with `SetNodeSchedulable`) keeps its spares and gets a
+  // recovery placement: its old placement with each lost node replaced by
+  // the nearest spare. The next pass tries it first, ahead of the queue and
+  // of reservations: it starts there when those GPUs are free; preemptible
+  // jobs on them are preempted (`Preemption::immediate`) and it starts in a
+  // later pass, once the caller has requeued or finished them; meanwhile
+  // no other job takes those nodes. Without enough usable spares (now or at
+  // a later pass) it releases them and joins the queue, and its pending
+  // reason says why. Any other requeue releases the spares.
   absl::Status Requeue(JobId id, absl::Time now);
 
   // Re-instates a job that is already running at `placement` since
   // `start_time`, having received `attained_gpu_seconds` in earlier runs: a
   // restarted controller rebuilding its state from the store. The placement
   // must use free GPUs of nodes of one model with the job's shape; otherwise
-  // FailedPrecondition says which GPU is taken, and nothing changes.
+  // FailedPrecondition says which GPU is taken, and nothing changes. A job
+  // with `spares` takes back those of `job.spare_nodes` that can still be
+  // its spares and tops up in the next pass.
   absl::Status Restore(const JobRequest& job, const Placement& placement,
                        absl::Time start_time, double attained_gpu_seconds,
                        absl::Time now);
@@ -103,8 +139,19 @@ class Scheduler {
   void ReportCheckpoint(JobId id, absl::Time at);
 
   // Cordons (false) or uncordons (true) a node: an unschedulable node gets no
-  // new work; jobs already there keep running (the caller decides).
+  // new work; jobs already there keep running (the caller decides). A spare
+  // that becomes unschedulable stops being one; its job tops up.
   void SetNodeSchedulable(int node, bool schedulable);
+  // The job node `node` is a hot spare of, or 0.
+  JobId SpareOwner(int node) const {
+    return node >= 0 && node < static_cast<int>(spare_owner_.size())
+               ? spare_owner_[node]
+               : 0;
+  }
+  // Checks the spare bookkeeping: each spare held by one live job that
+  // lists it, outside its placement, with no non-preemptible job on it;
+  // for tests.
+  absl::Status CheckSpares() const;
   // Live jobs with a task on `node`, each once.
   std::vector<JobId> JobsOnNode(int node) const;
 
@@ -189,6 +236,45 @@ class Scheduler {
   int InternProject(const std::string& name);
   void Accrue(int project, absl::Time now);
   void StopRunning(SchedJob& job, absl::Time now);
+  // Starts pending `job` at `placement` now (the policy's `TryStart`, or a
+  // recovery) and reserves its spares.
+  void StartJob(SchedJob& job, Placement placement, absl::Time now,
+                PassResult* result);
+
+  // Hot spares (spares.cc).
+  struct RecoveryPlan;
+  // Whether `node` may become a spare of `job` (whose tasks run on, or
+  // would run on, nodes of `model`; `own` are its nodes, may be null).
+  bool SpareEligible(const SchedJob& job, GpuModelId model, int node,
+                     const NodeMask* own) const;
+  void AddSpare(SchedJob& job, int node);
+  void DropSpare(SchedJob& job, int node);
+  void ReleaseSpares(SchedJob& job);
+  // Reserves spares up to `request.spares`, nearest to the job's placement.
+  void TopUpSpares(SchedJob& job);
+  RecoveryPlan PlanRecovery(const SchedJob& job,
+                            const std::vector<int>& base) const;
+  // Gives pending `job` the recovery placement from `base`; false (spares
+  // released, `recovery_fallback` set) when its spares cannot cover the
+  // lost nodes.
+  bool BeginRecovery(SchedJob& job, std::vector<int> base);
+  // Drops `job`'s recovery placement and queues it normally.
+  void FallBack(SchedJob& job, std::string why);
+  // The pass's first step: every job with a recovery placement.
+  void RecoverOnSpares(absl::Time now, PassResult* result);
+  // Adds to `why` the spares of other jobs that a non-preemptible `job`
+  // may not use although they have room for it.
+  void NoteSpares(const SchedJob& job, PendingReason* why) const;
+  // For preemption on behalf of `job`: `avoid` plus the nodes held for
+  // recoveries and, for a non-preemptible job, the spares (`avoid` itself
+  // when there are none); a new mask goes to `*scratch`.
+  const NodeMask* AvoidSparesAndRecoveries(const SchedJob& job,
+                                           const NodeMask* avoid,
+                                           NodeMask* scratch) const;
+  // After `UpdateCluster`: recovery placements fall back, spares move to
+  // the new node ids (`new_of_old`) or are dropped.
+  void AbandonRecoveries();
+  void RemapSpares(const std::vector<int>& new_of_old);
   // Sets the project's weight and quota from `cluster_`'s projects.
   void ApplyProjectSpecs();
 
@@ -211,13 +297,24 @@ class Scheduler {
   };
   std::map<JobId, Claim> claims_;
   // Per pass: the union of the claims, and `avoid` masks with it added
-  // (by the policy's mask; null: none).
+  // (by the policy's mask, null: none, and whether the spares are added
+  // too, for non-preemptible jobs).
   NodeMask claimed_;
-  absl::node_hash_map<const NodeMask*, NodeMask> with_claims_;
-  // The mask a job that holds no claim must avoid: `avoid` plus every
-  // claim (`avoid` itself when there is none).
-  const NodeMask* AvoidClaimed(JobId id, const NodeMask* avoid,
+  absl::node_hash_map<std::pair<const NodeMask*, bool>, NodeMask> with_claims_;
+  // The mask `job` must avoid: `avoid` plus every other job's claim, and,
+  // for a non-preemptible job, every spare (`avoid` itself when there is
+  // none). A mask built for this job alone goes to `*scratch`.
+  const NodeMask* AvoidClaimed(const SchedJob& job, const NodeMask* avoid,
                                NodeMask* scratch);
+  // Hot spares: per node the job it is a spare of (0: none; empty until the
+  // first spare), the same as a mask, and how many.
+  std::vector<JobId> spare_owner_;
+  NodeMask spare_mask_;
+  int spare_count_ = 0;
+  // Running jobs that hold fewer spares than they asked for, and pending
+  // jobs with a recovery placement.
+  std::set<JobId> short_of_spares_;
+  std::set<JobId> recovering_;
   std::vector<ProjectUsage> projects_;
   absl::flat_hash_map<std::string, int> project_index_;
   // Image locality: per digest the nodes holding it (only digests some node

@@ -70,6 +70,11 @@ std::string FormatSimTable(const SimReport& r) {
                        s.fragmentation_mean_gpus);
   });
   row("preemptions", [](const SimResult& s) { return Count(s.preemptions); });
+  if (std::any_of(r.results.begin(), r.results.end(),
+                  [](const SimResult& s) { return s.spare_reclaims > 0; })) {
+    row("  of them spares reclaimed",
+        [](const SimResult& s) { return Count(s.spare_reclaims); });
+  }
   row("node failures",
       [](const SimResult& s) { return Count(s.node_failures); });
   row("GPU-hours lost", [](const SimResult& s) {
@@ -78,6 +83,47 @@ std::string FormatSimTable(const SimReport& r) {
   row("goodput", [](const SimResult& s) {
     return fmt::format("{:.1f}%", 100 * s.goodput);
   });
+  // The --gang jobs, each on its own lines (every policy has the same).
+  const size_t gangs = r.results.empty() ? 0 : r.results[0].gangs.size();
+  for (size_t g = 0; g < gangs; ++g) {
+    const GangResult& first = r.results[0].gangs[g];
+    const std::string name =
+        fmt::format("{} ({} spares)", first.name, first.spares);
+    auto gang = [&](const SimResult& s) -> const GangResult* {
+      return g < s.gangs.size() ? &s.gangs[g] : nullptr;
+    };
+    row(name + ": goodput", [&](const SimResult& s) {
+      const GangResult* x = gang(s);
+      return x ? fmt::format("{:.1f}%", 100 * x->goodput) : std::string("-");
+    });
+    row("  effective training time", [&](const SimResult& s) {
+      const GangResult* x = gang(s);
+      return x ? fmt::format("{:.1f}%", 100 * x->effective) : std::string("-");
+    });
+    row("  redone / restoring / waiting", [&](const SimResult& s) {
+      const GangResult* x = gang(s);
+      return x ? fmt::format("{:.1f}/{:.1f}/{:.1f}%", 100 * x->redone,
+                             100 * x->restoring, 100 * x->waiting)
+               : std::string("-");
+    });
+    row("  interruptions (on spares)", [&](const SimResult& s) {
+      const GangResult* x = gang(s);
+      return x ? fmt::format("{} ({})", x->interruptions,
+                             x->recovered_on_spares)
+               : std::string("-");
+    });
+    row("  restart wait mean / max", [&](const SimResult& s) {
+      const GangResult* x = gang(s);
+      return x ? Dur(x->restart_wait_mean_s) + " / " +
+                     Dur(x->restart_wait_max_s)
+               : std::string("-");
+    });
+    row("  JCT", [&](const SimResult& s) {
+      const GangResult* x = gang(s);
+      return x ? Dur(x->jct_s) + (x->finished ? "" : " (unfinished)")
+               : std::string("-");
+    });
+  }
   row("scheduling passes", [](const SimResult& s) { return Count(s.passes); });
   row("wall time", [](const SimResult& s) {
     return fmt::format("{:.2f}s", s.wall_seconds);
@@ -168,6 +214,27 @@ nlohmann::json SimReportJson(const SimReport& r) {
     p["preemptions"] = s.preemptions;
     p["node_failures"] = s.node_failures;
     p["restarts"] = s.restarts;
+    p["spare_reclaims"] = s.spare_reclaims;
+    nlohmann::json gangs = nlohmann::json::array();
+    for (const GangResult& g : s.gangs) {
+      gangs.push_back({{"name", g.name},
+                       {"nodes", g.nodes},
+                       {"spares", g.spares},
+                       {"finished", g.finished},
+                       {"jct_s", g.jct_s},
+                       {"gpu_hours_allocated", g.gpu_hours_allocated},
+                       {"gpu_hours_useful", g.gpu_hours_useful},
+                       {"goodput", g.goodput},
+                       {"effective_training_time", g.effective},
+                       {"redone", g.redone},
+                       {"restoring", g.restoring},
+                       {"waiting", g.waiting},
+                       {"interruptions", g.interruptions},
+                       {"recovered_on_spares", g.recovered_on_spares},
+                       {"restart_wait_mean_s", g.restart_wait_mean_s},
+                       {"restart_wait_max_s", g.restart_wait_max_s}});
+    }
+    p["gangs"] = std::move(gangs);
     p["passes"] = s.passes;
     p["wall_seconds"] = s.wall_seconds;
     p["gpu_hours_by_project"] = s.gpu_hours_by_project;

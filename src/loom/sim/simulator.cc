@@ -49,6 +49,30 @@ struct JobRun {
   bool waiting = false;  // out of the queue for its restart backoff
   int restarts_used = 0;
   int requeues = 0;
+  int node_losses = 0;
+  bool recovering = false;  // pending with a recovery placement
+  int extra = -1;           // index into `Engine::extras_`, or -1
+};
+
+// What only jobs with spares and `--gang` jobs need (kept apart so that
+// the other jobs' records stay small).
+struct ExtraRun {
+  // The nodes of the run that ended and its spares, for a resubmission
+  // after a backoff (the server's recovery path).
+  std::vector<int> last_nodes, spare_nodes;
+  // Time accounting (seconds of wall time).
+  double interrupted_at = -1;
+  double useful_s = 0, redone_s = 0, restoring_s = 0, waiting_s = 0;
+  double wait_max_s = 0;
+  int64_t interruptions = 0, waits = 0, recovered = 0;
+};
+
+// How a running job stops.
+enum class Stop {
+  kPreempt,   // checkpoints on the spot: loses nothing
+  kKill,      // a reclaimed hot spare: killed, loses the work since its
+              // last checkpoint
+  kNodeLost,  // its node failed: the same loss
 };
 
 absl::Time At(double t) { return absl::UnixEpoch() + absl::Seconds(t); }
@@ -73,7 +97,14 @@ class Engine {
         rng_(options.seed),
         total_gpus_(cluster.TotalGpus()),
         pending_demand_(cluster.gpu_models.size() + 1),
-        node_up_(cluster.nodes.size(), true) {}
+        node_up_(cluster.nodes.size(), true) {
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      if (jobs[i].gang || jobs[i].request.spares > 0) {
+        runs_[i].extra = static_cast<int>(extras_.size());
+        extras_.emplace_back();
+      }
+    }
+  }
 
   SimResult Run();
 
@@ -86,14 +117,23 @@ class Engine {
   void Submit(size_t i, double t);
   void Start(size_t i, double t);
   void Finish(size_t i, double t);
-  // Stops a running job; `failure` loses the work since its last checkpoint,
-  // a preemption checkpoints first and loses nothing.
-  void Interrupt(size_t i, double t, bool failure);
+  // Stops a running job: a preemption checkpoints first and loses nothing,
+  // a kill or a node failure loses the work since the last checkpoint.
+  void Interrupt(size_t i, double t, Stop how);
   void Resubmit(size_t i, double t);
   void FailNode(int node, double t);
   void RepairNode(int node, double t);
   void AddDemand(size_t i, int sign);
   void Record(double t);
+  double NodeMtbf(int node) const {
+    return options_.fail_mtbf_per_gpu
+               ? options_.fail_mtbf_s / std::max(1, cluster_.nodes[node].gpus)
+               : options_.fail_mtbf_s;
+  }
+  GangResult GangStats(size_t i, double end) const;
+  ExtraRun* Extra(size_t i) {
+    return runs_[i].extra < 0 ? nullptr : &extras_[runs_[i].extra];
+  }
   double Exp(double mean) {
     return std::exponential_distribution<double>(1.0 / mean)(rng_);
   }
@@ -103,6 +143,7 @@ class Engine {
   const SimOptions& options_;
   Scheduler sched_;
   std::vector<JobRun> runs_;
+  std::vector<ExtraRun> extras_;
   std::mt19937_64 rng_;
   const int total_gpus_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
@@ -199,6 +240,17 @@ void Engine::Start(size_t i, double t) {
   r.run_start = t;
   r.overhead = r.run > 1 ? options_.restart_cost_s : 0.0;
   if (r.run > 1) result_.restarts += 1;
+  if (ExtraRun* x = Extra(i); x != nullptr) {
+    if (x->interrupted_at >= 0) {
+      const double wait = t - x->interrupted_at;
+      x->waiting_s += wait;
+      x->wait_max_s = std::max(x->wait_max_s, wait);
+      x->waits += 1;
+      x->interrupted_at = -1;
+    }
+    if (r.recovering && sj->recovery_fallback.empty()) x->recovered += 1;
+  }
+  r.recovering = false;
   r.speed = cluster_.gpu_models[sj->placement.gpu_model].speed;
   if (r.first_start < 0) r.first_start = t;
   const double runtime = r.overhead + r.remaining_work / r.speed;
@@ -218,6 +270,10 @@ void Engine::Finish(size_t i, double t) {
   allocated_ -= gpus;
   r.running = false;
   r.finish = t;
+  if (ExtraRun* x = Extra(i); x != nullptr) {
+    x->useful_s += std::max(0.0, elapsed - r.overhead);
+    x->restoring_s += std::min(elapsed, r.overhead);
+  }
   (void)sched_.Finish(job.request.id, At(t));
   const double jct = t - job.submit_s;
   jct_.push_back(jct);
@@ -231,14 +287,14 @@ void Engine::Finish(size_t i, double t) {
   }
 }
 
-void Engine::Interrupt(size_t i, double t, bool failure) {
+void Engine::Interrupt(size_t i, double t, Stop how) {
   JobRun& r = runs_[i];
   const SimJob& job = jobs_[i];
   const int gpus = job.request.shape.TotalGpus();
   const double elapsed = t - r.run_start;
   const double productive = std::max(0.0, elapsed - r.overhead);
   double kept = productive;
-  if (failure) {
+  if (how != Stop::kPreempt) {
     const double c = options_.checkpoint_interval_s;
     kept = c > 0 ? std::floor(productive / c) * c : 0.0;
     lost_gpu_s_ += gpus * (elapsed - kept);
@@ -249,13 +305,31 @@ void Engine::Interrupt(size_t i, double t, bool failure) {
   result_.gpu_hours_by_project[job.request.project] += gpus * elapsed / 3600;
   allocated_ -= gpus;
   r.running = false;
+  if (ExtraRun* x = Extra(i); x != nullptr) {
+    x->useful_s += kept;
+    x->restoring_s += std::min(elapsed, r.overhead);
+    x->redone_s += elapsed - kept - std::min(elapsed, r.overhead);
+    if (how == Stop::kNodeLost) {
+      x->interruptions += 1;
+      x->interrupted_at = t;
+    }
+  }
+  // Losing a node is not the job's fault: it is requeued, as the server
+  // does (`Controller::LostWithNode`), up to `max_node_loss_requeues`
+  // times; later losses count as its own failures.
+  bool failure = false;
+  if (how == Stop::kNodeLost) {
+    failure = r.node_losses >= options_.max_node_loss_requeues;
+    if (!failure) r.node_losses += 1;
+  }
   // The restart policy, as the server applies it.
   const RetryDecision retry =
       DecideRetry(options_.restart, options_.requeue,
                   failure ? RunEnd::kFailed : RunEnd::kRequeued,
                   r.restarts_used, r.requeues);
+  const JobId id = job.request.id;
   if (!retry.again) {
-    (void)sched_.Finish(job.request.id, At(t));
+    (void)sched_.Finish(id, At(t));
     result_.failed += 1;
     last_progress_ = t;
     return;
@@ -263,12 +337,26 @@ void Engine::Interrupt(size_t i, double t, bool failure) {
   ++(failure ? r.restarts_used : r.requeues);
   if (retry.wait <= absl::ZeroDuration()) {
     r.queued = true;
-    (void)sched_.Requeue(job.request.id, At(t));
+    (void)sched_.Requeue(id, At(t));
+    // With spares, a job that lost a node may wait for its recovery
+    // placement (`Scheduler::Requeue`).
+    const SchedJob* sj = sched_.Find(id);
+    r.recovering = sj != nullptr && sj->recovering();
     AddDemand(i, +1);
     return;
   }
-  // Out of the queue until the backoff is over (the server does the same).
-  (void)sched_.Finish(job.request.id, At(t));
+  // Out of the queue until the backoff is over (the server does the same),
+  // then submitted again with the nodes it held, as the server does.
+  if (const SchedJob* sj = sched_.Find(id);
+      sj != nullptr && job.request.spares > 0) {
+    ExtraRun* x = Extra(i);
+    x->last_nodes.clear();
+    for (const TaskPlacement& task : sj->placement.tasks) {
+      x->last_nodes.push_back(node_up_[task.node] ? task.node : -1);
+    }
+    x->spare_nodes = sj->spare_nodes;
+  }
+  (void)sched_.Finish(id, At(t));
   r.waiting = true;
   waiting_ += 1;
   Push(t + absl::ToDoubleSeconds(retry.wait), EventType::kResubmit,
@@ -279,10 +367,19 @@ void Engine::Resubmit(size_t i, double t) {
   JobRun& r = runs_[i];
   r.waiting = false;
   waiting_ -= 1;
-  if (!sched_.Submit(jobs_[i].request, At(t)).ok()) {
+  JobRequest request = jobs_[i].request;
+  if (ExtraRun* x = Extra(i); x != nullptr) {
+    request.last_nodes = std::move(x->last_nodes);
+    request.spare_nodes = std::move(x->spare_nodes);
+    x->last_nodes.clear();
+    x->spare_nodes.clear();
+  }
+  if (!sched_.Submit(request, At(t)).ok()) {
     result_.failed += 1;
     return;
   }
+  const SchedJob* sj = sched_.Find(request.id);
+  r.recovering = sj != nullptr && sj->recovering();
   r.queued = true;
   AddDemand(i, +1);
 }
@@ -293,7 +390,7 @@ void Engine::FailNode(int node, double t) {
   result_.node_failures += 1;
   sched_.SetNodeSchedulable(node, false);
   for (JobId id : sched_.JobsOnNode(node)) {
-    Interrupt(static_cast<size_t>(id - 1), t, /*failure=*/true);
+    Interrupt(static_cast<size_t>(id - 1), t, Stop::kNodeLost);
   }
   Push(t + options_.repair_s, EventType::kRepair, node);
 }
@@ -301,7 +398,7 @@ void Engine::FailNode(int node, double t) {
 void Engine::RepairNode(int node, double t) {
   node_up_[node] = true;
   sched_.SetNodeSchedulable(node, true);
-  Push(t + Exp(options_.fail_mtbf_s), EventType::kFail, node);
+  Push(t + Exp(NodeMtbf(node)), EventType::kFail, node);
 }
 
 void Engine::Record(double t) {
@@ -317,6 +414,46 @@ void Engine::Record(double t) {
   }
   u.emplace_back(x, util);
   q.emplace_back(x, queue);
+}
+
+GangResult Engine::GangStats(size_t i, double end) const {
+  const SimJob& job = jobs_[i];
+  const JobRun& r = runs_[i];
+  const ExtraRun& x = extras_[r.extra];
+  GangResult g;
+  g.name = job.request.name;
+  g.nodes = job.request.shape.tasks;
+  g.spares = job.request.spares;
+  g.finished = r.finish >= 0;
+  const double stop = g.finished ? r.finish : end;
+  g.jct_s = stop - job.submit_s;
+  double useful = x.useful_s, restoring = x.restoring_s;
+  double waiting = x.waiting_s;
+  if (r.running) {
+    // Still running when the run ended: count its current run so far.
+    const double elapsed = end - r.run_start;
+    useful += std::max(0.0, elapsed - r.overhead);
+    restoring += std::min(elapsed, r.overhead);
+  } else if (!g.finished && x.interrupted_at >= 0) {
+    waiting += end - x.interrupted_at;
+  }
+  const int gpus = job.request.shape.TotalGpus();
+  const double used = useful + x.redone_s + restoring;
+  g.gpu_hours_allocated = gpus * used / 3600;
+  g.gpu_hours_useful = gpus * useful / 3600;
+  g.goodput = used > 0 ? useful / used : 1.0;
+  g.interruptions = x.interruptions;
+  g.recovered_on_spares = x.recovered;
+  g.restart_wait_mean_s = x.waits > 0 ? x.waiting_s / x.waits : 0;
+  g.restart_wait_max_s = x.wait_max_s;
+  const double span = used + waiting;
+  if (span > 0) {
+    g.effective = useful / span;
+    g.redone = x.redone_s / span;
+    g.restoring = restoring / span;
+    g.waiting = waiting / span;
+  }
+  return g;
 }
 
 SimResult Engine::Run() {
@@ -337,7 +474,7 @@ SimResult Engine::Run() {
   resolution_ = std::max(1.0, (window_end_ - window_start_) / 4000.0);
   if (options_.fail_mtbf_s > 0) {
     for (size_t n = 0; n < cluster_.nodes.size(); ++n) {
-      Push(window_start_ + Exp(options_.fail_mtbf_s), EventType::kFail,
+      Push(window_start_ + Exp(NodeMtbf(static_cast<int>(n))), EventType::kFail,
            static_cast<int64_t>(n));
     }
   }
@@ -391,8 +528,12 @@ SimResult Engine::Run() {
       result_.passes += 1;
       for (JobId id : pass.started) Start(static_cast<size_t>(id - 1), t);
       for (const Preemption& p : pass.preempted) {
-        Interrupt(static_cast<size_t>(p.victim - 1), t, /*failure=*/false);
+        // A reclaimed spare is killed at once and loses its work since
+        // the last checkpoint; other victims checkpoint first.
+        Interrupt(static_cast<size_t>(p.victim - 1), t,
+                  p.immediate ? Stop::kKill : Stop::kPreempt);
         result_.preemptions += 1;
+        result_.spare_reclaims += p.immediate ? 1 : 0;
       }
       if (pass.preempted.empty()) break;
     }
@@ -401,6 +542,9 @@ SimResult Engine::Run() {
 
   for (const JobRun& r : runs_) {
     if (r.running || r.queued || r.waiting) result_.unfinished += 1;
+  }
+  for (size_t i = 0; i < jobs_.size(); ++i) {
+    if (jobs_[i].gang) result_.gangs.push_back(GangStats(i, last_t_));
   }
   std::sort(jct_.begin(), jct_.end());
   const double n = static_cast<double>(jct_.size());
@@ -432,6 +576,31 @@ SimResult Engine::Run() {
 }
 
 }  // namespace
+
+std::vector<std::string> FailureModelNames() { return {"llama3"}; }
+
+absl::StatusOr<FailureModel> FindFailureModel(std::string_view name) {
+  if (name == "llama3") {
+    // "The Llama 3 Herd of Models" (Meta, 2024), section 3.3.4: in a 54-day
+    // snapshot of pre-training on 16,384 H100 GPUs, 419 unexpected job
+    // interruptions (one every 3.1 hours; 148 faulty GPUs, 72 HBM3, ~78%
+    // hardware). Repairs and restarts are not given there: 4 hours to get
+    // a node back and 5 minutes to restart a job are this model's
+    // assumptions (docs/simulator.md).
+    FailureModel m;
+    m.name = "llama3";
+    m.summary =
+        "Llama 3 405B pre-training (Meta 2024): 419 unexpected interruptions "
+        "in 54 days on 16,384 GPUs; repair 4h, restart 5min (assumed)";
+    m.gpu_mtbf_s = 54.0 * 86400 * 16384 / 419;
+    m.repair_s = 4 * 3600;
+    m.restart_cost_s = 300;
+    return m;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--failure-model: unknown model '", std::string(name),
+                   "' (choose from none, llama3)"));
+}
 
 absl::StatusOr<SimResult> RunSimulation(const Cluster& cluster,
                                         const std::vector<SimJob>& jobs,

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -16,6 +17,25 @@
 
 namespace loom {
 
+// A named failure model (`loom sim --failure-model NAME`, docs/simulator.md):
+// how often nodes fail, how long repairs take and what a restart costs, as
+// observed on a published fleet.
+struct FailureModel {
+  std::string name;
+  std::string summary;  // one line, with the source
+  // Per GPU: a node of g GPUs fails after an exponential time with mean
+  // `gpu_mtbf_s / g`.
+  double gpu_mtbf_s = 0;
+  double repair_s = 0;
+  double restart_cost_s = 0;
+};
+
+// The named models: "llama3" (Meta, "The Llama 3 Herd of Models", 2024,
+// section 3.3.4: 419 unexpected interruptions in 54 days on 16,384 H100s).
+std::vector<std::string> FailureModelNames();
+// InvalidArgument listing the names for an unknown one.
+absl::StatusOr<FailureModel> FindFailureModel(std::string_view name);
+
 struct SimOptions {
   std::string policy = "fair";
   PolicyOptions policy_options;
@@ -25,6 +45,14 @@ struct SimOptions {
   // (seconds; 0 = never) and comes back after `repair_s`.
   double fail_mtbf_s = 0;
   double repair_s = 3600;
+  // `fail_mtbf_s` is per GPU: a node of g GPUs fails with mean
+  // `fail_mtbf_s / g` (a `FailureModel`).
+  bool fail_mtbf_per_gpu = false;
+  // A job that loses a node is requeued (`requeue`, not its restart policy,
+  // as the server does) up to this many times; later losses count as its
+  // own failures (the server's `kMaxNodeLossRequeues`, Slurm's
+  // MaxBatchRequeue).
+  int max_node_loss_requeues = 5;
   // Jobs save a checkpoint every this many seconds of useful run time
   // (0 = never: a failure loses the whole run).
   double checkpoint_interval_s = 0;
@@ -38,6 +66,28 @@ struct SimOptions {
   RestartSpec requeue{-1, absl::ZeroDuration()};
   // Updated with the number of jobs that have finished, for progress lines.
   std::atomic<int64_t>* progress = nullptr;
+};
+
+// One `--gang` job (`SimJob::gang`), reported on its own.
+struct GangResult {
+  std::string name;
+  int nodes = 0;
+  int spares = 0;
+  bool finished = false;
+  double jct_s = 0;  // finish (or the end of the run) minus submit
+  double gpu_hours_allocated = 0;
+  double gpu_hours_useful = 0;
+  double goodput = 1.0;             // useful / allocated GPU-hours
+  int64_t interruptions = 0;        // runs ended by a node failure
+  int64_t recovered_on_spares = 0;  // restarts on its survivors and spares
+  double restart_wait_mean_s = 0;   // interruption to the next start
+  double restart_wait_max_s = 0;
+  // Wall time from its first start to its end (or the end of the run):
+  // useful (work kept), redone (work lost since the last checkpoint),
+  // restoring (`restart_cost_s`) and waiting to start again; they add up
+  // to 1. `effective` is the Llama 3 report's "effective training time".
+  double effective = 1.0;
+  double redone = 0, restoring = 0, waiting = 0;
 };
 
 struct SimResult {
@@ -61,7 +111,9 @@ struct SimResult {
   int64_t preemptions = 0;
   int64_t node_failures = 0;
   int64_t restarts = 0;
+  int64_t spare_reclaims = 0;  // jobs stopped at once on a reclaimed spare
   int64_t passes = 0;
+  std::vector<GangResult> gangs;
   std::map<std::string, double> gpu_hours_by_project;
   // For plots: (seconds since the first submit, value), step functions.
   std::vector<std::pair<double, double>> utilization_series;

@@ -138,16 +138,29 @@ TEST(Simulator, RestartPolicyEndsJobsThatRunOutOfRestarts) {
   ASSERT_TRUE(unlimited.ok());
   ASSERT_GT(unlimited->restarts, 0);
   EXPECT_EQ(unlimited->failed, 0);
-  // No restarts: every job hit by a failure ends failed, the others finish.
+  // A lost node is a requeue (as the server does), not a failure: without
+  // restarts, every job still finishes.
+  // (Their cap of five node-loss requeues lifted: these jobs never save a
+  // checkpoint, so some lose their node more often.)
   o.restart = {0, absl::ZeroDuration()};
+  o.max_node_loss_requeues = 1000;
+  auto no_restarts = RunSimulation(c, jobs, o);
+  ASSERT_TRUE(no_restarts.ok());
+  EXPECT_EQ(no_restarts->failed, 0);
+  EXPECT_EQ(no_restarts->finished, 8);
+  EXPECT_EQ(no_restarts->jct_s, unlimited->jct_s);
+  // No requeues: every job hit by a failure ends failed, the others finish.
+  o.restart = {-1, absl::ZeroDuration()};
+  o.requeue = {0, absl::ZeroDuration()};
+  o.max_node_loss_requeues = 5;
   auto none = RunSimulation(c, jobs, o);
   ASSERT_TRUE(none.ok());
   EXPECT_GT(none->failed, 0);
   EXPECT_EQ(none->restarts, 0);
   EXPECT_EQ(none->finished + none->failed, 8);
-  // A backoff keeps failed jobs out of the queue for a while: they finish
+  // A backoff keeps requeued jobs out of the queue for a while: they finish
   // later, but all of them finish.
-  o.restart = {-1, absl::Hours(2)};
+  o.requeue = {-1, absl::Hours(2)};
   auto backoff = RunSimulation(c, jobs, o);
   ASSERT_TRUE(backoff.ok());
   EXPECT_EQ(backoff->finished, 8);
@@ -198,6 +211,125 @@ TEST(Simulator, RejectsBadOptions) {
   o.policy = "fifo";
   o.restart_cost_s = -1;
   EXPECT_FALSE(RunSimulation(c, {}, o).ok());
+}
+
+TEST(Simulator, NodeLossesCountAsFailuresAfterFiveRequeues) {
+  // One node failing every ~1000 s under a job that needs 10^5 s: five
+  // losses are requeues, the sixth is the job's failure, and without
+  // restarts it ends there (the server's cap, `kMaxNodeLossRequeues`).
+  Cluster c = MakeCluster({{1, 0}}, 2, 8);
+  auto jobs = Jobs(c, "job_id,submit_time,duration,num_gpus\na,0,100000,8\n");
+  SimOptions o;
+  o.fail_mtbf_s = 1000;
+  o.repair_s = 10;
+  o.restart = {0, absl::ZeroDuration()};
+  auto r = RunSimulation(c, jobs, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->failed, 1);
+  EXPECT_EQ(r->restarts, 5);
+  EXPECT_EQ(r->node_failures, 6);
+}
+
+TEST(Simulator, Llama3FailureModelRate) {
+  absl::StatusOr<FailureModel> m = FindFailureModel("llama3");
+  ASSERT_TRUE(m.ok());
+  // One interruption per ~3.1 hours across 16,384 GPUs.
+  EXPECT_NEAR(m->gpu_mtbf_s / 16384 / 3600, 54.0 * 24 / 419, 1e-9);
+  EXPECT_FALSE(FindFailureModel("weibull").ok());
+  // 2,048 nodes of 8 GPUs over ~54 days: about 419 node failures.
+  Cluster c = MakeCluster({{2048, 0}}, 16, 8);
+  auto jobs = Jobs(c, "job_id,submit_time,duration,num_gpus\na,0,4665600,1\n");
+  SimOptions o;
+  o.fail_mtbf_s = m->gpu_mtbf_s;
+  o.fail_mtbf_per_gpu = true;
+  o.repair_s = m->repair_s;
+  o.restart_cost_s = m->restart_cost_s;
+  o.checkpoint_interval_s = 1800;
+  o.seed = 11;
+  auto r = RunSimulation(c, jobs, o);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->finished, 1);
+  const double expected = r->makespan_s * 2048 * 8 / m->gpu_mtbf_s;
+  EXPECT_NEAR(r->node_failures / expected, 1.0, 0.15)
+      << r->node_failures << " failures, expected " << expected;
+}
+
+// Ten nodes on one leaf: a gang of 6 beside long spot jobs that fill the
+// rest. Without spares a gang that loses a node waits for a spot job to end
+// or the node to come back; with spares it restarts at once on a spare.
+absl::StatusOr<SimResult> GangBesideSpotJobs(int spares) {
+  Cluster c = MakeCluster({{10, 0}}, 10, 1);
+  std::string csv = "job_id,submit_time,duration,num_gpus\n";
+  for (int i = 0; i < 30; ++i) {
+    csv += "spot" + std::to_string(i) + "," + std::to_string(i) + ",72000,8\n";
+  }
+  Workload w;
+  w.jobs = Jobs(c, csv);
+  EXPECT_TRUE(AddGang({6, 200, spares}, c, &w).ok());
+  SimOptions o;
+  o.fail_mtbf_s = 200 * 3600;
+  o.repair_s = 4 * 3600;
+  o.checkpoint_interval_s = 1800;
+  o.restart_cost_s = 300;
+  o.seed = 5;
+  return RunSimulation(c, w.jobs, o);
+}
+
+TEST(Simulator, HotSparesCutTheGangsRestartWait) {
+  auto without = GangBesideSpotJobs(0);
+  auto with = GangBesideSpotJobs(2);
+  ASSERT_TRUE(without.ok() && with.ok());
+  ASSERT_EQ(without->gangs.size(), 1u);
+  ASSERT_EQ(with->gangs.size(), 1u);
+  const GangResult& a = without->gangs[0];
+  const GangResult& b = with->gangs[0];
+  EXPECT_TRUE(a.finished && b.finished);
+  EXPECT_EQ(without->unfinished + with->unfinished, 0);
+  ASSERT_GT(a.interruptions, 0);
+  ASSERT_GT(b.interruptions, 0);
+  EXPECT_EQ(a.recovered_on_spares, 0);
+  EXPECT_GT(a.restart_wait_mean_s, 0);
+  EXPECT_GT(a.waiting, 0);
+  // Every interruption restarted at once on spares (or survivors held
+  // while the spot jobs there were killed).
+  EXPECT_EQ(b.recovered_on_spares, b.interruptions);
+  EXPECT_DOUBLE_EQ(b.restart_wait_mean_s, 0);
+  EXPECT_DOUBLE_EQ(b.waiting, 0);
+  EXPECT_GT(b.effective, a.effective);
+  EXPECT_LT(b.jct_s, a.jct_s);
+  // The spot jobs on reclaimed spares were killed, losing work.
+  EXPECT_GT(with->spare_reclaims, 0);
+  EXPECT_EQ(without->spare_reclaims, 0);
+  // The time accounting adds up.
+  EXPECT_NEAR(b.effective + b.redone + b.restoring + b.waiting, 1.0, 1e-9);
+  EXPECT_NEAR(a.effective + a.redone + a.restoring + a.waiting, 1.0, 1e-9);
+}
+
+TEST(Simulator, RecoveryAfterABackoffResubmitsWithTheNodesItHeld) {
+  // With a requeue backoff the job leaves the scheduler and comes back
+  // with `last_nodes` and `spare_nodes` (the server's path): it still
+  // restarts on its spares.
+  Cluster c = MakeCluster({{10, 0}}, 10, 1);
+  Workload w;
+  w.jobs = Jobs(c, "job_id,submit_time,duration,num_gpus\nspot,0,720000,8\n");
+  ASSERT_TRUE(AddGang({6, 200, 2}, c, &w).ok());
+  SimOptions o;
+  o.fail_mtbf_s = 200 * 3600;
+  o.repair_s = 4 * 3600;
+  o.checkpoint_interval_s = 1800;
+  o.requeue = {-1, absl::Seconds(10)};
+  o.seed = 5;
+  auto r = RunSimulation(c, w.jobs, o);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->gangs.size(), 1u);
+  const GangResult& g = r->gangs[0];
+  ASSERT_GT(g.interruptions, 0);
+  EXPECT_TRUE(g.finished);
+  EXPECT_EQ(g.recovered_on_spares, g.interruptions);
+  // Each requeue waits out its backoff (after five node losses, a loss is
+  // the job's failure, restarted without one).
+  EXPECT_DOUBLE_EQ(g.restart_wait_max_s, 10);
+  EXPECT_GT(g.restart_wait_mean_s, 0);
 }
 
 }  // namespace

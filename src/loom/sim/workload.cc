@@ -1,10 +1,12 @@
 #include "loom/sim/workload.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "loom/sched/placement.h"
 
 namespace loom {
@@ -121,6 +123,78 @@ Workload BuildWorkload(const Trace& trace, const Cluster& cluster,
     ++next_id;
   }
   return w;
+}
+
+absl::StatusOr<GangSpec> ParseGangSpec(std::string_view text) {
+  const std::string whole(text);
+  std::vector<std::string> parts = absl::StrSplit(whole, ':');
+  GangSpec g;
+  double nodes = 0;
+  bool ok = (parts.size() == 2 || parts.size() == 3) &&
+            absl::SimpleAtod(parts[0], &nodes) && nodes >= 1 && nodes <= 1e6 &&
+            nodes == std::floor(nodes) &&
+            absl::SimpleAtod(parts[1], &g.hours) && g.hours > 0 &&
+            g.hours <= 24 * 3650;
+  if (ok && parts.size() == 3) {
+    ok = absl::SimpleAtoi(parts[2], &g.spares) && g.spares >= 0 &&
+         g.spares <= kMaxSpares;
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--gang: '", std::string(text),
+        "' is not NODES:HOURS[:SPARES] (NODES a positive whole number, HOURS "
+        "positive, SPARES 0 to ",
+        kMaxSpares, ")"));
+  }
+  g.nodes = static_cast<int>(nodes);
+  return g;
+}
+
+absl::Status AddGang(const GangSpec& gang, const Cluster& cluster,
+                     Workload* workload) {
+  // Whole nodes of the largest size; its GPU model (the first such node's).
+  int per_node = 0;
+  GpuModelId model = 0;
+  for (const NodeSpec& n : cluster.nodes) {
+    if (n.gpus > per_node) {
+      per_node = n.gpus;
+      model = n.gpu_model;
+    }
+  }
+  int count = 0;
+  for (const NodeSpec& n : cluster.nodes) {
+    count += n.gpus == per_node && n.gpu_model == model ? 1 : 0;
+  }
+  if (per_node == 0 || gang.nodes > count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gang: ", gang.nodes, " nodes of ", per_node, " ",
+                     per_node > 0 ? cluster.gpu_models[model].name : "",
+                     " GPUs; the cluster has ", count));
+  }
+  SimJob job;
+  JobRequest& r = job.request;
+  r.name = absl::StrCat("gang-", gang.nodes, "x", per_node);
+  r.project = "pretrain";
+  r.user = "pretrain";
+  r.kind = JobKind::kTrain;
+  const PriorityClass* normal = cluster.FindPriorityClass("normal");
+  r.priority = normal != nullptr ? normal->value : 100;
+  r.preemptible = false;
+  r.shape.tasks = gang.nodes;
+  r.shape.gpus_per_task = per_node;
+  r.shape.gpu_model = model;
+  r.spares = gang.spares;
+  job.submit_s = workload->jobs.empty() ? 0.0 : workload->jobs.front().submit_s;
+  r.submit_time = absl::UnixEpoch() + absl::Seconds(job.submit_s);
+  // Useful work in hours on its own GPUs: the trace duration is at speed 1.
+  job.duration_s = gang.hours * 3600 * cluster.gpu_models[model].speed;
+  job.trace_id = r.name;
+  job.gang = true;
+  workload->jobs.insert(workload->jobs.begin(), std::move(job));
+  for (size_t i = 0; i < workload->jobs.size(); ++i) {
+    workload->jobs[i].request.id = static_cast<JobId>(i + 1);
+  }
+  return absl::OkStatus();
 }
 
 OfferedLoad ComputeOfferedLoad(const std::vector<SimJob>& jobs,

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -29,7 +30,28 @@ struct SimJob {
   double submit_s = 0;    // after arrival scaling
   double duration_s = 0;  // true run time at GPU speed 1.0
   std::string trace_id;
+  bool gang = false;  // a `--gang` job: the report gives it its own lines
 };
+
+// `--gang NODES:HOURS[:SPARES]`: one long pre-training gang of NODES whole
+// nodes and HOURS of useful work, with SPARES hot spares, submitted with the
+// first trace job (docs/simulator.md).
+struct GangSpec {
+  int nodes = 0;
+  double hours = 0;
+  int spares = 0;
+};
+
+absl::StatusOr<GangSpec> ParseGangSpec(std::string_view text);
+
+struct Workload;
+
+// Adds `gang` to `workload` as its first job (at the first submit time,
+// non-preemptible, project "pretrain", whole nodes of the cluster's largest
+// node size and that node's GPU model) and renumbers the jobs from 1.
+// InvalidArgument when the cluster has too few such nodes.
+absl::Status AddGang(const GangSpec& gang, const Cluster& cluster,
+                     Workload* workload);
 
 struct WorkloadOptions {
   double arrival_scale = 1.0;

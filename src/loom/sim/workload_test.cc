@@ -81,5 +81,40 @@ TEST(Workload, OfferedLoad) {
   EXPECT_DOUBLE_EQ(l.peak_load, 24.0 / 224);
 }
 
+TEST(Workload, GangSpecs) {
+  absl::StatusOr<GangSpec> g = ParseGangSpec("1536:168:8");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->nodes, 1536);
+  EXPECT_DOUBLE_EQ(g->hours, 168);
+  EXPECT_EQ(g->spares, 8);
+  g = ParseGangSpec("4:0.5");
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->spares, 0);
+  for (const char* bad :
+       {"", "4", "0:1", "4:0", "4:1:17", "4:1:-1", "x:1", "4.5:1", "4:1:2:3"}) {
+    EXPECT_FALSE(ParseGangSpec(bad).ok()) << bad;
+  }
+}
+
+TEST(Workload, AddGangGoesFirstOnWholeNodes) {
+  Cluster c = *ClusterPreset("small");  // 18 H200 + 10 A100 nodes
+  Workload w = BuildWorkload(MakeTrace({{5, 100, 1, ""}, {9, 100, 8, ""}}), c,
+                             WorkloadOptions{});
+  ASSERT_TRUE(AddGang({16, 2, 2}, c, &w).ok());
+  ASSERT_EQ(w.jobs.size(), 3u);
+  const SimJob& gang = w.jobs[0];
+  EXPECT_TRUE(gang.gang);
+  EXPECT_EQ(gang.request.id, 1);
+  EXPECT_EQ(w.jobs[2].request.id, 3);
+  EXPECT_DOUBLE_EQ(gang.submit_s, 5);
+  EXPECT_EQ(gang.request.shape.tasks, 16);
+  EXPECT_EQ(gang.request.shape.gpus_per_task, 8);
+  EXPECT_EQ(gang.request.shape.gpu_model, c.FindGpuModel("h200"));
+  EXPECT_FALSE(gang.request.preemptible);
+  EXPECT_EQ(gang.request.spares, 2);
+  EXPECT_DOUBLE_EQ(gang.duration_s, 2 * 3600);
+  EXPECT_FALSE(AddGang({19, 2, 0}, c, &w).ok());  // 18 H200 nodes
+}
+
 }  // namespace
 }  // namespace loom
