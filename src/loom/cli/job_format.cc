@@ -311,6 +311,22 @@ std::string FormatJobDetails(const nlohmann::json& job, absl::Time now) {
     }
     add("Checkpoint", line);
   }
+  // Hot spares held for it (docs/scheduling.md "Hot spares").
+  if (const Json* spares = Field(job, "spare_nodes");
+      spares != nullptr && spares->is_array()) {
+    std::vector<std::string> names;
+    for (const Json& n : *spares) {
+      if (n.is_string()) names.push_back(n.get<std::string>());
+    }
+    const Json* spec = Field(job, "spec");
+    const std::optional<int64_t> asked =
+        spec != nullptr ? Int(*spec, "spares") : std::nullopt;
+    add("Hot spares",
+        absl::StrCat(names.empty() ? "none" : absl::StrJoin(names, ", "),
+                     asked ? absl::StrCat(" (", names.size(), " of ", *asked,
+                                          " asked)")
+                           : ""));
+  }
   // The last recovery, phase by phase (docs/fault-tolerance.md).
   if (const Json* r = Field(job, "recovery"); r != nullptr && r->is_object()) {
     std::string line;

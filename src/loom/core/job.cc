@@ -1,5 +1,8 @@
 #include "loom/core/job.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "loom/core/labels.h"
 
@@ -115,6 +118,28 @@ absl::Status ValidateJobRequest(const JobRequest& job, const Cluster& cluster) {
   if (job.spares < 0 || job.spares > kMaxSpares) {
     return absl::InvalidArgumentError(absl::StrCat(
         "spares: must be 0 to ", kMaxSpares, ", got ", job.spares));
+  }
+  if (job.spares > 0) {
+    // A spare stands in for a node of the job: only whole-node tasks can
+    // move onto one (the largest node of a model the job may run on).
+    std::vector<int> most(cluster.gpu_models.size(), 0);
+    for (const NodeSpec& n : cluster.nodes) {
+      if (n.gpu_model >= 0 && n.gpu_model < static_cast<int>(most.size())) {
+        most[n.gpu_model] = std::max(most[n.gpu_model], n.gpus);
+      }
+    }
+    bool whole = false;
+    for (size_t m = 0; m < most.size(); ++m) {
+      whole = whole || ((s.gpu_model == kAnyGpuModel ||
+                         s.gpu_model == static_cast<int>(m)) &&
+                        most[m] == s.gpus_per_task);
+    }
+    if (!whole) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "spares: only for jobs whose tasks take whole nodes (each task "
+          "as many GPUs as a node has); this job's tasks take ",
+          s.gpus_per_task, " GPU(s)"));
+    }
   }
   const int nodes = static_cast<int>(cluster.nodes.size());
   if (!job.last_nodes.empty() &&

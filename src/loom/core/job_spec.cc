@@ -860,7 +860,7 @@ absl::StatusOr<JobSpec> JobSpecParser::Parse(const YAML::Node& root) {
                             "cancel",      "hold",
                             "labels",      "node_selector",
                             "dependency",  "kill_on_invalid_dep",
-                            "array"});
+                            "array",       "spares"});
   if (!map.ok()) return map.status();
 
   JobSpec spec;
@@ -989,6 +989,11 @@ absl::StatusOr<JobSpec> JobSpecParser::Parse(const YAML::Node& root) {
     if (!b.ok()) return b.status();
     spec.kill_on_invalid_dep = *b;
   }
+  if (const Field* f = map->Find("spares"); f != nullptr) {
+    absl::StatusOr<int64_t> n = ReadInt(f->value, f->key, 0, kMaxSpares);
+    if (!n.ok()) return n.status();
+    spec.spares = static_cast<int>(*n);
+  }
   if (const Field* f = map->Find("array"); f != nullptr) {
     absl::StatusOr<std::string> text = ReadText(f->value, f->key, false);
     if (!text.ok()) return text.status();
@@ -1097,6 +1102,7 @@ absl::StatusOr<JobRequest> ToJobRequest(const JobSpec& spec,
   // Image locality (docs/scheduling.md): the digest the server pinned.
   if (spec.container.has_value()) job.image = spec.container->image_digest;
   job.node_selector = spec.node_selector;
+  job.spares = spec.spares;
   job.submit_time = submit_time;
   job.time_limit = spec.time_limit.value_or(absl::InfiniteDuration());
 
@@ -1246,6 +1252,7 @@ std::string JobSpecToJson(const JobSpec& spec) {
   if (!spec.dependency.empty()) j["dependency"] = spec.dependency;
   if (spec.kill_on_invalid_dep) j["kill_on_invalid_dep"] = true;
   if (!spec.array.empty()) j["array"] = spec.array;
+  if (spec.spares != 0) j["spares"] = spec.spares;
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 

@@ -107,6 +107,10 @@ struct JobSpec {
   int cancel_signal = SIGTERM;
   absl::Duration cancel_grace = absl::Seconds(30);
   bool hold = false;  // submitted held: not scheduled until released
+  // Hot spares (docs/job-spec.md `spares`, docs/scheduling.md "Hot
+  // spares"): whole nodes reserved near the job while it runs, lent to
+  // preemptible work, taking a lost node's place at once; 0..kMaxSpares.
+  int spares = 0;
   std::map<std::string, std::string> labels;
   // Only nodes whose labels match (loom/core/labels.h `MatchesSelector`):
   // every key with the same value, an empty value matching any. As

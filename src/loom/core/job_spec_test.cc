@@ -600,6 +600,9 @@ TEST(ParseJobSpec, FieldErrors) {
       {Minimal("preemptible: yes\n"), "yes", 0,
        "preemptible: must be true or false, got 'yes'"},
       {Minimal("hold: 1\n"), "1", 0, "hold: must be true or false, got '1'"},
+      {Minimal("spares: 17\n"), "17", 0,
+       "spares: must be between 0 and 16, got 17"},
+      {Minimal("spares: one\n"), "one", 0, "spares: "},
       {Minimal("kind: training\n"), "training", 0,
        "kind: unknown job kind 'training'"},
       {Minimal("working_dir: work\n"), ": work", 2,
@@ -989,6 +992,42 @@ TEST(ParseJobSpec, NodeSelectorReachesTheJobRequest) {
   EXPECT_NE(JobSpecToJson(*spec).find("\"node_selector\""), std::string::npos);
   spec->node_selector.clear();
   EXPECT_EQ(JobSpecToJson(*spec).find("node_selector"), std::string::npos);
+}
+
+TEST(ParseJobSpec, SparesReachTheJobRequestAndNeedWholeNodeTasks) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(
+      "name: j\ncommand: [x]\ntasks: 2\nspares: 2\n"
+      "resources: {gpus_per_task: 8}\n",
+      "spec.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->spares, 2);
+  Cluster c;
+  c.gpu_models = DefaultGpuModels();
+  c.priority_classes = DefaultPriorityClasses();
+  PoolSpec pool;
+  pool.name = "h200";
+  c.pools.push_back(pool);
+  NodeSpec node;
+  node.name = "h200-0";
+  c.nodes.push_back(node);
+  absl::StatusOr<JobRequest> req = ToJobRequest(*spec, c, 1, absl::Now());
+  ASSERT_TRUE(req.ok()) << req.status();
+  EXPECT_EQ(req->spares, 2);
+  // Kept in the canonical form (only when set).
+  absl::StatusOr<JobSpec> again = ParseJobSpec(JobSpecToJson(*spec), "j");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, *spec);
+  spec->spares = 0;
+  EXPECT_EQ(JobSpecToJson(*spec).find("spares"), std::string::npos);
+  // A task of half a node cannot move onto a spare.
+  spec->spares = 1;
+  spec->gpus_per_task = 4;
+  req = ToJobRequest(*spec, c, 1, absl::Now());
+  ASSERT_FALSE(req.ok());
+  EXPECT_NE(req.status().message().find(
+                "spares: only for jobs whose tasks take whole nodes"),
+            std::string::npos)
+      << req.status();
 }
 
 }  // namespace

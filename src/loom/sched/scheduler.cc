@@ -492,18 +492,6 @@ absl::StatusOr<SubmitOutcome> Scheduler::Submit(const JobRequest& job,
     return absl::InvalidArgumentError(
         absl::StrCat("job ", job.id, " is already known to the scheduler"));
   }
-  if (job.spares > 0) {
-    bool whole = false;
-    for (GpuModelId m : CandidateModels(*cluster_, job.shape)) {
-      whole = whole || state_->MaxNodeGpus(m) == job.shape.gpus_per_task;
-    }
-    if (!whole) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "spares: only for jobs whose tasks take whole nodes (each task "
-          "as many GPUs as a node has); this job's tasks take ",
-          job.shape.gpus_per_task, " GPU(s)"));
-    }
-  }
   std::string why;
   if (!CouldEverRun(*cluster_, job.shape, &why)) {
     return SubmitOutcome{SubmitOutcome::Kind::kInfeasible, why};

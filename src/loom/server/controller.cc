@@ -172,10 +172,17 @@ absl::Status Controller::Load(absl::Time now) {
     if (job.array_job == 0) {
       unfinished_by_name_[{job.spec.user, job.spec.name}].insert(job.id);
     }
+    // Its spares, and after a node loss its last run's nodes, back.
+    AddSpareHints(job, &*req);
     if (job.state == JobState::kPending && job.not_before) {
       backoff_.insert(job.id);  // queued again by Tick when it is due
     } else if (job.state == JobState::kPending && GatedByDependency(job)) {
       WaitForDependency(job.id);  // checked again by the first Tick
+    } else if (job.state == JobState::kPending && !job.last_nodes.empty() &&
+               job.spec.spares > 0) {
+      // It restarts on its survivors and spares, which the scheduler takes
+      // only once their agents are back (`StepSpareRestores`).
+      spare_restores_[job.id] = now + options_.suspect_after;
     } else if (job.state == JobState::kPending) {
       (void)QueueJob(job, *req, now);
     } else if ((job.state == JobState::kRunning ||
@@ -208,6 +215,7 @@ absl::Status Controller::Load(absl::Time now) {
       }
       absl::Status st =
           scheduler_->Restore(*req, p, job.start_time.value_or(now), 0, now);
+      if (st.ok() && job.spec.spares > 0) with_spares_.insert(job.id);
       if (st.ok() && job.checkpoint_time &&
           job.checkpoint_run == job.restart_count) {
         scheduler_->ReportCheckpoint(job.id, *job.checkpoint_time);

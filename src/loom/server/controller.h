@@ -615,6 +615,34 @@ class Controller {
   // signal, its grace, then SIGKILL.
   void Evict(JobRecord& job, const std::string& why, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hot spares (controller_spares.cc): the nodes the scheduler holds for
+  // job `id`, by name, sorted.
+  std::vector<std::string> HeldSpares(JobId id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The record's spare nodes (and, for a pending job, the nodes of its last
+  // run) into `req`, for the scheduler's recovery placement.
+  void AddSpareHints(const JobRecord& job, JobRequest* req) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The run of `job` ended and it is queued again; `held`: its spares until
+  // then. A run that lost a node keeps them and its survivors as hints.
+  void KeepSpareHints(JobRecord& job, std::vector<std::string> held)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `job` started: its spares now; for its start event, the tasks that went
+  // onto spares ("" if none).
+  std::string StartedOnSpares(JobRecord& job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Jobs that lost a node and were to restart on their survivors and
+  // spares when the server restarted: queued once the agents of those
+  // nodes are back, or at the deadline (`spare_restores_`).
+  void StepSpareRestores(absl::Time now, std::vector<const JobRecord*>* dirty)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records of running jobs whose spares the scheduler changed.
+  void SyncSpares(std::vector<const JobRecord*>* dirty)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops preemptible `job` at once: it runs on a spare (or survivor node)
+  // of `for_job`, which recovers there (`Preemption::immediate`).
+  void KillOnSpare(JobRecord& job, JobId for_job, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every live task on node `n` is lost (the node is down).
   void NodeLost(int n, absl::Time now, std::vector<const JobRecord*>* dirty)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -755,6 +783,9 @@ class Controller {
   // Multi-node runs stopping after a task failed: when it was reported
   // (`WatchGang`).
   absl::flat_hash_map<JobId, absl::Time> gang_watch_ ABSL_GUARDED_BY(mu_);
+  // Running jobs that asked for hot spares (`SyncSpares`).
+  absl::flat_hash_set<JobId> with_spares_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<JobId, absl::Time> spare_restores_ ABSL_GUARDED_BY(mu_);
   Histogram queue_wait_ ABSL_GUARDED_BY(mu_);
   // Container tasks' image pulls, as a phase of their start.
   Histogram image_pull_ ABSL_GUARDED_BY(mu_);

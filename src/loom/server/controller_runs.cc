@@ -69,6 +69,7 @@ void Controller::StartJob(JobRecord& job, absl::Time now) {
   }
   for (const TaskRecord& t : job.tasks)
     actions_.push_back(LaunchAction(job, t));
+  const std::string on_spares = StartedOnSpares(job);
   NoteJobChanged(job);  // `after` dependencies
   if (job.recovery && job.recovery->run + 1 == job.restart_count &&
       job.recovery->stopped && !job.recovery->placed) {
@@ -85,7 +86,8 @@ void Controller::StartJob(JobRecord& job, absl::Time now) {
           p.preferred_tasks > 0
               ? absl::StrCat("; ", p.preferred_tasks, " of ", job.tasks.size(),
                              " on nodes that hold its image")
-              : ""));
+              : "",
+          on_spares));
 }
 
 AgentAction Controller::LaunchAction(const JobRecord& job,
@@ -269,6 +271,8 @@ void Controller::FinishJob(JobRecord& job, absl::Time now) {
     const int master = NodeIndex(job.tasks[0].node);
     if (master >= 0) nodes_[master].master_ports.erase(job.master_port);
   }
+  std::vector<std::string> spares =
+      job.spec.spares > 0 ? HeldSpares(job.id) : std::vector<std::string>{};
   (void)scheduler_->Finish(job.id, now);
   gang_watch_.erase(job.id);
   const bool preempted = job.preempted && !job.cancel_requested;
@@ -317,6 +321,9 @@ void Controller::FinishJob(JobRecord& job, absl::Time now) {
                                     job.spec.restart.max, " after: ", why);
     job.AddEvent(now, absl::StrCat(job.reason, "; queued again in ",
                                    FormatDurationShort(wait)));
+    // After a node loss: the survivors and spares for the next run.
+    KeepSpareHints(job, preempted ? std::move(spares)
+                                  : std::vector<std::string>{});
     job.tasks.clear();
     job.exit_code.reset();
     job.start_time.reset();
@@ -333,6 +340,8 @@ void Controller::FinishJob(JobRecord& job, absl::Time now) {
   if (job.recovery && job.recovery->run == job.restart_count) {
     job.recovery.reset();  // no run follows this one
   }
+  job.spare_nodes.clear();
+  job.last_nodes.clear();
   if (job.cancel_requested) {
     job.state = JobState::kCancelled;
   } else if (ok) {

@@ -40,6 +40,8 @@ void Controller::Tick(absl::Time now) {
     QueueAfterBackoff(job, now);
     dirty.push_back(&job);
   }
+  // Recoveries onto spares that waited for their nodes after a restart.
+  if (!spare_restores_.empty()) StepSpareRestores(now, &dirty);
   // Liveness: silent nodes are suspect (no new work), then down (their
   // tasks are lost); gangs that lost a node are stopped.
   StepLiveness(now, &dirty);
@@ -58,6 +60,14 @@ void Controller::Tick(absl::Time now) {
   }
   for (const Preemption& p : pass.preempted) {
     JobRecord& job = jobs_.at(p.victim);
+    if (p.immediate) {
+      // A spare reclaimed by a job that lost a node: no grace.
+      ++decisions_;
+      ++preemptions_;
+      KillOnSpare(job, p.for_job, now);
+      dirty.push_back(&job);
+      continue;
+    }
     const JobRecord& winner = jobs_.at(p.for_job);
     const SchedJob* w = scheduler_->Find(p.for_job);
     const SchedJob* v = scheduler_->Find(p.victim);
@@ -78,6 +88,8 @@ void Controller::Tick(absl::Time now) {
           now);
     dirty.push_back(&job);
   }
+  // Spares the pass topped up or replaced, into the records.
+  SyncSpares(&dirty);
   if (absl::Status st = Persist(dirty); !st.ok()) {
     // Nothing may launch that is not on disk: undo this pass's starts.
     for (JobId id : pass.started) {

@@ -142,6 +142,8 @@ nlohmann::json JobRecordToJson(const JobRecord& j) {
   out["switch"] = j.switch_name;
   out["master_port"] = j.master_port;
   if (j.recovery) out["recovery"] = RecoveryToJson(*j.recovery);
+  if (!j.spare_nodes.empty()) out["spare_nodes"] = j.spare_nodes;
+  if (!j.last_nodes.empty()) out["last_nodes"] = j.last_nodes;
   nlohmann::json tasks = nlohmann::json::array();
   for (const TaskRecord& t : j.tasks) {
     tasks.push_back({{"index", t.index},
@@ -219,6 +221,9 @@ absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& in) {
       if (!recovery.ok()) return recovery.status();
       j.recovery = *std::move(recovery);
     }
+    j.spare_nodes =
+        in.value("spare_nodes", std::vector<std::string>{});
+    j.last_nodes = in.value("last_nodes", std::vector<std::string>{});
     for (const nlohmann::json& t : in.at("tasks")) {
       TaskRecord task;
       task.index = t.at("index").get<int>();
@@ -324,6 +329,8 @@ nlohmann::json JobApiJson(
   }
   j["recovery"] =
       job.recovery ? RecoveryApiJson(*job.recovery) : nlohmann::json(nullptr);
+  // Only for a job that asked for spares, as `spares` in its spec.
+  if (job.spec.spares > 0) j["spare_nodes"] = job.spare_nodes;
   if (!job.tasks.empty()) {
     nlohmann::json tasks = nlohmann::json::array();
     absl::flat_hash_set<std::string> nodes;

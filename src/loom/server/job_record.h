@@ -134,6 +134,14 @@ struct JobRecord {
   int master_port = 0;
   // Its last recovery (a run lost, the next one's start), phase by phase.
   std::optional<RecoveryTimes> recovery;
+  // Hot spares (`spec.spares`, docs/scheduling.md): the nodes the scheduler
+  // holds for the job while it runs (as of its last write), and, while it
+  // waits to run again after losing a node, the node of each task of the
+  // run that ended ("" for a lost one). The scheduler gets both back on a
+  // requeue and after a restart of the server (`JobRequest::last_nodes`,
+  // `spare_nodes`), so the next run starts on the survivors and spares.
+  std::vector<std::string> spare_nodes;
+  std::vector<std::string> last_nodes;
   std::vector<TaskRecord> tasks;
   // Bounded: the last `JobEvents::kMaxJobEvents`, repeats coalesced.
   JobEvents events;
