@@ -27,11 +27,14 @@ start_server
 start_agents 2
 echo "ok: two agents registered"
 BUSY=$("$LOOM" run -g 8 --name busy -- sh -c 'echo hello-from-busy; sleep 600' | grep -o '[0-9]*$') || fail "submit busy"
-WIDE=$("$LOOM" run -g 16 --nodes 2 --name wide -- sleep 1 | grep -o '[0-9]*$') || fail "submit wide"
 for _ in $(seq 100); do
   "$LOOM" show "$BUSY" -o json | grep -q '"state": *"running"' && break
   sleep 0.1
 done
+# A job that fails without a checkpoint: its GPU-seconds are lost (goodput).
+CRASH=$("$LOOM" run -g 8 --name crash -- sh -c 'sleep 1; exit 3' | grep -o '[0-9]*$') || fail "submit crash"
+wait_for 30 state_is "$CRASH" failed || fail "the crash job did not fail: $("$LOOM" show "$CRASH")"
+WIDE=$("$LOOM" run -g 16 --nodes 2 --name wide -- sleep 1 | grep -o '[0-9]*$') || fail "submit wide"
 REASON=$("$LOOM" show "$WIDE" -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["reason"])')
 [ -n "$REASON" ] || fail "the waiting job has no reason"
 
@@ -60,12 +63,24 @@ assert cell and html.unescape(cell.group(1)) == reason, (cell and cell.group(1),
 print("queue row:", html.unescape(cell.group(1)))
 PYEOF
 echo "ok: heat map shows job $BUSY on 8 GPUs and 8 idle; job $WIDE waits with its reason"
+python3 - "$W/dom.html" <<'PYEOF' || fail "goodput panel: $(grep -o '<section id="goodput-section".\{0,600\}' "$W/dom.html")"
+import re, sys
+dom = open(sys.argv[1]).read()
+cluster = re.search(r'id="goodput-cluster">([0-9.]+)%<', dom)
+row = re.search(r'<tr class="goodput" data-project="default">.*?<td class="ratio">([0-9.]+)%</td>', dom)
+assert cluster and row, "no goodput figures"
+# The crash job lost its 8 GPU-seconds or so; busy has lost nothing.
+assert 0 < float(row.group(1)) < 100, row.group(1)
+print(f"goodput: cluster {cluster.group(1)}%, project default {row.group(1)}%")
+PYEOF
+echo "ok: the goodput panel shows the crash job's loss"
 
 chrome "$LOOM_SERVER/#token=$TOKEN&/job/$BUSY" --dump-dom > "$W/job.html" || fail "chromium (job page)"
 grep -q "Job $BUSY: busy" "$W/job.html" || fail "job page title: $(head -c 600 "$W/job.html")"
 grep -q 'id="job-placement">1 node(s)' "$W/job.html" || fail "job page placement"
 grep -q "started on 1 node(s)" "$W/job.html" || fail "job page events"
 grep -q "hello-from-busy" "$W/job.html" || fail "job page logs"
+grep -q 'id="job-goodput">100.0% (0.00 of ' "$W/job.html" || fail "job page goodput: $(grep -o 'id="job-goodput">[^<]*' "$W/job.html")"
 echo "ok: job page shows placement, events and logs"
 
 chrome "$LOOM_SERVER/#token=$TOKEN" --screenshot="$ART/dashboard.png" --window-size=1280,900 > /dev/null

@@ -9,6 +9,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "fmt/format.h"
@@ -143,6 +144,15 @@ std::vector<std::string> AcctUsageHeader(const Json& reply,
   return header;
 }
 
+// Whether the server reported goodput (servers before it did not).
+bool AcctHasGoodput(const Json& reply) { return reply.contains("goodput"); }
+
+// A goodput ratio as a percentage; "-" where there is none.
+std::string AcctGoodput(const Json& row) {
+  std::optional<double> g = Num(row, "goodput");
+  return g ? absl::StrFormat("%.1f%%", 100 * *g) : "-";
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> ParseSacctStates(
@@ -232,6 +242,7 @@ std::string FormatSacctCsv(const nlohmann::json& reply) {
 
 std::string FormatUsageTable(const nlohmann::json& reply) {
   const bool periods = AcctUsageHasPeriods(reply);
+  const bool goodput = AcctHasGoodput(reply);
   const std::vector<std::string> keys = AcctUsageKeys(reply);
   const std::string per = Str(reply, "per");
   std::vector<std::vector<std::string>> rows;
@@ -243,6 +254,10 @@ std::string FormatUsageTable(const nlohmann::json& reply) {
     std::optional<double> seconds = Num(r, "gpu_seconds");
     sum += seconds.value_or(0);
     row.push_back(AcctHours(seconds));
+    if (goodput) {
+      row.push_back(AcctHours(Num(r, "lost_gpu_seconds")));
+      row.push_back(AcctGoodput(r));
+    }
     rows.push_back(std::move(row));
   }
   std::vector<std::string> total(keys.size() + (periods ? 1 : 0), "");
@@ -250,12 +265,20 @@ std::string FormatUsageTable(const nlohmann::json& reply) {
   total.push_back(AcctHours(Num(reply, "total_gpu_seconds").value_or(sum)));
   // No period nor key columns (a reply without `by` or rows): one cell.
   if (total.size() == 1) total[0] = "TOTAL " + total[0];
+  std::vector<std::string> header = AcctUsageHeader(reply, "GPU-HOURS");
+  if (goodput) {
+    total.push_back(AcctHours(Num(reply, "total_lost_gpu_seconds")));
+    total.push_back(AcctGoodput(reply));
+    header.push_back("LOST-HOURS");
+    header.push_back("GOODPUT");
+  }
   rows.push_back(std::move(total));
-  return FormatTable(AcctUsageHeader(reply, "GPU-HOURS"), rows);
+  return FormatTable(header, rows);
 }
 
 std::string FormatUsageCsv(const nlohmann::json& reply) {
   const bool periods = AcctUsageHasPeriods(reply);
+  const bool goodput = AcctHasGoodput(reply);
   const std::vector<std::string> keys = AcctUsageKeys(reply);
   std::vector<std::vector<std::string>> rows;
   for (const Json& r : Items(reply, "rows")) {
@@ -263,9 +286,18 @@ std::string FormatUsageCsv(const nlohmann::json& reply) {
     if (periods) row.push_back(Str(r, "period"));
     for (const std::string& key : keys) row.push_back(Str(r, key.c_str()));
     row.push_back(AcctPlainNumber(Num(r, "gpu_seconds")));
+    if (goodput) {
+      row.push_back(AcctPlainNumber(Num(r, "lost_gpu_seconds")));
+      row.push_back(AcctPlainNumber(Num(r, "goodput")));
+    }
     rows.push_back(std::move(row));
   }
-  return FormatCsv(AcctUsageHeader(reply, "GPU_SECONDS"), rows);
+  std::vector<std::string> header = AcctUsageHeader(reply, "GPU_SECONDS");
+  if (goodput) {
+    header.push_back("LOST_GPU_SECONDS");
+    header.push_back("GOODPUT");
+  }
+  return FormatCsv(header, rows);
 }
 
 namespace cli {

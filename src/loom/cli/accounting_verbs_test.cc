@@ -282,6 +282,24 @@ TEST(UsageFormat, TablePerDay) {
   EXPECT_THAT(FormatUsageTable(monthly), HasSubstr("\n2026-12  "));
 }
 
+TEST(UsageFormat, GoodputColumnsWhenTheServerHasThem) {
+  Json reply = AcctSampleUsage();
+  reply["rows"][0]["lost_gpu_seconds"] = 720.0;
+  reply["rows"][0]["goodput"] = 0.9;
+  reply["rows"][1]["lost_gpu_seconds"] = 0.0;
+  reply["rows"][1]["goodput"] = 1.0;
+  reply["total_lost_gpu_seconds"] = 720.0;
+  reply["goodput"] = 0.92;
+  EXPECT_EQ(FormatUsageTable(reply),
+            "PERIOD      PROJECT       USER  GPU-HOURS  LOST-HOURS  GOODPUT\n"
+            "2026-12-03  search        ana   2.00       0.20        90.0%\n"
+            "2026-12-03  research, ml  bob   0.50       0.00        100.0%\n"
+            "TOTAL                           2.50       0.20        92.0%\n");
+  EXPECT_THAT(FormatUsageCsv(reply),
+              HasSubstr("GPU_SECONDS,LOST_GPU_SECONDS,GOODPUT\n"));
+  EXPECT_THAT(FormatUsageCsv(reply), HasSubstr(",7200,720,0.9\n"));
+}
+
 TEST(UsageFormat, TableInAllByOneKey) {
   const Json reply = {
       {"by", {"user"}},

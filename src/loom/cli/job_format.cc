@@ -311,6 +311,18 @@ std::string FormatJobDetails(const nlohmann::json& job, absl::Time now) {
     }
     add("Checkpoint", line);
   }
+  // Goodput (docs/accounting.md "Goodput"): once it has used a GPU.
+  if (const Json* g = Field(job, "goodput"); g != nullptr && g->is_object()) {
+    const std::optional<double> ratio = Num(*g, "ratio");
+    const double lost = Num(*g, "lost_gpu_seconds").value_or(0);
+    if (ratio) {
+      add("Goodput",
+          absl::StrFormat("%.1f%% (%.2f of %.2f GPU-hours lost after the last "
+                          "checkpoint of a run)",
+                          100 * *ratio, lost / 3600,
+                          Num(*g, "gpu_seconds").value_or(0) / 3600));
+    }
+  }
   // Hot spares held for it (docs/scheduling.md "Hot spares").
   if (const Json* spares = Field(job, "spare_nodes");
       spares != nullptr && spares->is_array()) {
@@ -322,10 +334,10 @@ std::string FormatJobDetails(const nlohmann::json& job, absl::Time now) {
     const std::optional<int64_t> asked =
         spec != nullptr ? Int(*spec, "spares") : std::nullopt;
     add("Hot spares",
-        absl::StrCat(names.empty() ? "none" : absl::StrJoin(names, ", "),
-                     asked ? absl::StrCat(" (", names.size(), " of ", *asked,
-                                          " asked)")
-                           : ""));
+        absl::StrCat(
+            names.empty() ? "none" : absl::StrJoin(names, ", "),
+            asked ? absl::StrCat(" (", names.size(), " of ", *asked, " asked)")
+                  : ""));
   }
   // The last recovery, phase by phase (docs/fault-tolerance.md).
   if (const Json* r = Field(job, "recovery"); r != nullptr && r->is_object()) {

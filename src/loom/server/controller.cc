@@ -153,13 +153,7 @@ absl::Status Controller::Load(absl::Time now) {
         ToJobRequest(job.spec, *cluster_, job.id, job.submit_time);
     // A run these paths end is charged as any run that ends (the ledger
     // gets it at the next write), so no GPU-second is lost.
-    auto end_run = [&job, now] {
-      std::optional<GpuSpan> run = CurrentRunSpan(job, now);
-      if (!run || run->gpus <= 0 || run->end <= run->start) return;
-      job.gpu_seconds +=
-          run->gpus * absl::ToDoubleSeconds(run->end - run->start);
-      job.unledgered.push_back(*run);
-    };
+    auto end_run = [&job, now] { ChargeRun(job, now, false); };
     if (!req.ok()) {
       // The cluster changed under the job: it can no longer be described.
       end_run();

@@ -558,6 +558,7 @@ nlohmann::json Controller::JobJson(const JobRecord& job, absl::Time now) const {
                  [this](const std::string& node) { return NodeHost(node); });
   if (!job.spec.dependency.empty()) j["dependency"] = job.spec.dependency;
   if (IsArrayJob(job)) AddArrayJson(job, now, &j);
+  j["goodput"] = GoodputJson(job, now);
   return j;
 }
 

@@ -231,9 +231,9 @@ absl::StatusOr<nlohmann::json> Controller::ReportUsage(const UsageGrouping& g,
   const absl::Time first = HourOf(since);
   for (const auto& [id, job] : jobs_) {
     for (const GpuSpan& span : UnledgeredSpans(job, now)) {
-      for (const auto& [hour, seconds] : SplitByHour(span)) {
-        if (hour < first || hour >= until) continue;
-        entries->push_back({job.spec.project, job.spec.user, hour, seconds});
+      for (UsageEntry& e : SpanEntries(job.spec.project, job.spec.user, span)) {
+        if (e.hour < first || e.hour >= until) continue;
+        entries->push_back(std::move(e));
       }
     }
   }

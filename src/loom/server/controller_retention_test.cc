@@ -89,10 +89,10 @@ TEST(UsageLedgerTest, ChargesAddUpInTheStoreAndTheTotals) {
       ledger.AddWrites(store, {{"search", "ana", {T(0), T(5), 1}}}, &c, &m)
           .ok());
   ledger.Finish(false);
-  EXPECT_DOUBLE_EQ((ledger.totals().at({"search", "ana"})), 400);
+  EXPECT_DOUBLE_EQ((ledger.totals().at({"search", "ana"}).gpu_seconds), 400);
   UsageLedger again;
   ASSERT_TRUE(again.Load(store).ok());
-  EXPECT_DOUBLE_EQ((again.totals().at({"search", "ana"})), 400);
+  EXPECT_DOUBLE_EQ((again.totals().at({"search", "ana"}).gpu_seconds), 400);
   absl::StatusOr<std::vector<UsageEntry>> e =
       UsageLedger::Read(store, T(0), T(3600));
   ASSERT_TRUE(e.ok());

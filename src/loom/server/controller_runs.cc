@@ -262,11 +262,9 @@ void Controller::FinishJob(JobRecord& job, absl::Time now) {
     }
   }
   job.exit_code = code.value_or(ok ? 0 : 1);
-  job.gpu_seconds += CurrentRunGpuSeconds(job, now);
-  if (std::optional<GpuSpan> run = CurrentRunSpan(job, now);
-      run && run->gpus > 0 && run->end > run->start) {
-    job.unledgered.push_back(*run);
-  }
+  // Goodput: a run that succeeded, or that its user cancelled, kept its
+  // work; any other lost what it did after its last checkpoint.
+  ChargeRun(job, now, job.cancel_requested || (ok && !job.preempted));
   if (!job.tasks.empty()) {
     const int master = NodeIndex(job.tasks[0].node);
     if (master >= 0) nodes_[master].master_ports.erase(job.master_port);
@@ -322,8 +320,8 @@ void Controller::FinishJob(JobRecord& job, absl::Time now) {
     job.AddEvent(now, absl::StrCat(job.reason, "; queued again in ",
                                    FormatDurationShort(wait)));
     // After a node loss: the survivors and spares for the next run.
-    KeepSpareHints(job, preempted ? std::move(spares)
-                                  : std::vector<std::string>{});
+    KeepSpareHints(job,
+                   preempted ? std::move(spares) : std::vector<std::string>{});
     job.tasks.clear();
     job.exit_code.reset();
     job.start_time.reset();

@@ -39,16 +39,14 @@ void Controller::AddSpareHints(const JobRecord& job, JobRequest* req) const {
   }
 }
 
-void Controller::KeepSpareHints(JobRecord& job,
-                                std::vector<std::string> held) {
+void Controller::KeepSpareHints(JobRecord& job, std::vector<std::string> held) {
   job.last_nodes.clear();
   job.spare_nodes = std::move(held);
   // Only a run that lost a node restarts on the survivors and spares; any
   // other end releases them (the scheduler did already).
   const bool lost = std::any_of(
-      job.tasks.begin(), job.tasks.end(), [](const TaskRecord& t) {
-        return t.state == TaskRecord::State::kLost;
-      });
+      job.tasks.begin(), job.tasks.end(),
+      [](const TaskRecord& t) { return t.state == TaskRecord::State::kLost; });
   if (!lost) {
     job.spare_nodes.clear();
     return;
@@ -74,7 +72,8 @@ std::string Controller::StartedOnSpares(JobRecord& job) {
   if (job.spec.spares > 0) with_spares_.insert(job.id);
   if (on_spares.empty()) return "";
   return absl::StrCat("; ", on_spares.size(), " of them on its hot spare(s) ",
-                      absl::StrJoin(on_spares, ", "), " in place of lost nodes");
+                      absl::StrJoin(on_spares, ", "),
+                      " in place of lost nodes");
 }
 
 void Controller::StepSpareRestores(absl::Time now,
@@ -86,8 +85,8 @@ void Controller::StepSpareRestores(absl::Time now,
       continue;
     }
     bool back = true;
-    for (const auto* names : {&job->second.last_nodes,
-                              &job->second.spare_nodes}) {
+    for (const auto* names :
+         {&job->second.last_nodes, &job->second.spare_nodes}) {
       for (const std::string& name : *names) {
         const int n = name.empty() ? -1 : NodeIndex(name);
         back = back && (n < 0 || nodes_[n].state == Node::State::kUp);

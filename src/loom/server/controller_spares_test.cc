@@ -100,15 +100,13 @@ class SparesTest : public ::testing::Test {
   // Task 0 of the gang fails at 2.2 s, and the agent of task 1's node
   // refuses the probe: task 1 is lost with its node, the gang requeued.
   void LoseTaskOnesNode(const std::vector<AgentAction>& gang) {
-    Beat(gang[0].node,
-         {{{"task_id", gang[0].task_id},
-           {"state", "exited"},
-           {"exit_code", 1}}},
-         2.2);
+    Beat(
+        gang[0].node,
+        {{{"task_id", gang[0].task_id}, {"state", "exited"}, {"exit_code", 1}}},
+        2.2);
     std::vector<AgentAction> probes = Take(AgentAction::Kind::kProbe);
-    auto probe = std::find_if(probes.begin(), probes.end(), [&](auto& a) {
-      return a.node == gang[1].node;
-    });
+    auto probe = std::find_if(probes.begin(), probes.end(),
+                              [&](auto& a) { return a.node == gang[1].node; });
     ASSERT_NE(probe, probes.end());
     c_->ActionDone(*probe, absl::UnavailableError("connection refused"),
                    T(2.3));

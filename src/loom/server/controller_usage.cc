@@ -30,7 +30,7 @@ void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
   // Jobs by state and project; pending jobs by reason; GPU-seconds.
   std::map<std::pair<std::string, std::string>, int> by_state;
   std::map<std::string, int> pending;
-  std::map<std::pair<std::string, std::string>, double> gpu_seconds;
+  std::map<std::pair<std::string, std::string>, UsageTotals> gpu_seconds;
   int pulling = 0;  // tasks waiting for their image
   for (const auto& [id, job] : jobs_) {
     ++by_state[{std::string(JobStateName(job.state)), job.spec.project}];
@@ -41,8 +41,11 @@ void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
     }
     // The ledger's totals (below) plus what it has not taken yet.
     for (const GpuSpan& span : UnledgeredSpans(job, now)) {
-      gpu_seconds[{job.spec.project, job.spec.user}] +=
-          span.gpus * absl::ToDoubleSeconds(span.end - span.start);
+      UsageTotals& t = gpu_seconds[{job.spec.project, job.spec.user}];
+      t.gpu_seconds += span.gpus * absl::ToDoubleSeconds(span.end - span.start);
+      const GpuSpan lost = LostPart(span);
+      t.lost_gpu_seconds +=
+          lost.gpus * absl::ToDoubleSeconds(lost.end - lost.start);
     }
     if (job.state == JobState::kHeld) {
       ++pending["held"];
@@ -68,7 +71,10 @@ void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
   for (const auto& [reason, n] : pending) {
     out.Sample("loom_pending_jobs", {{"reason", reason}}, n);
   }
-  for (const auto& [key, s] : ledger_.totals()) gpu_seconds[key] += s;
+  for (const auto& [key, s] : ledger_.totals()) {
+    gpu_seconds[key].gpu_seconds += s.gpu_seconds;
+    gpu_seconds[key].lost_gpu_seconds += s.lost_gpu_seconds;
+  }
   out.Family("loom_gpu_seconds_total",
              "GPU-seconds allocated to jobs, by project and user: the usage "
              "ledger's (it outlives the jobs and restarts) plus the runs not "
@@ -76,8 +82,42 @@ void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
              MetricType::kCounter);
   for (const auto& [key, s] : gpu_seconds) {
     out.Sample("loom_gpu_seconds_total",
-               {{"project", key.first}, {"user", key.second}}, s);
+               {{"project", key.first}, {"user", key.second}}, s.gpu_seconds);
   }
+  // Goodput (docs/accounting.md "Goodput"): of those, the work lost.
+  out.Family("loom_lost_gpu_seconds_total",
+             "Of loom_gpu_seconds_total, the GPU-seconds of work lost: after "
+             "the last checkpoint of runs that failed, lost their node or "
+             "were preempted.",
+             MetricType::kCounter);
+  std::map<std::string, UsageTotals> by_project;
+  UsageTotals cluster;
+  for (const auto& [key, s] : gpu_seconds) {
+    out.Sample("loom_lost_gpu_seconds_total",
+               {{"project", key.first}, {"user", key.second}},
+               s.lost_gpu_seconds);
+    by_project[key.first].gpu_seconds += s.gpu_seconds;
+    by_project[key.first].lost_gpu_seconds += s.lost_gpu_seconds;
+    cluster.gpu_seconds += s.gpu_seconds;
+    cluster.lost_gpu_seconds += s.lost_gpu_seconds;
+  }
+  out.Family("loom_goodput_ratio",
+             "GPU-seconds of work kept over GPU-seconds allocated, by project, "
+             "since the usage ledger began.",
+             MetricType::kGauge);
+  for (const auto& [project, s] : by_project) {
+    if (s.gpu_seconds <= 0) continue;
+    out.Sample("loom_goodput_ratio", {{"project", project}},
+               1.0 - s.lost_gpu_seconds / s.gpu_seconds);
+  }
+  out.Family("loom_cluster_goodput_ratio",
+             "GPU-seconds of work kept over GPU-seconds allocated, all "
+             "projects, since the usage ledger began (1 before any).",
+             MetricType::kGauge);
+  out.Sample("loom_cluster_goodput_ratio", {},
+             cluster.gpu_seconds > 0
+                 ? 1.0 - cluster.lost_gpu_seconds / cluster.gpu_seconds
+                 : 1.0);
   // GPUs by pool, model and state; nodes by state.
   struct Gpus {
     int total = 0, allocated = 0, free = 0, unavailable = 0;

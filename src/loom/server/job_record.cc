@@ -37,6 +37,36 @@ std::optional<GpuSpan> CurrentRunSpan(const JobRecord& job, absl::Time now) {
   return span;
 }
 
+void ChargeRun(JobRecord& job, absl::Time now, bool work_kept) {
+  std::optional<GpuSpan> run = CurrentRunSpan(job, now);
+  if (!run || run->gpus <= 0 || run->end <= run->start) return;
+  const double seconds =
+      run->gpus * absl::ToDoubleSeconds(run->end - run->start);
+  job.gpu_seconds += seconds;
+  if (!work_kept) {
+    // The run's own last checkpoint, if it saved one.
+    absl::Time kept = run->start;
+    if (job.checkpoint_time && job.checkpoint_run == job.restart_count) {
+      kept = std::clamp(*job.checkpoint_time, run->start, run->end);
+    }
+    run->lost_from = kept;
+    job.lost_gpu_seconds += run->gpus * absl::ToDoubleSeconds(run->end - kept);
+  }
+  job.unledgered.push_back(*run);
+}
+
+nlohmann::json GoodputJson(const JobRecord& job, absl::Time now) {
+  double allocated = job.gpu_seconds;
+  if (job.state == JobState::kRunning || job.state == JobState::kStopping) {
+    allocated += CurrentRunGpuSeconds(job, now);
+  }
+  return {{"gpu_seconds", allocated},
+          {"lost_gpu_seconds", job.lost_gpu_seconds},
+          {"ratio", allocated > 0
+                        ? nlohmann::json(1.0 - job.lost_gpu_seconds / allocated)
+                        : nlohmann::json(nullptr)}};
+}
+
 std::string_view JobStateName(JobState state) {
   switch (state) {
     case JobState::kHeld:
@@ -135,6 +165,7 @@ nlohmann::json JobRecordToJson(const JobRecord& j) {
   }
   if (!j.array_cancelled.empty()) out["array_cancelled"] = j.array_cancelled;
   if (j.gpu_seconds != 0) out["gpu_seconds"] = j.gpu_seconds;
+  if (j.lost_gpu_seconds != 0) out["lost_gpu_seconds"] = j.lost_gpu_seconds;
   // The checkpoint and the events are the job's history, stored apart
   // (`JobHistoryToJson`, under `EventsKey`).
   out["cancel_requested"] = j.cancel_requested;
@@ -203,6 +234,7 @@ absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& in) {
     j.array_index = in.value("array_index", -1);
     j.array_cancelled = in.value("array_cancelled", std::string());
     j.gpu_seconds = in.value("gpu_seconds", 0.0);
+    j.lost_gpu_seconds = in.value("lost_gpu_seconds", 0.0);
     if (in.contains("checkpoint") && in["checkpoint"].is_object()) {
       const nlohmann::json& c = in["checkpoint"];
       absl::StatusOr<absl::Time> t =
@@ -221,8 +253,7 @@ absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& in) {
       if (!recovery.ok()) return recovery.status();
       j.recovery = *std::move(recovery);
     }
-    j.spare_nodes =
-        in.value("spare_nodes", std::vector<std::string>{});
+    j.spare_nodes = in.value("spare_nodes", std::vector<std::string>{});
     j.last_nodes = in.value("last_nodes", std::vector<std::string>{});
     for (const nlohmann::json& t : in.at("tasks")) {
       TaskRecord task;

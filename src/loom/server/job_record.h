@@ -67,6 +67,10 @@ struct GpuSpan {
   absl::Time start;
   absl::Time end;
   int gpus = 0;
+  // Set: the work of [lost_from, end) was lost (goodput, docs/accounting.md):
+  // the run ended by a failure, a node loss or a preemption after its last
+  // checkpoint (or without one: then `lost_from` is `start`).
+  std::optional<absl::Time> lost_from;
 };
 
 // Everything the controller persists about a job (as JSON under
@@ -124,6 +128,10 @@ struct JobRecord {
   // GPU-seconds of the runs that ended (the current one is added when it
   // ends): the job's accounting.
   double gpu_seconds = 0;
+  // Of those, the GPU-seconds of work lost: after the last checkpoint of
+  // each run that failed, lost its node or was preempted (goodput:
+  // 1 - lost / allocated; docs/accounting.md "Goodput").
+  double lost_gpu_seconds = 0;
   // Runs that ended whose GPU-seconds the usage ledger has not taken yet
   // (not persisted): they go to the ledger in the commit that writes the
   // end of the run (`Controller::Persist`, usage_ledger.h).
@@ -169,6 +177,14 @@ bool TaskLive(const TaskRecord& t);
 double CurrentRunGpuSeconds(const JobRecord& job, absl::Time now);
 // The job's current run up to `now` as a span (nullopt when not started).
 std::optional<GpuSpan> CurrentRunSpan(const JobRecord& job, absl::Time now);
+// The current run of `job` ends at `now`: its GPU-seconds are the job's
+// (`gpu_seconds`, and `unledgered` for the usage ledger). Unless
+// `work_kept` (it succeeded, or the user cancelled it), its work after the
+// run's last checkpoint is lost (`lost_gpu_seconds`, `GpuSpan::lost_from`).
+void ChargeRun(JobRecord& job, absl::Time now, bool work_kept);
+// The job's goodput so far, for the API: {"gpu_seconds", "lost_gpu_seconds",
+// "ratio"} (ratio null before any GPU-second).
+nlohmann::json GoodputJson(const JobRecord& job, absl::Time now);
 
 // Whether `run` (a restart count) is `job`'s current run and that run is
 // live (running or stopping): what a job token of that run needs. OK, or

@@ -42,14 +42,28 @@ std::optional<UsageEntry> ReadEntry(const KeyValue& kv) {
   absl::StatusOr<absl::Time> t = ParseTimestamp(*hour);
   const double v = s->get<double>();
   if (!t.ok() || !std::isfinite(v) || v < 0) return std::nullopt;
-  return UsageEntry{*project, *user, *t, v};
+  double lost = 0;
+  if (auto l = j.find("lost_gpu_seconds"); l != j.end()) {
+    if (!l->is_number()) return std::nullopt;
+    lost = l->get<double>();
+    if (!std::isfinite(lost) || lost < 0 || lost > v) return std::nullopt;
+  }
+  return UsageEntry{*project, *user, *t, v, lost};
 }
 
 std::string EntryText(const UsageEntry& e) {
-  return JobStoreText({{"project", e.project},
-                       {"user", e.user},
-                       {"hour", FormatTimestamp(e.hour)},
-                       {"gpu_seconds", e.gpu_seconds}});
+  nlohmann::json j = {{"project", e.project},
+                      {"user", e.user},
+                      {"hour", FormatTimestamp(e.hour)},
+                      {"gpu_seconds", e.gpu_seconds}};
+  if (e.lost_gpu_seconds > 0) j["lost_gpu_seconds"] = e.lost_gpu_seconds;
+  return JobStoreText(j);
+}
+
+// 1 - lost / allocated, or null without any GPU-second.
+nlohmann::json GoodputOf(double gpu_seconds, double lost) {
+  return gpu_seconds > 0 ? nlohmann::json(1.0 - lost / gpu_seconds)
+                         : nlohmann::json(nullptr);
 }
 
 // The start of the period of `per` that holds `hour` (UTC).
@@ -88,6 +102,31 @@ std::vector<std::pair<absl::Time, double>> SplitByHour(const GpuSpan& span) {
   return out;
 }
 
+GpuSpan LostPart(const GpuSpan& span) {
+  GpuSpan lost;
+  if (!span.lost_from) return lost;
+  lost.start = std::clamp(*span.lost_from, span.start, span.end);
+  lost.end = span.end;
+  lost.gpus = span.gpus;
+  return lost;
+}
+
+std::vector<UsageEntry> SpanEntries(const std::string& project,
+                                    const std::string& user,
+                                    const GpuSpan& span) {
+  std::vector<UsageEntry> out;
+  for (const auto& [hour, seconds] : SplitByHour(span)) {
+    out.push_back({project, user, hour, seconds, 0});
+  }
+  // The lost part's hours are among the span's (it ends the span).
+  for (const auto& [hour, seconds] : SplitByHour(LostPart(span))) {
+    for (UsageEntry& e : out) {
+      if (e.hour == hour) e.lost_gpu_seconds += seconds;
+    }
+  }
+  return out;
+}
+
 std::string UsageKey(std::string_view project, std::string_view user,
                      absl::Time hour) {
   return absl::StrFormat("%s%010d/%s/%s", std::string(kUsagePrefix),
@@ -106,7 +145,9 @@ absl::Status UsageLedger::Load(StateStore& store, int* skipped) {
       ++bad;
       continue;
     }
-    totals_[{e->project, e->user}] += e->gpu_seconds;
+    UsageTotals& t = totals_[{e->project, e->user}];
+    t.gpu_seconds += e->gpu_seconds;
+    t.lost_gpu_seconds += e->lost_gpu_seconds;
   }
   if (skipped != nullptr) *skipped = bad;
   return absl::OkStatus();
@@ -119,12 +160,15 @@ absl::Status UsageLedger::AddWrites(StateStore& store,
   // The sums by key first: one read and one write per entry touched.
   std::map<std::string, UsageEntry> adds;
   for (const UsageCharge& c : charges) {
-    for (const auto& [hour, seconds] : SplitByHour(c.span)) {
-      const std::string key = UsageKey(c.project, c.user, hour);
+    for (const UsageEntry& e : SpanEntries(c.project, c.user, c.span)) {
+      const std::string key = UsageKey(c.project, c.user, e.hour);
       auto [it, fresh] = adds.try_emplace(key);
-      if (fresh) it->second = UsageEntry{c.project, c.user, hour, 0};
-      it->second.gpu_seconds += seconds;
-      pending_[{c.project, c.user}] += seconds;
+      if (fresh) it->second = UsageEntry{c.project, c.user, e.hour, 0, 0};
+      it->second.gpu_seconds += e.gpu_seconds;
+      it->second.lost_gpu_seconds += e.lost_gpu_seconds;
+      UsageTotals& t = pending_[{c.project, c.user}];
+      t.gpu_seconds += e.gpu_seconds;
+      t.lost_gpu_seconds += e.lost_gpu_seconds;
     }
   }
   for (auto& [key, add] : adds) {
@@ -137,6 +181,7 @@ absl::Status UsageLedger::AddWrites(StateStore& store,
       // total either).
       if (std::optional<UsageEntry> old = ReadEntry(*kv)) {
         sum.gpu_seconds += old->gpu_seconds;
+        sum.lost_gpu_seconds += old->lost_gpu_seconds;
       }
     } else if (!absl::IsNotFound(kv.status())) {
       pending_.clear();
@@ -150,7 +195,10 @@ absl::Status UsageLedger::AddWrites(StateStore& store,
 
 void UsageLedger::Finish(bool ok) {
   if (ok) {
-    for (const auto& [key, s] : pending_) totals_[key] += s;
+    for (const auto& [key, s] : pending_) {
+      totals_[key].gpu_seconds += s.gpu_seconds;
+      totals_[key].lost_gpu_seconds += s.lost_gpu_seconds;
+    }
   }
   pending_.clear();
 }
@@ -216,12 +264,15 @@ absl::StatusOr<UsageGrouping> ParseUsageGrouping(std::string_view by,
 nlohmann::json UsageReport(const std::vector<UsageEntry>& entries,
                            const UsageGrouping& g) {
   using Row = std::tuple<absl::Time, std::string, std::string>;
-  std::map<Row, double> sums;
-  double total = 0;
+  std::map<Row, UsageTotals> sums;
+  UsageTotals total;
   for (const UsageEntry& e : entries) {
-    sums[{PeriodOf(e.hour, g.per), g.project ? e.project : "",
-          g.user ? e.user : ""}] += e.gpu_seconds;
-    total += e.gpu_seconds;
+    UsageTotals& s = sums[{PeriodOf(e.hour, g.per), g.project ? e.project : "",
+                           g.user ? e.user : ""}];
+    s.gpu_seconds += e.gpu_seconds;
+    s.lost_gpu_seconds += e.lost_gpu_seconds;
+    total.gpu_seconds += e.gpu_seconds;
+    total.lost_gpu_seconds += e.lost_gpu_seconds;
   }
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& [row, s] : sums) {
@@ -231,10 +282,15 @@ nlohmann::json UsageReport(const std::vector<UsageEntry>& entries,
                       : nlohmann::json(FormatTimestamp(std::get<0>(row)));
     if (g.project) r["project"] = std::get<1>(row);
     if (g.user) r["user"] = std::get<2>(row);
-    r["gpu_seconds"] = s;
+    r["gpu_seconds"] = s.gpu_seconds;
+    r["lost_gpu_seconds"] = s.lost_gpu_seconds;
+    r["goodput"] = GoodputOf(s.gpu_seconds, s.lost_gpu_seconds);
     rows.push_back(std::move(r));
   }
-  return {{"rows", std::move(rows)}, {"total_gpu_seconds", total}};
+  return {{"rows", std::move(rows)},
+          {"total_gpu_seconds", total.gpu_seconds},
+          {"total_lost_gpu_seconds", total.lost_gpu_seconds},
+          {"goodput", GoodputOf(total.gpu_seconds, total.lost_gpu_seconds)}};
 }
 
 }  // namespace loom

@@ -24,7 +24,9 @@ namespace loom {
 //
 // Key: "/usage/" + the hour as a 10-digit count of hours since the Unix
 // epoch + "/" + project + "/" + user, so that key order is time order.
-// Value: {"project", "user", "hour" (RFC 3339), "gpu_seconds"}.
+// Value: {"project", "user", "hour" (RFC 3339), "gpu_seconds"} and, when
+// not zero, "lost_gpu_seconds": of those, the work lost (after the last
+// checkpoint of runs that failed, lost a node or were preempted: goodput).
 
 inline constexpr std::string_view kUsagePrefix = "/usage/";
 
@@ -42,12 +44,28 @@ struct UsageEntry {
   std::string user;
   absl::Time hour;
   double gpu_seconds = 0;
+  double lost_gpu_seconds = 0;
+};
+
+// GPU-seconds allocated and, of those, lost.
+struct UsageTotals {
+  double gpu_seconds = 0;
+  double lost_gpu_seconds = 0;
 };
 
 // The GPU-seconds of `span` in each UTC hour it touches, oldest first, as
 // (start of the hour, seconds); nothing for an empty span. They add up to
 // `gpus * (end - start)`.
 std::vector<std::pair<absl::Time, double>> SplitByHour(const GpuSpan& span);
+
+// The part of `span` whose work was lost ([lost_from, end)), as a span of
+// its own; empty (no GPUs) when none was.
+GpuSpan LostPart(const GpuSpan& span);
+
+// `span` as ledger entries of `project` and `user`, one per hour it touches.
+std::vector<UsageEntry> SpanEntries(const std::string& project,
+                                    const std::string& user,
+                                    const GpuSpan& span);
 
 // The start of the UTC hour that holds `t`.
 absl::Time HourOf(absl::Time t);
@@ -60,7 +78,7 @@ std::string UsageKey(std::string_view project, std::string_view user,
 // thread-safe (the controller's mutex guards it).
 class UsageLedger {
  public:
-  using Totals = std::map<std::pair<std::string, std::string>, double>;
+  using Totals = std::map<std::pair<std::string, std::string>, UsageTotals>;
 
   // Reads the totals from the store (the whole ledger, once at start).
   // Entries that cannot be read are skipped and counted in `*skipped`.
@@ -110,7 +128,9 @@ absl::StatusOr<UsageGrouping> ParseUsageGrouping(std::string_view by,
                                                  std::string_view per);
 
 // The report of `entries` grouped as `g`: the `GET /v1/usage` reply's
-// "rows" (sorted by period, then the keys) and "total_gpu_seconds".
+// "rows" (sorted by period, then the keys; each with "gpu_seconds",
+// "lost_gpu_seconds" and "goodput", 1 - lost / allocated), and
+// "total_gpu_seconds", "total_lost_gpu_seconds", "goodput".
 nlohmann::json UsageReport(const std::vector<UsageEntry>& entries,
                            const UsageGrouping& g);
 
