@@ -599,6 +599,9 @@ class Controller {
   // why it cannot).
   void QueueAfterBackoff(JobRecord& job, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `job` could not be queued (`why`): it fails with `what` + the message.
+  void FailUnqueued(JobRecord& job, const char* what, const absl::Status& why,
+                    absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `task` is lost with its node (down, or its agent back without it;
   // `why` says which): the job is queued again (`requeue`), not failed.
   void LostWithNode(JobRecord& job, TaskRecord& task, const std::string& why,

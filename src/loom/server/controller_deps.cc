@@ -275,11 +275,7 @@ void Controller::StepDependencies(absl::Time now,
     dep_waiting_.erase(id);
     job.reason.clear();
     if (absl::Status out = QueueSpec(job, now); !out.ok()) {
-      job.state = JobState::kFailed;
-      job.reason = absl::StrCat("cannot be queued: ", out.message());
-      job.end_time = now;
-      job.AddEvent(now, job.reason);
-      NoteJobChanged(job);
+      FailUnqueued(job, "cannot be queued: ", out, now);
     } else {
       job.AddEvent(now, absl::StrCat("dependency satisfied (",
                                      job.spec.dependency, "); queued"));

@@ -109,14 +109,19 @@ void Controller::Tick(absl::Time now) {
 
 void Controller::QueueAfterBackoff(JobRecord& job, absl::Time now) {
   if (absl::Status out = QueueSpec(job, now); !out.ok()) {
-    job.state = JobState::kFailed;
-    job.reason = absl::StrCat("cannot be queued again: ", out.message());
-    job.end_time = now;
-    job.AddEvent(now, job.reason);
-    NoteJobChanged(job);
+    FailUnqueued(job, "cannot be queued again: ", out, now);
   }
   job.not_before.reset();
   backoff_.erase(job.id);
+}
+
+void Controller::FailUnqueued(JobRecord& job, const char* what,
+                              const absl::Status& why, absl::Time now) {
+  job.state = JobState::kFailed;
+  job.reason = absl::StrCat(what, why.message());
+  job.end_time = now;
+  job.AddEvent(now, job.reason);
+  NoteJobChanged(job);
 }
 
 void Controller::NodeLost(int n, absl::Time now,
