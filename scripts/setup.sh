@@ -8,7 +8,9 @@
 # scripts/fuzz.sh, a registry and the tools that build and push a test image
 # for the image tests: docker-registry, umoci, skopeo, jq, busybox-static,
 # and runc for running tasks in images, ansible-core for the playbook in
-# deploy/ansible that tests/package_test.sh runs). --bench installs --test's
+# deploy/ansible that tests/package_test.sh runs, and wrk, the load of the
+# services test and benchmark). Every set-up has haproxy: `loom gateway`
+# runs it (docs/services.md). --bench installs --test's
 # packages plus what only the benchmarks need: stress-ng, which saturates the
 # CPUs in bench/liveness.sh.
 set -euo pipefail
@@ -22,12 +24,13 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libabsl-dev libyaml-cpp-dev nlohmann-json3-dev libfmt-dev libcli11-dev
   libsqlite3-dev libcpp-httplib-dev libarchive-dev
-  libgtest-dev libgmock-dev libbenchmark-dev time curl
+  libgtest-dev libgmock-dev libbenchmark-dev time curl haproxy
 )
 if [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; then
   PACKAGES+=(python3-torch prometheus chromium etcd-server etcd-client
              clang libclang-rt-dev
-             docker-registry umoci skopeo jq busybox-static runc ansible-core)
+             docker-registry umoci skopeo jq busybox-static runc ansible-core
+             wrk)
 fi
 if [ "${1:-}" = "--bench" ]; then
   PACKAGES+=(stress-ng)
