@@ -165,6 +165,13 @@ absl::Status Agent::Impl::CheckOptions() {
     return absl::InvalidArgumentError("durations must not be negative");
   }
   options_.http_threads = std::clamp(options_.http_threads, 2, 256);
+  options_.probe_threads = std::clamp(options_.probe_threads, 1, 64);
+  const PortRange ports = options_.service_ports;
+  if (ports.first < 1 || ports.first > ports.last || ports.last > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("service ports ", ports.first, "-", ports.last,
+                     ": must be a range within 1-65535"));
+  }
   return absl::OkStatus();
 }
 
@@ -338,6 +345,10 @@ absl::Status Agent::Impl::Init() {
   runner.stop_grace = options_.stop_grace;
   runner.steps = DefaultLaunchSteps(steps);
   runner.on_task_ended = [this](AgentNode& node) { ReportSoon(node); };
+  runner.replica_host = options_.listen_host;
+  runner.service_ports = options_.service_ports;
+  runner.probes.threads = options_.probe_threads;
+  runner.run_probes = !options_.fake_tasks;
   runner_ = std::make_unique<TaskRunner>(std::move(runner), log_);
   for (const auto& node : nodes_->nodes()) {
     if (absl::Status s = runner_->Recover(*node); !s.ok()) return s;
@@ -401,6 +412,7 @@ absl::Status Agent::Impl::Start() {
   api_->Serve();
   session_->Start();
   supervise_thread_ = std::thread([this] { SuperviseLoop(); });
+  runner_->Start();
   health_->Start();
   const auto& nodes = nodes_->nodes();
   const size_t n = nodes.size();

@@ -27,6 +27,7 @@
 #include "loom/agent/cgroup.h"
 #include "loom/agent/gpu_probe.h"
 #include "loom/agent/launch_request.h"
+#include "loom/agent/replica_port.h"
 #include "loom/agent/task_launcher.h"
 #include "loom/agent/user_account.h"
 #include "loom/image/registry_auth.h"
@@ -113,6 +114,12 @@ struct AgentOptions {
   // the grace.
   int stop_signal = SIGTERM;
   absl::Duration stop_grace = absl::Seconds(10);
+  // Service replicas (`"port": true` in a launch, docs/agent.md "Service
+  // replicas"): their ports come from this range (`--service-ports`), each
+  // free on `listen_host` when handed out; their probes run on at most
+  // `probe_threads` threads.
+  PortRange service_ports;
+  int probe_threads = 8;
   // Health checks (docs/fault-tolerance.md, "Health"), every this long on a
   // thread of their own; zero: none. Problems go to the server with each
   // heartbeat; the server drains a node that has any.

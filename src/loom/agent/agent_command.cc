@@ -170,6 +170,12 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentFlags* f) {
                    "The node is unhealthy with less free space under "
                    "--data-dir")
       ->capture_default_str();
+  agent
+      ->add_option("--service-ports", f->service_ports,
+                   "FIRST-LAST: the TCP ports handed to service replicas "
+                   "(tasks launched with \"port\": true, in $PORT), each "
+                   "free on the --listen host when handed out")
+      ->capture_default_str();
   AddConfigFileOption(agent);
   return agent;
 }
@@ -353,6 +359,12 @@ absl::StatusOr<AgentOptions> AgentOptionsFromFlags(const AgentFlags& f) {
                      "' is not a size (e.g. 256Mi, 10Gi)"));
   }
   options.min_free_disk_bytes = *min_free;
+  absl::StatusOr<PortRange> ports = ParsePortRange(f.service_ports);
+  if (!ports.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--service-ports: ", ports.status().message()));
+  }
+  options.service_ports = *ports;
   return options;
 }
 

@@ -42,6 +42,7 @@ struct AgentFlags {
   std::string image_budget = "0";                // --image-budget (0: none)
   std::string runc = "runc";                     // --runc
   std::vector<std::string> cdi_dirs;             // --cdi-dir
+  std::string service_ports = "20000-29999";     // --service-ports
 };
 
 // Registers `agent` on `app`; `flags` must outlive the parse.

@@ -174,6 +174,23 @@ TEST(AgentFlagsTest, CommandLineToOptions) {
                 HasSubstr("--cdi-dir"));
   }
 
+  // --service-ports: 20000-29999 by default; a range, named when bad.
+  EXPECT_EQ(o->service_ports.first, 20000);
+  EXPECT_EQ(o->service_ports.last, 29999);
+  {
+    AgentFlags ports = f;
+    ports.service_ports = "30000-30009";
+    absl::StatusOr<AgentOptions> with = AgentOptionsFromFlags(ports);
+    ASSERT_TRUE(with.ok()) << with.status();
+    EXPECT_EQ(with->service_ports.first, 30000);
+    EXPECT_EQ(with->service_ports.last, 30009);
+    ports.service_ports = "30009-30000";
+    absl::StatusOr<AgentOptions> reversed = AgentOptionsFromFlags(ports);
+    EXPECT_FALSE(reversed.ok());
+    EXPECT_THAT(std::string(reversed.status().message()),
+                HasSubstr("--service-ports: '30009-30000'"));
+  }
+
   EXPECT_EQ(ParseSignal("TERM").value(), SIGTERM);
   EXPECT_EQ(ParseSignal("sigusr1").value(), SIGUSR1);
   EXPECT_EQ(ParseSignal("9").value(), SIGKILL);

@@ -192,6 +192,27 @@ absl::StatusOr<LaunchRequest> ParseLaunchRequest(const json& body,
     if (!container.ok()) return container.status();
     r.container = *std::move(container);
   }
+  if (const json* port = find("port")) {
+    if (!port->is_boolean()) {
+      return FieldError(field, "port",
+                        absl::StrCat("must be true or false, got ",
+                                     Dump(*port).substr(0, 80)));
+    }
+    r.port = port->get<bool>();
+  }
+  for (const char* key : {"readiness", "liveness"}) {
+    const json* v = find(key);
+    if (v == nullptr) continue;
+    absl::StatusOr<ProbeSpec> probe = ParseProbeSpec(*v, key, field);
+    if (!probe.ok()) return probe.status();
+    if (!r.port) {
+      return FieldError(field, key,
+                        "needs \"port\": true (a probe calls the task's "
+                        "port)");
+    }
+    (std::string(key) == "readiness" ? r.readiness : r.liveness) =
+        *std::move(probe);
+  }
   return r;
 }
 

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "loom/agent/probe_spec.h"
 #include "loom/agent/task_launcher.h"
 #include "nlohmann/json.hpp"
 
@@ -69,6 +70,11 @@ struct LaunchRequest {
   TaskLimits limits;
   // Set: the task runs in a container image.
   std::optional<ContainerRequest> container;
+  // A service replica (docs/agent.md, "Service replicas"): `port` gives the
+  // task a free TCP port of the node (`PORT`); the probes call it.
+  bool port = false;
+  std::optional<ProbeSpec> readiness;
+  std::optional<ProbeSpec> liveness;
 };
 
 // Parses and checks a launch body. On error, `InvalidArgument` with a

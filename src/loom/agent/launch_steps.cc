@@ -8,6 +8,7 @@
 #include "loom/agent/checkpoint_dir.h"
 #include "loom/agent/image_step.h"
 #include "loom/agent/json_values.h"
+#include "loom/agent/replica_port.h"
 
 namespace loom {
 namespace {
@@ -183,6 +184,7 @@ LaunchSteps DefaultLaunchSteps(const LaunchStepsOptions& options) {
   steps.push_back(std::make_unique<TaskFilesStep>());
   steps.push_back(std::make_unique<EnvContractStep>(
       absl::StrJoin(options.server_urls, ",")));
+  steps.push_back(MakeReplicaPortStep());
   steps.push_back(std::make_unique<GpuStep>());
   steps.push_back(std::make_unique<LimitsStep>());
   steps.push_back(

@@ -37,6 +37,10 @@ struct LaunchContext {
   std::string checkpoint_dir;
   // Set by the image step for a container task: the image, held.
   std::shared_ptr<const ContainerLaunch> container;
+  // Set by the runner for a service replica (`port: true`): its port on
+  // the node and the node's address that the probes call (replica_port.h).
+  int port = 0;
+  std::string port_host;
 };
 
 // One step of a launch. Implementations are stateless (constant after
@@ -99,7 +103,8 @@ struct LaunchStepsOptions {
 };
 
 // The steps of every launch, in order: task files (logs), the env contract
-// (ranks, `LOOM_NODE`, `LOOM_SERVER`), GPUs (index check,
+// (ranks, `LOOM_NODE`, `LOOM_SERVER`), a service replica's port (`PORT`),
+// GPUs (index check,
 // `CUDA_VISIBLE_DEVICES`), limits (cgroups), user (checked before the
 // checkpoint step needs it; applied after the others, since it picks the
 // working directory last), checkpoint directory, "loom" as the agent's own

@@ -145,6 +145,7 @@ absl::Status TaskRunner::Recover(AgentNode& node) {
     }
     TaskUnit& stored = node.units.emplace(id, std::move(unit)).first->second;
     AfterChange(node, stored, &report);
+    RecoverReplicaLocked(node, stored);
     if (SummarizeTask(stored).state == "running") ++running;
   }
   if (!node.units.empty()) {

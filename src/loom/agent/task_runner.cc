@@ -53,6 +53,7 @@ struct TaskRunner::PendingLaunch {
 TaskRunner::~TaskRunner() { Shutdown(); }
 
 void TaskRunner::Shutdown() {
+  probes_.Shutdown();
   std::vector<Fetcher> all;
   {
     absl::MutexLock lock(&fetch_mu_);
@@ -79,8 +80,11 @@ absl::StatusOr<json> TaskRunner::Launch(AgentNode& node, const LaunchRequest& r,
   unit.task_index = r.task_index;
   unit.gpus = r.gpus;
   unit.launching = true;
-  unit.persisted = count > 1 && !node.units_dir.empty();
+  // A replica's port and probes are kept in a unit file too.
+  unit.persisted = (count > 1 || r.port) && !node.units_dir.empty();
   unit.container = ctx.container;
+  unit.readiness = r.readiness;
+  unit.liveness = r.liveness;
   std::shared_ptr<ImagePullMeter> meter;
   if (fetch) {
     meter = std::make_shared<ImagePullMeter>();
@@ -112,6 +116,11 @@ absl::StatusOr<json> TaskRunner::Launch(AgentNode& node, const LaunchRequest& r,
         return absl::AlreadyExistsError(
             absl::StrCat("task ", r.task_id, ": process id ", p.launcher_id,
                          " is taken by task ", it->second.first));
+      }
+    }
+    if (r.port) {
+      if (absl::Status s = AllocatePortLocked(node, unit, ctx); !s.ok()) {
+        return s;
       }
     }
     for (int k = 0; k < count; ++k) {
@@ -221,7 +230,8 @@ absl::StatusOr<json> TaskRunner::StartProcesses(AgentNode& node,
   std::string unit_text;
   {
     absl::MutexLock lock(&node.mu);
-    const TaskUnit& unit = node.units[r.task_id];
+    TaskUnit& unit = node.units[r.task_id];
+    unit.started_at = absl::Now();
     procs = unit.procs;
     if (unit.persisted) unit_text = UnitFileText(unit);
   }
@@ -258,6 +268,7 @@ absl::StatusOr<json> TaskRunner::StartProcesses(AgentNode& node,
         for (const TaskProcess& p : procs) {
           node.by_launcher_id.erase(p.launcher_id);
         }
+        EndReplicaLocked(node, node.units[r.task_id]);
         node.units.erase(r.task_id);
       }
       absl::Status failure = absl::InternalError(absl::StrCat(
@@ -323,6 +334,9 @@ absl::StatusOr<json> TaskRunner::StartProcesses(AgentNode& node,
                  u.stop_after_launch->second);
     }
     AfterChange(node, u, &report);
+    if (!u.stopping && SummarizeTask(u).state == "running") {
+      StartReplicaLocked(node, u);
+    }
     result = TaskStatusJson(node.name, u, /*detailed=*/true);
   }
   log_("info", node.name,
@@ -395,6 +409,7 @@ bool TaskRunner::RollBack(AgentNode& node, const std::string& task_id) {
   }
   RemoveContainerFiles(node, unit);
   if (unit.persisted) ::unlink(UnitPath(node, task_id).c_str());
+  EndReplicaLocked(node, unit);
   for (const std::string& id : all) node.by_launcher_id.erase(id);
   node.units.erase(task_id);
   return true;
@@ -451,6 +466,7 @@ void TaskRunner::AfterChange(AgentNode& node, TaskUnit& unit, bool* report) {
   if (unit.launching) return;
   const TaskSummary s = SummarizeTask(unit);
   if (s.state != "running") {
+    EndReplicaLocked(node, unit);
     if (!unit.end_announced) {
       unit.end_announced = true;
       *report = true;
@@ -515,6 +531,7 @@ void TaskRunner::ForgetLocked(AgentNode& node, const std::string& task_id) {
   }
   RemoveContainerFiles(node, unit);
   if (unit.persisted) ::unlink(UnitPath(node, task_id).c_str());
+  EndReplicaLocked(node, unit);
   node.units.erase(it);
 }
 

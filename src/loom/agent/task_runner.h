@@ -22,6 +22,8 @@
 #include "loom/agent/agent_node.h"
 #include "loom/agent/launch_request.h"
 #include "loom/agent/launch_steps.h"
+#include "loom/agent/probe_runner.h"
+#include "loom/agent/replica_port.h"
 #include "nlohmann/json.hpp"
 
 namespace loom {
@@ -32,9 +34,19 @@ struct TaskRunnerOptions {
   int stop_signal = 15;
   absl::Duration stop_grace = absl::Seconds(10);
   LaunchSteps steps;
-  // Called (without locks held) when a task of `node` ended, so that the
-  // server hears of it soon.
+  // Called (without locks held) when a task of `node` ended, or a service
+  // replica became ready or not ready, so that the server hears of it soon.
   std::function<void(AgentNode& node)> on_task_ended;
+  // Service replicas (task_replica.cc, docs/agent.md "Service replicas"):
+  // the agent's own address (its `--listen` host), where their ports are
+  // checked and their probes go; the range their ports come from
+  // (`--service-ports`); the prober's threads.
+  std::string replica_host = "127.0.0.1";
+  PortRange service_ports;
+  ProbeRunnerOptions probes;
+  // False (fake tasks): no probes run, and a replica is ready while it
+  // runs.
+  bool run_probes = true;
 };
 
 // Thread-safe: launches, stops and polls of one node may run at once (the
@@ -42,12 +54,25 @@ struct TaskRunnerOptions {
 class TaskRunner {
  public:
   TaskRunner(TaskRunnerOptions options, const AgentLog& log)
-      : options_(std::move(options)), log_(log) {}
+      : options_(std::move(options)),
+        log_(log),
+        ports_(options_.replica_host, options_.service_ports),
+        probes_(options_.probes) {}
   ~TaskRunner();
 
-  // Waits for the launches that pull an image (their threads) to end. The
-  // nodes must outlive it.
+  // Starts probing service replicas (those launched or recovered before
+  // are probed from now on). Call it once the parts that `on_task_ended`
+  // reaches exist.
+  void Start() { probes_.Start(); }
+
+  // Stops the probes and waits for the launches that pull an image (their
+  // threads) to end. The nodes must outlive it.
   void Shutdown();
+
+  // The ports of service replicas (tests).
+  const ReplicaPortPool& ports() const { return ports_; }
+  // Tasks whose probes are registered (tests).
+  size_t probed_tasks() const { return probes_.size(); }
 
   int stop_signal() const { return options_.stop_signal; }
   absl::Duration stop_grace() const { return options_.stop_grace; }
@@ -144,10 +169,33 @@ class TaskRunner {
     if (options_.on_task_ended) options_.on_task_ended(node);
   }
 
+  // Service replicas (task_replica.cc). A port for a launch of
+  // `port: true`, into `unit` and `ctx`; `Unavailable` when none is free.
+  absl::Status AllocatePortLocked(AgentNode& node, TaskUnit& unit,
+                                  LaunchContext& ctx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(node.mu);
+  // Once its processes run: registers the task's probes.
+  void StartReplicaLocked(AgentNode& node, TaskUnit& unit)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(node.mu);
+  // After a restart: holds the port of a running replica again and probes
+  // it.
+  void RecoverReplicaLocked(AgentNode& node, TaskUnit& unit)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(node.mu);
+  // The task ended (or is forgotten, or rolled back): gives its port back
+  // and removes its probes. Idempotent.
+  void EndReplicaLocked(AgentNode& node, TaskUnit& unit)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(node.mu);
+  // A probe's result (on the prober's thread, no lock held).
+  void OnProbeReport(AgentNode& node, const std::string& task_id,
+                     const ProbeReport& report);
+
   const TaskRunnerOptions options_;
   const AgentLog& log_;
   absl::Mutex fetch_mu_;
   std::vector<Fetcher> fetchers_ ABSL_GUARDED_BY(fetch_mu_);
+  ReplicaPortPool ports_;
+  // Last: its threads call back into the runner, so it goes first.
+  ProbeRunner probes_;
 };
 
 }  // namespace loom

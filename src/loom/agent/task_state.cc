@@ -99,6 +99,32 @@ json TaskStatusJson(const std::string& node, const TaskUnit& unit,
             {"signal", s.signal},
             {"reason", s.reason}};
   if (unit.refused) j["refused"] = true;
+  if (unit.port != 0) {
+    const bool running = s.state == "running";
+    const bool ready = running && !unit.stopping &&
+                       unit.liveness_failure.empty() &&
+                       (!unit.readiness || unit.ready);
+    j["port"] = unit.port;
+    j["ready"] = ready;
+    if (running && !ready) {
+      std::string why = "stopping";
+      if (!unit.stopping && !unit.liveness_failure.empty()) {
+        why = unit.liveness_failure;
+      } else if (!unit.stopping && !unit.not_ready_reason.empty()) {
+        why = unit.not_ready_reason;
+      } else if (!unit.stopping && unit.readiness) {
+        why = absl::StrCat("readiness probe GET ", unit.readiness->http,
+                           " has not passed yet");
+      }
+      j["ready_reason"] = why;
+    }
+  }
+  if (!unit.liveness_failure.empty() && s.state != "running") {
+    j["liveness_failed"] = true;
+    j["reason"] = s.reason.empty()
+                      ? unit.liveness_failure
+                      : absl::StrCat(unit.liveness_failure, "; ", s.reason);
+  }
   if (!detailed) return j;
   j["node"] = node;
   j["job_id"] = unit.job_id;

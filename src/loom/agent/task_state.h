@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "loom/agent/probe_spec.h"
 #include "nlohmann/json.hpp"
 
 namespace loom {
@@ -87,6 +88,26 @@ struct TaskUnit {
   // meet too (its image cannot be pulled): the processes are lost with the
   // reason and the server fails the job without restarting it.
   bool refused = false;
+
+  // A service replica (`port: true`, docs/agent.md "Service replicas"):
+  // its port (0: not a replica), held in the runner's port pool while the
+  // task runs, and its probes (task_replica.cc).
+  int port = 0;
+  std::optional<ProbeSpec> readiness;
+  std::optional<ProbeSpec> liveness;
+  // When its processes were started (the probes' initial delays count from
+  // it); kept in the unit file.
+  absl::Time started_at = absl::InfinitePast();
+  // The prober's key for its probes (probe_runner.h); 0: none registered.
+  uint64_t probe_key = 0;
+  // The readiness probe's verdict (unused without one: ready while
+  // running), and why it is not ready ("" when it is, or before a first
+  // failure).
+  bool ready = false;
+  std::string not_ready_reason;
+  // Set when the agent stopped the task because its liveness probe failed:
+  // the start of its final `reason`.
+  std::string liveness_failure;
 };
 
 // What a task amounts to for the server.
@@ -108,6 +129,9 @@ TaskSummary SummarizeTask(const TaskUnit& unit);
 // A task waiting for its image is `pulling`, with `pull` {image, phase,
 // bytes_done, bytes_total}; one whose launch was refused after it
 // was accepted has `refused`.
+// A service replica has `port` and `ready` (with `ready_reason` while it
+// runs and is not ready); one the agent stopped for failed liveness has
+// `liveness_failed` and a `reason` that says so.
 nlohmann::json TaskStatusJson(const std::string& node, const TaskUnit& unit,
                               bool detailed);
 

@@ -1,5 +1,7 @@
 #include "loom/agent/unit_file.h"
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "loom/agent/json_values.h"
 #include "loom/agent/launch_request.h"
 
@@ -16,6 +18,12 @@ std::string UnitFileText(const TaskUnit& unit) {
                               {"stdout", p.stdout_path},
                               {"stderr", p.stderr_path}});
   }
+  if (unit.port != 0) m["port"] = unit.port;
+  if (unit.started_at != absl::InfinitePast()) {
+    m["started_at_ms"] = absl::ToUnixMillis(unit.started_at);
+  }
+  if (unit.readiness) m["readiness"] = ProbeSpecJson(*unit.readiness);
+  if (unit.liveness) m["liveness"] = ProbeSpecJson(*unit.liveness);
   return Dump(m, 2);
 }
 
@@ -39,6 +47,30 @@ absl::StatusOr<TaskUnit> ParseUnitFile(const std::string& text) {
     }
   }
   unit.persisted = true;
+  // A service replica's port and probes (task_replica.cc).
+  if (m.contains("port")) {
+    std::optional<int64_t> port = AsInt(m["port"]);
+    if (!port || *port < 1 || *port > 65535) {
+      return absl::InvalidArgumentError("a port that is not one");
+    }
+    unit.port = static_cast<int>(*port);
+  }
+  if (m.contains("started_at_ms")) {
+    std::optional<int64_t> ms = AsInt(m["started_at_ms"]);
+    if (!ms) return absl::InvalidArgumentError("a start time that is not one");
+    unit.started_at = absl::FromUnixMillis(*ms);
+  }
+  for (const char* key : {"readiness", "liveness"}) {
+    if (!m.contains(key)) continue;
+    absl::StatusOr<ProbeSpec> probe = ParseProbeSpec(m[key], key, nullptr);
+    if (!probe.ok()) return probe.status();
+    if (unit.port == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a ", key, " probe without a port"));
+    }
+    (std::string(key) == "readiness" ? unit.readiness : unit.liveness) =
+        *std::move(probe);
+  }
   for (const json& p : m["processes"]) {
     if (!p.is_object() || !p.contains("launcher_id") ||
         !p["launcher_id"].is_string()) {
