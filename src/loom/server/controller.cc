@@ -224,6 +224,8 @@ absl::Status Controller::Load(absl::Time now) {
     }
   }
   DropOrphanHistories(history_of);
+  // Services, after the jobs (their replicas).
+  if (absl::Status st = LoadServices(); !st.ok()) return st;
   // Purged jobs (docs/accounting.md) left their IDs behind.
   if (absl::StatusOr<KeyValue> kv = store_->Get(kNextJobIdKey); kv.ok()) {
     JobId next = 0;

@@ -22,12 +22,16 @@
 #include "loom/core/cluster_spec.h"
 #include "loom/core/job_array.h"
 #include "loom/core/job_spec.h"
+#include "loom/core/service_spec.h"
 #include "loom/sched/scheduler.h"
+#include "loom/server/gateway_report.h"
 #include "loom/server/idempotency_keys.h"
 #include "loom/server/job_events_store.h"
 #include "loom/server/job_limits.h"
 #include "loom/server/job_record.h"
 #include "loom/server/maintenance.h"
+#include "loom/server/service_plan.h"
+#include "loom/server/service_record.h"
 #include "loom/server/stored_job.h"
 #include "loom/server/usage_ledger.h"
 #include "loom/store/accounting_store.h"
@@ -232,6 +236,23 @@ class Controller {
   absl::StatusOr<nlohmann::json> ReportUsage(const UsageGrouping& g,
                                              absl::Time since, absl::Time until,
                                              absl::Time now) const;
+
+  // Services (controller_services.cc, docs/services.md). Apply creates a
+  // service or changes it (a new replica revision rolls out); the spec's
+  // user is set by the caller's checks.
+  absl::StatusOr<nlohmann::json> ApplyService(ServiceSpec spec, absl::Time now);
+  absl::StatusOr<nlohmann::json> GetService(const std::string& name,
+                                            absl::Time now) const;
+  nlohmann::json ListServices(absl::Time now) const;
+  absl::StatusOr<nlohmann::json> ScaleService(const std::string& name,
+                                              int replicas, absl::Time now);
+  absl::StatusOr<nlohmann::json> DeleteService(const std::string& name,
+                                               absl::Time now);
+  // The gateway's side (`GET /v1/gateway/config`, `POST
+  // /v1/gateway/report`): what each service's backend must hold, and the
+  // balancer's statistics back.
+  nlohmann::json GatewayConfig(absl::Time now) const;
+  absl::Status GatewayReport(const nlohmann::json& body, absl::Time now);
 
   // Nodes and projects.
   nlohmann::json ListNodes(absl::Time now) const;
@@ -646,6 +667,28 @@ class Controller {
   // of `for_job`, which recovers there (`Preemption::immediate`).
   void KillOnSpare(JobRecord& job, JobId for_job, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Services (controller_services.cc).
+  absl::Status PersistService(const ServiceRecord& s)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status LoadServices() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ReplicaView ViewOf(const ServiceRecord& s, const JobRecord& job,
+                     absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StepServices(absl::Time now, std::vector<const JobRecord*>* dirty)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool CreateReplica(ServiceRecord& s, absl::Time now,
+                     std::vector<const JobRecord*>* dirty)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Autoscale(ServiceRecord& s, const std::vector<ReplicaView>& views,
+                 absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  nlohmann::json ServiceJson(const ServiceRecord& s, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A running replica's heartbeat status: `port`, `ready`.
+  void NoteReplicaStatus(JobRecord& job, TaskRecord& task,
+                         const nlohmann::json& status, absl::Time now,
+                         std::vector<const JobRecord*>* dirty)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a replica's launch body adds (port, probes); empty for a job.
+  nlohmann::json LaunchExtras(const JobRecord& job) const;
   // Every live task on node `n` is lost (the node is down).
   void NodeLost(int n, absl::Time now, std::vector<const JobRecord*>* dirty)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -786,6 +829,11 @@ class Controller {
   // Multi-node runs stopping after a task failed: when it was reported
   // (`WatchGang`).
   absl::flat_hash_map<JobId, absl::Time> gang_watch_ ABSL_GUARDED_BY(mu_);
+  // Services by name, the live replica jobs of each, and the latest
+  // gateway report of each.
+  std::map<std::string, ServiceRecord> services_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::set<JobId>> service_replicas_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, GatewayStats> gateway_ ABSL_GUARDED_BY(mu_);
   // Running jobs that asked for hot spares (`SyncSpares`).
   absl::flat_hash_set<JobId> with_spares_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<JobId, absl::Time> spare_restores_ ABSL_GUARDED_BY(mu_);

@@ -139,6 +139,8 @@ nlohmann::json Controller::TaskReports(const std::string& node_name,
         NoteRunning(*job, now);
         dirty->push_back(job);
       }
+      // A service replica: its port (kept), its readiness (as of now).
+      if (!job->service.empty()) NoteReplicaStatus(*job, *task, t, now, dirty);
       // Its first output: the first progress of a recovered run.
       if (auto o = t.find("output");
           o != t.end() && o->is_boolean() && o->get<bool>() && job->recovery &&

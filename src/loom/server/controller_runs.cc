@@ -147,6 +147,9 @@ AgentAction Controller::LaunchAction(const JobRecord& job,
   if (job.spec.container.has_value()) {
     a.body["container"] = ContainerLaunchJson(*job.spec.container);
   }
+  // A service replica: its port and probes (docs/services.md).
+  nlohmann::json extras = LaunchExtras(job);
+  for (auto& [key, value] : extras.items()) a.body[key] = std::move(value);
   return a;
 }
 

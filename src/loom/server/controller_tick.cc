@@ -51,6 +51,8 @@ void Controller::Tick(absl::Time now) {
   StepDependencies(now, &dirty);
   // Arrays: their next elements join the queue; finished arrays end.
   FeedArrays(now, &dirty);
+  // Services: replicas started, drained, stopped, replaced; autoscaling.
+  if (!services_.empty()) StepServices(now, &dirty);
   // Scheduling.
   PassResult pass = scheduler_->Schedule(now);
   for (JobId id : pass.started) {

@@ -49,6 +49,7 @@ void HttpServer::Routes() {
   ImageRoutes();
   SpecRoutes();
   MaintenanceRoutes();
+  ServiceRoutes();
   AccountingRoutes();
 }
 

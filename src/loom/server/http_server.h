@@ -99,6 +99,7 @@ class HttpServer {
   void TokenRoutes();        // token_routes.cc: /v1/tokens..., /v1/whoami
   void SpecRoutes();         // spec_routes.cc: /v1/cluster/... (plan, apply)
   void MaintenanceRoutes();  // maintenance_routes.cc: /v1/maintenance...
+  void ServiceRoutes();  // service_routes.cc: /v1/services..., /v1/gateway/...
   void
   AccountingRoutes();    // accounting_routes.cc: /v1/accounting/..., /v1/usage
   void ClusterRoutes();  // cluster_routes.cc: the rest

@@ -175,6 +175,14 @@ nlohmann::json JobRecordToJson(const JobRecord& j) {
   if (j.recovery) out["recovery"] = RecoveryToJson(*j.recovery);
   if (!j.spare_nodes.empty()) out["spare_nodes"] = j.spare_nodes;
   if (!j.last_nodes.empty()) out["last_nodes"] = j.last_nodes;
+  if (!j.service.empty()) {
+    out["service"] = j.service;
+    out["revision"] = j.revision;
+    if (j.replica_probes.is_object() && !j.replica_probes.empty()) {
+      out["replica_probes"] = j.replica_probes;
+    }
+    if (j.drain_since) out["drain_since"] = FormatTimestamp(*j.drain_since);
+  }
   nlohmann::json tasks = nlohmann::json::array();
   for (const TaskRecord& t : j.tasks) {
     tasks.push_back({{"index", t.index},
@@ -186,6 +194,7 @@ nlohmann::json JobRecordToJson(const JobRecord& j) {
                                                : nlohmann::json(nullptr)},
                      {"signal", t.signal ? nlohmann::json(*t.signal)
                                          : nlohmann::json(nullptr)}});
+    if (t.port) tasks.back()["port"] = *t.port;
   }
   out["tasks"] = std::move(tasks);
   return out;
@@ -255,12 +264,25 @@ absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& in) {
     }
     j.spare_nodes = in.value("spare_nodes", std::vector<std::string>{});
     j.last_nodes = in.value("last_nodes", std::vector<std::string>{});
+    j.service = in.value("service", std::string());
+    j.revision = in.value("revision", std::string());
+    if (auto p = in.find("replica_probes"); p != in.end() && p->is_object()) {
+      j.replica_probes = *p;
+    }
+    if (auto d = in.find("drain_since"); d != in.end() && d->is_string()) {
+      absl::StatusOr<absl::Time> t = ParseTimestamp(d->get<std::string>());
+      if (!t.ok()) return t.status();
+      j.drain_since = *t;
+    }
     for (const nlohmann::json& t : in.at("tasks")) {
       TaskRecord task;
       task.index = t.at("index").get<int>();
       task.node = t.at("node").get<std::string>();
       task.gpus = t.at("gpus").get<std::vector<int>>();
       task.task_id = t.at("task_id").get<std::string>();
+      if (auto p = t.find("port"); p != t.end() && p->is_number_integer()) {
+        task.port = p->get<int>();
+      }
       const std::string state_name = t.at("state").get<std::string>();
       bool found = false;
       for (int s = 0; s < 4; ++s) {
@@ -360,6 +382,11 @@ nlohmann::json JobApiJson(
   }
   j["recovery"] =
       job.recovery ? RecoveryApiJson(*job.recovery) : nlohmann::json(nullptr);
+  if (!job.service.empty()) {
+    j["service"] = job.service;
+    j["revision"] = job.revision.substr(0, 12);
+    if (job.drain_since) j["drain_since"] = FormatTimestamp(*job.drain_since);
+  }
   // Only for a job that asked for spares, as `spares` in its spec.
   if (job.spec.spares > 0) j["spare_nodes"] = job.spare_nodes;
   if (!job.tasks.empty()) {
@@ -383,6 +410,10 @@ nlohmann::json JobApiJson(
                                                                    : "lost")},
            {"exit_code", t.exit_code ? nlohmann::json(*t.exit_code)
                                      : nlohmann::json(nullptr)}});
+      if (t.port) {
+        tasks.back()["port"] = *t.port;
+        tasks.back()["ready"] = t.ready;
+      }
       if (pulling) {
         tasks.back()["pull"] = {{"phase", t.pull->phase},
                                 {"bytes_done", t.pull->bytes_done},

@@ -59,6 +59,12 @@ struct TaskRecord {
   // Not persisted: a launching task whose node pulls its image (the agent
   // accepted the launch with 202, or its heartbeats say `pulling`).
   std::optional<TaskPull> pull;
+  // A service replica (docs/services.md): the port its agent gave it (in
+  // `PORT`), and whether its readiness probe passes (not persisted: the
+  // next heartbeat says), since when.
+  std::optional<int> port;
+  bool ready = false;
+  std::optional<absl::Time> ready_since;
 };
 
 // GPUs in use for a time: `gpus` GPUs from `start` to `end` (one run of a
@@ -150,6 +156,13 @@ struct JobRecord {
   // `spare_nodes`), so the next run starts on the survivors and spares.
   std::vector<std::string> spare_nodes;
   std::vector<std::string> last_nodes;
+  // A replica of a service (docs/services.md): the service's name, the
+  // revision it runs (`ReplicaTemplateDigest`), the probes its launch
+  // carries, and since when it is drained from the balancer.
+  std::string service;
+  std::string revision;
+  nlohmann::json replica_probes;
+  std::optional<absl::Time> drain_since;
   std::vector<TaskRecord> tasks;
   // Bounded: the last `JobEvents::kMaxJobEvents`, repeats coalesced.
   JobEvents events;
