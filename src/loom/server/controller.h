@@ -689,6 +689,9 @@ class Controller {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What a replica's launch body adds (port, probes); empty for a job.
   nlohmann::json LaunchExtras(const JobRecord& job) const;
+  // The services' part of /metrics (docs/metrics.md, "Services").
+  void WriteServiceMetrics(MetricsWriter& out, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every live task on node `n` is lost (the node is down).
   void NodeLost(int n, absl::Time now, std::vector<const JobRecord*>* dirty)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

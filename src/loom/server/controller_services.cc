@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -592,6 +593,93 @@ nlohmann::json Controller::LaunchExtras(const JobRecord& job) const {
     extra["liveness"] = job.replica_probes["liveness"];
   }
   return extra;
+}
+
+void Controller::WriteServiceMetrics(MetricsWriter& out, absl::Time now) const {
+  struct Row {
+    int desired = 0, ready = 0;
+    const GatewayStats* g = nullptr;  // a fresh report, or null
+  };
+  std::map<std::string, Row> rows;
+  for (const auto& [name, s] : services_) {
+    Row& r = rows[name];
+    r.desired = s.desired;
+    if (auto ids = service_replicas_.find(name);
+        ids != service_replicas_.end()) {
+      for (JobId id : ids->second) {
+        const ReplicaView v = ViewOf(s, jobs_.at(id), now);
+        r.ready += v.phase == ReplicaView::Phase::kReady;
+      }
+    }
+    if (auto g = gateway_.find(name);
+        g != gateway_.end() && now - g->second.at < kGatewayFresh) {
+      r.g = &g->second;
+    }
+  }
+  out.Family("loom_service_desired_replicas",
+             "Replicas a service wants now (its count, or the autoscaler's).",
+             MetricType::kGauge);
+  for (const auto& [name, r] : rows) {
+    out.Sample("loom_service_desired_replicas", {{"service", name}}, r.desired);
+  }
+  out.Family("loom_service_ready_replicas",
+             "Replicas of a service that run and passed their readiness "
+             "probe.",
+             MetricType::kGauge);
+  for (const auto& [name, r] : rows) {
+    out.Sample("loom_service_ready_replicas", {{"service", name}}, r.ready);
+  }
+  // The gateway's measurements (absent while no gateway reports).
+  const std::pair<const char*, const char*> gauges[] = {
+      {"loom_service_requests_in_flight",
+       "Requests at a service's replicas or queued for one, at the gateway."},
+      {"loom_service_requests_per_second",
+       "Requests per second to a service, at the gateway (last second)."},
+      {"loom_service_response_p95_seconds",
+       "95th percentile of a service's response times over the last 10 s, "
+       "at the gateway."}};
+  for (const auto& [metric, help] : gauges) {
+    out.Family(metric, help, MetricType::kGauge);
+    for (const auto& [name, r] : rows) {
+      if (r.g == nullptr) continue;
+      const std::string_view m = metric;
+      out.Sample(metric, {{"service", name}},
+                 m == "loom_service_requests_in_flight" ? r.g->in_flight
+                 : m == "loom_service_requests_per_second"
+                     ? r.g->rps
+                     : r.g->p95_ms / 1000);
+    }
+  }
+  out.Family("loom_service_requests_total",
+             "Requests to a service since its gateway started.",
+             MetricType::kCounter);
+  for (const auto& [name, r] : rows) {
+    if (r.g != nullptr) {
+      out.Sample("loom_service_requests_total", {{"service", name}},
+                 r.g->requests_total);
+    }
+  }
+  out.Family("loom_service_errors_total",
+             "5xx answers and failed connections of a service since its "
+             "gateway started.",
+             MetricType::kCounter);
+  for (const auto& [name, r] : rows) {
+    if (r.g != nullptr) {
+      out.Sample("loom_service_errors_total", {{"service", name}},
+                 r.g->errors_total);
+    }
+  }
+  out.Family("loom_service_response_seconds",
+             "Response times of a service at its gateway (accept to last "
+             "byte), since the gateway started.",
+             MetricType::kHistogram);
+  for (const auto& [name, r] : rows) {
+    if (r.g == nullptr) continue;
+    const LatencyBuckets& l = r.g->latency;
+    out.HistogramSample("loom_service_response_seconds", {{"service", name}},
+                        l.bounds_seconds, l.counts, BucketCounts::kCumulative,
+                        l.sum_seconds, l.count);
+  }
 }
 
 }  // namespace loom

@@ -128,7 +128,13 @@ class ServicesTest : public ::testing::Test {
       services.push_back({{"name", s["name"]},
                           {"in_flight", in_flight},
                           {"rps", 10},
-                          {"servers", servers}});
+                          {"p95_ms", 40},
+                          {"requests_total", 100},
+                          {"servers", servers},
+                          {"latency",
+                           {{"buckets_ms", {{10, 50}, {50, 90}}},
+                            {"count", 100},
+                            {"sum_ms", 2500}}}});
     }
     ASSERT_TRUE(
         c_->GatewayReport({{"gateway", "gw"}, {"services", services}}, T(t))
@@ -183,6 +189,22 @@ TEST_F(ServicesTest, ReplicasComeUpWithPortsAndProbesBehindTheGateway) {
   for (const nlohmann::json& v : cfg["services"][0]["servers"]) {
     EXPECT_EQ(v["state"], "serving");
     EXPECT_EQ(v["address"].get<std::string>().rfind("127.0.0.", 0), 0u);
+  }
+  // /metrics: replicas, and the gateway's measurements.
+  std::string text;
+  MetricsWriter m(&text);
+  c_->WriteMetrics(m, T(3));
+  EXPECT_TRUE(m.status().ok()) << m.status();
+  for (const char* line :
+       {"loom_service_desired_replicas{service=\"embed\"} 3",
+        "loom_service_ready_replicas{service=\"embed\"} 3",
+        "loom_service_requests_per_second{service=\"embed\"} 10",
+        "loom_service_response_p95_seconds{service=\"embed\"} 0.04",
+        "loom_service_requests_total{service=\"embed\"} 100",
+        "loom_service_response_seconds_bucket{service=\"embed\",le=\"0.05\"} "
+        "90",
+        "loom_service_response_seconds_count{service=\"embed\"} 100"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
   }
   // Not ready any more: out of the gateway's servers.
   tasks_.begin()->second.ready = false;
@@ -344,7 +366,12 @@ TEST_F(ServicesTest, BadAppliesAndReportsAreRefused) {
       {R"([])", R"({"services": 3})",
        R"({"services": [{"name": "embed", "in_flight": -1}]})",
        R"({"services": [{"name": ""}]})",
-       R"({"services": [{"name": "embed", "servers": [{"name": "j1", "sessions": "x"}]}]})"}) {
+       R"({"services": [{"name": "embed", "servers": [{"name": "j1", "sessions": "x"}]}]})",
+       R"({"services": [{"name": "embed", "servers": [{"name": "j1", "state": 7}]}]})",
+       R"({"services": [{"name": "embed", "latency": {"count": 5, "buckets_ms": [[10, 6]]}}]})",
+       R"({"services": [{"name": "embed", "latency": {"count": 5, "buckets_ms": [[10, 3], [5, 4]]}}]})",
+       R"({"services": [{"name": "embed", "latency": {"count": 5, "buckets_ms": [[10, 3], [50, 2]]}}]})",
+       R"({"services": [{"name": "embed", "latency": {"buckets_ms": "x"}}]})"}) {
     EXPECT_TRUE(absl::IsInvalidArgument(
         c_->GatewayReport(nlohmann::json::parse(body), T(2))))
         << body;

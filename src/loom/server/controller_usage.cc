@@ -248,6 +248,7 @@ void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
              "image) to the task running: the pull phase of its start.",
              MetricType::kHistogram);
   out.HistogramSample("loom_image_pull_seconds", {}, image_pull_);
+  WriteServiceMetrics(out, now);
 }
 
 nlohmann::json Controller::ListProjects(absl::Time now) const {

@@ -1,5 +1,6 @@
 #include "loom/server/gateway_report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -31,6 +32,54 @@ absl::StatusOr<std::string> ReadName(const nlohmann::json& j,
         absl::StrCat(path, ".name: must be a string of 1 to 128 bytes"));
   }
   return it->get<std::string>();
+}
+
+// "latency": {"buckets_ms": [[le, cumulative count], ...], "count", "sum_ms"}.
+absl::Status ReadLatency(const nlohmann::json& s, const std::string& path,
+                         LatencyBuckets* out) {
+  auto it = s.find("latency");
+  if (it == s.end()) return absl::OkStatus();
+  const std::string at = path + ".latency";
+  if (!it->is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(at, ": must be a map"));
+  }
+  double count = 0, sum = 0;
+  if (absl::Status e = ReadNumber(*it, "count", at, &count); !e.ok()) return e;
+  if (absl::Status e = ReadNumber(*it, "sum_ms", at, &sum); !e.ok()) return e;
+  auto b = it->find("buckets_ms");
+  if (b == it->end() || !b->is_array() || b->size() > kMaxLatencyBuckets) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(at, ".buckets_ms: must be a list of at most ",
+                     kMaxLatencyBuckets, " [le, count] pairs"));
+  }
+  LatencyBuckets l;
+  l.count = static_cast<uint64_t>(std::min(count, 1e18));
+  l.sum_seconds = sum / 1000;
+  for (size_t i = 0; i < b->size(); ++i) {
+    const nlohmann::json& pair = (*b)[i];
+    const std::string bat = absl::StrCat(at, ".buckets_ms[", i, "]");
+    if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number() ||
+        !pair[1].is_number() || !std::isfinite(pair[0].get<double>()) ||
+        !std::isfinite(pair[1].get<double>()) || pair[1].get<double>() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(bat, ": must be [le, count], finite numbers"));
+    }
+    const double le = pair[0].get<double>() / 1000;
+    const uint64_t n =
+        static_cast<uint64_t>(std::min(pair[1].get<double>(), 1e18));
+    if ((!l.bounds_seconds.empty() &&
+         (le <= l.bounds_seconds.back() || n < l.counts.back())) ||
+        n > l.count) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(bat,
+                       ": bounds must increase and cumulative counts must not "
+                       "decrease nor exceed count"));
+    }
+    l.bounds_seconds.push_back(le);
+    l.counts.push_back(n);
+  }
+  *out = std::move(l);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -91,7 +140,12 @@ absl::StatusOr<std::map<std::string, GatewayStats>> ParseGatewayReport(
         absl::StatusOr<std::string> sname = ReadName(v, spath);
         if (!sname.ok()) return sname.status();
         GatewayServer gs;
-        const std::string state = v.value("state", std::string());
+        auto sv = v.find("state");
+        if (sv != v.end() && !sv->is_string()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(spath, ".state: must be a string"));
+        }
+        const std::string state = sv != v.end() ? sv->get<std::string>() : "";
         gs.serving = state == "serving";
         gs.draining = state == "draining";
         double sessions = 0;
@@ -103,6 +157,7 @@ absl::StatusOr<std::map<std::string, GatewayStats>> ParseGatewayReport(
         st.servers[*sname] = gs;
       }
     }
+    if (absl::Status e = ReadLatency(s, path, &st.latency); !e.ok()) return e;
     out[*name] = std::move(st);
   }
   return out;

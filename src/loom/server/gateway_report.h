@@ -4,8 +4,10 @@
 // about the services it serves: `POST /v1/gateway/report`. Parsed and
 // checked here; the controller keeps the latest per service.
 
+#include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -20,6 +22,15 @@ struct GatewayServer {
   int sessions = 0;       // requests in flight on it
 };
 
+// Response times since the gateway started: cumulative counts at each
+// bound (seconds), as a Prometheus histogram's buckets.
+struct LatencyBuckets {
+  std::vector<double> bounds_seconds;
+  std::vector<uint64_t> counts;
+  uint64_t count = 0;
+  double sum_seconds = 0;
+};
+
 // One service's traffic at the balancer, as of `at`.
 struct GatewayStats {
   absl::Time at;
@@ -30,17 +41,20 @@ struct GatewayStats {
   double requests_total = 0;
   double errors_total = 0;  // 5xx answers and failed connections
   std::map<std::string, GatewayServer> servers;
+  LatencyBuckets latency;
 };
 
 // The most services and servers per service one report may carry.
 inline constexpr int kMaxReportServices = 1000;
 inline constexpr int kMaxReportServers = 2000;
+inline constexpr size_t kMaxLatencyBuckets = 32;
 
 // Parses a report:
 //   {"gateway": "gw-0", "services": [{"name": "embed", "in_flight": 3,
 //    "rps": 120.5, "p95_ms": 41.0, "requests_total": 10234,
 //    "errors_total": 0, "servers": [{"name": "j12", "state": "serving",
-//    "sessions": 1}]}]}
+//    "sessions": 1}], "latency": {"buckets_ms": [[5, 80], [10, 120]],
+//    "count": 130, "sum_ms": 900}}]}
 // Server states: "serving", "draining", or anything else (out of service).
 // Numbers must be finite and not negative. InvalidArgument naming the
 // field ("services[0].servers[1].sessions: ...") otherwise; never throws.
