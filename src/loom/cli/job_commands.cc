@@ -14,6 +14,7 @@
 #include "loom/cli/job_wait.h"
 #include "loom/cli/maintain_verbs.h"
 #include "loom/cli/node_verbs.h"
+#include "loom/cli/service_verbs.h"
 #include "loom/cli/slurm_verbs.h"
 #include "loom/cli/spec_verbs.h"
 #include "loom/cli/token_verbs.h"
@@ -71,6 +72,7 @@ void AddJobCommands(CLI::App& app, JobCommandFlags* f) {
   cli::AddMaintainVerbs(app, f);
   cli::AddSlurmVerbs(app, f);
   cli::AddAccountingVerbs(app, f);
+  cli::AddServiceVerbs(app, f);
   for (const auto& [name, verb] : f->verbs) {
     // `run`, `attach` and `maintain` say what their waits exit with.
     if (name != "run" && name != "attach" && name != "maintain") {
@@ -112,7 +114,7 @@ int RunJobCommand(std::string_view verb, const JobCommandFlags& given,
   for (auto run : {cli::RunJobVerb, cli::RunAttachVerb, cli::RunNodeVerb,
                    cli::RunClusterVerb, cli::RunTokenVerb, cli::RunImageVerb,
                    cli::RunSpecVerb, cli::RunMaintainVerb, cli::RunSlurmVerb,
-                   cli::RunAccountingVerb}) {
+                   cli::RunAccountingVerb, cli::RunServiceVerb}) {
     if (std::optional<int> rc = run(v)) return *rc;
   }
   return v.Fail(cli::kExitUsage, "unknown verb");

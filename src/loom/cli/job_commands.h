@@ -2,13 +2,13 @@
 
 // The client verbs of `loom`: submit, run, release, queue, show, logs,
 // cancel, checkpoint, nodes, cordon, uncordon, drain, top, chaos, projects,
-// whoami, token, maintain, sacct, report. Each talks to the server through
-// `ApiClient` (docs/api.md); docs/cli.md documents them for users. This is
-// where they are registered and run; the verbs themselves live by resource in
-// job_verbs.h, node_verbs.h, cluster_verbs.h, token_verbs.h,
-// accounting_verbs.h and the others, over the shared parts in verb.h
-// (running a verb and making its requests), verb_flags.h, reply_fields.h and
-// output_format.h.
+// whoami, token, maintain, sacct, report, service. Each talks to the server
+// through `ApiClient` (docs/api.md); docs/cli.md documents them for users. This
+// is where they are registered and run; the verbs themselves live by resource
+// in job_verbs.h, node_verbs.h, cluster_verbs.h, token_verbs.h,
+// accounting_verbs.h, service_verbs.h and the others, over the shared parts in
+// verb.h (running a verb and making its requests), verb_flags.h, reply_fields.h
+// and output_format.h.
 //
 // Exit codes: 0 success; 1 the request failed at the server or on the
 // network; 2 bad usage or a bad input file. `loom run --wait` exits with the
@@ -62,6 +62,18 @@ struct AccountingFlags {
   std::string report;        // report's subcommand: "usage"
   std::string by;            // report usage --by
   std::string per = "all";   // report usage --per
+};
+
+// `loom service` (service_verbs.h): apply, list, show, scale, delete, logs.
+// `logs` takes `JobCommandFlags::follow` and `stderr_stream` as `loom logs`.
+struct ServiceFlags {
+  std::string action;  // the subcommand that was parsed
+  std::string file;    // apply -f
+  std::string name;    // show, scale, delete, logs
+  // As typed, so that the verb can name a bad one: scale N, logs --replica
+  // (an index into the service's replicas; "": 0).
+  std::string replicas;
+  std::string replica;
 };
 
 // Flags of all the client verbs; only the fields of the verb that was parsed
@@ -141,6 +153,9 @@ struct JobCommandFlags {
 
   // sacct, report usage
   AccountingFlags accounting;
+
+  // service
+  ServiceFlags service;
 
   // Filled by `AddJobCommands`: each verb's name and subcommand.
   std::vector<std::pair<std::string, CLI::App*>> verbs;

@@ -380,8 +380,13 @@ std::string FormatJobDetails(const nlohmann::json& job, absl::Time now) {
                     task_rows),
         "  ");
   }
+  out += FormatEventsSection(Items(job, "events"), now);
+  return out;
+}
+
+std::string FormatEventsSection(const nlohmann::json& events, absl::Time now) {
   std::vector<std::vector<std::string>> event_rows;
-  for (const Json& e : Items(job, "events")) {
+  for (const Json& e : Items(events, "events")) {
     std::optional<absl::Time> t = TimeField(e, "time");
     std::string message = Cell(e, "message");
     // Repeats the server coalesced into one event (docs/api.md).
@@ -395,6 +400,7 @@ std::string FormatJobDetails(const nlohmann::json& job, absl::Time now) {
     event_rows.push_back({t ? FormatUtc(*t) : Cell(e, "time"),
                           t ? FormatAgo(*t, now) : "-", message});
   }
+  std::string out;
   if (!event_rows.empty()) {
     out += "Events:\n";
     cli::AppendLines(&out, FormatTable({"TIME", "AGE", "MESSAGE"}, event_rows),

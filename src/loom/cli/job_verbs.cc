@@ -227,26 +227,7 @@ int Show(const Verb& v) {
   return kExitOk;
 }
 
-int Logs(const Verb& v) {
-  const int64_t id = v.flags.jobs.at(0);
-  std::unique_ptr<ApiClient> client = MakeClient(v);
-  if (client == nullptr) return kExitUsage;
-  LogRequest request;
-  request.task = v.flags.task;
-  request.process = v.flags.process;
-  request.stream = v.flags.stderr_stream ? "stderr" : "stdout";
-  request.follow = v.flags.follow;
-  absl::Status st = client->StreamLogs(id, request, [&](std::string_view c) {
-    v.out().write(c.data(), static_cast<std::streamsize>(c.size()));
-    v.out().flush();
-    return static_cast<bool>(v.out());
-  });
-  // Cancelled: standard output was closed (`loom logs -f JOB | head`).
-  if (!st.ok() && st.code() != absl::StatusCode::kCancelled) {
-    return v.FailJob(id, st);
-  }
-  return kExitOk;
-}
+int Logs(const Verb& v) { return PrintJobLogs(v, v.flags.jobs.at(0)); }
 
 int Hold(const Verb& v) {
   std::unique_ptr<ApiClient> client = MakeClient(v);
@@ -314,6 +295,26 @@ int Checkpoint(const Verb& v) {
   return kExitOk;
 }
 }  // namespace
+
+int PrintJobLogs(const Verb& v, int64_t id) {
+  std::unique_ptr<ApiClient> client = MakeClient(v);
+  if (client == nullptr) return kExitUsage;
+  LogRequest request;
+  request.task = v.flags.task;
+  request.process = v.flags.process;
+  request.stream = v.flags.stderr_stream ? "stderr" : "stdout";
+  request.follow = v.flags.follow;
+  absl::Status st = client->StreamLogs(id, request, [&](std::string_view c) {
+    v.out().write(c.data(), static_cast<std::streamsize>(c.size()));
+    v.out().flush();
+    return static_cast<bool>(v.out());
+  });
+  // Cancelled: standard output was closed (`loom logs -f JOB | head`).
+  if (!st.ok() && st.code() != absl::StatusCode::kCancelled) {
+    return v.FailJob(id, st);
+  }
+  return kExitOk;
+}
 
 constexpr const char* kDependencyHelp =
     "Start only once other jobs allow it, as Slurm's --dependency: "

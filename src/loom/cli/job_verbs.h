@@ -3,6 +3,7 @@
 // The verbs about jobs: submit, run, release, queue, show, logs, cancel and
 // checkpoint (docs/cli.md).
 
+#include <cstdint>
 #include <optional>
 
 #include "CLI/CLI.hpp"
@@ -16,5 +17,11 @@ void AddJobVerbs(CLI::App& app, JobCommandFlags* f);
 
 // Runs `v` when it is a job verb: its exit code, else nullopt.
 std::optional<int> RunJobVerb(const Verb& v);
+
+// What `loom logs JOB` does for job `id`: prints the output of the task,
+// process and stream `v.flags` name (`task`, `process`, `stderr_stream`),
+// following it with `follow`, on `v.out()`. Other verbs that print a job's
+// output (`loom service logs`) call it too.
+int PrintJobLogs(const Verb& v, int64_t id);
 
 }  // namespace loom::cli

@@ -11,6 +11,7 @@
 #include "loom/agent/agent_command.h"
 #include "loom/batch/batch_runtime.h"
 #include "loom/cli/dev_command.h"
+#include "loom/cli/gateway_command.h"
 #include "loom/cli/job_commands.h"
 #include "loom/cli/sim_command.h"
 #include "loom/common/version.h"
@@ -54,6 +55,8 @@ int main(int argc, char** argv) {
   CLI::App* agent = loom::AddAgentCommand(app, &agent_flags);
   loom::DevFlags dev_flags;
   CLI::App* dev = loom::AddDevCommand(app, &dev_flags);
+  loom::GatewayFlags gateway_flags;
+  CLI::App* gateway = loom::AddGatewayCommand(app, &gateway_flags);
   loom::JobCommandFlags job_flags;
   loom::AddJobCommands(app, &job_flags);
   try {
@@ -65,7 +68,7 @@ int main(int argc, char** argv) {
   if (!job_flags.server.empty() || !job_flags.token_file.empty() ||
       !job_flags.output.empty()) {
     // Given before the verb: only the client verbs take them.
-    for (CLI::App* daemon : {sim, server, agent, dev}) {
+    for (CLI::App* daemon : {sim, server, agent, dev, gateway}) {
       if (daemon->parsed()) {
         std::cerr << "loom " << daemon->get_name()
                   << ": --server, --token-file and -o before the verb are "
@@ -79,6 +82,7 @@ int main(int argc, char** argv) {
   if (server->parsed()) return loom::RunServer(server_flags);
   if (agent->parsed()) return loom::RunAgent(agent_flags);
   if (dev->parsed()) return loom::RunDev(dev_flags);
+  if (gateway->parsed()) return loom::RunGateway(gateway_flags);
 
   if (std::optional<int> rc = loom::RunJobCommands(job_flags)) return *rc;
   return 2;

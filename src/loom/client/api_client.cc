@@ -456,7 +456,7 @@ ApiClient::ApiClient(std::vector<std::string> server_urls,
 
 absl::StatusOr<nlohmann::json> ApiClient::Call(
     const std::string& method, const std::string& path, const std::string& body,
-    const std::string& idempotency_key) {
+    const std::string& idempotency_key, const std::string& content_type) {
   if (urls_.empty()) {
     return absl::FailedPreconditionError("no loom server URL was given");
   }
@@ -475,7 +475,7 @@ absl::StatusOr<nlohmann::json> ApiClient::Call(
                [&](httplib::Client& client) {
                  if (is_get) return client.Get(path, headers);
                  if (body.empty()) return client.Post(path, headers);
-                 return client.Post(path, headers, body, "application/json");
+                 return client.Post(path, headers, body, content_type);
                });
   if (!reply.ok()) return reply.status();
   return JsonFromReply(*reply);
@@ -736,6 +736,45 @@ absl::StatusOr<nlohmann::json> ApiClient::DrainNode(std::string_view name) {
 
 absl::StatusOr<nlohmann::json> ApiClient::Chaos(const nlohmann::json& fault) {
   return Call("POST", "/v1/chaos", fault.dump());
+}
+
+absl::StatusOr<nlohmann::json> ApiClient::ApplyService(
+    const std::string& spec_text) {
+  // The text as it is: the server parses YAML (JSON is YAML too) and
+  // reports errors with the text's lines and columns. No idempotency key:
+  // applying the same spec twice changes nothing the second time, but the
+  // server keeps no keys for services, so a lost answer is not sent again.
+  return Call("POST", "/v1/services", spec_text, "", "application/yaml");
+}
+
+absl::StatusOr<nlohmann::json> ApiClient::ListServices() {
+  return Call("GET", "/v1/services", "");
+}
+
+absl::StatusOr<nlohmann::json> ApiClient::GetService(std::string_view name) {
+  return Call("GET", "/v1/services/" + Escape(name), "");
+}
+
+absl::StatusOr<nlohmann::json> ApiClient::ScaleService(std::string_view name,
+                                                       int replicas) {
+  return Call("POST", absl::StrCat("/v1/services/", Escape(name), "/scale"),
+              nlohmann::json{{"replicas", replicas}}.dump());
+}
+
+absl::StatusOr<nlohmann::json> ApiClient::DeleteService(std::string_view name) {
+  return Call("POST", absl::StrCat("/v1/services/", Escape(name), "/delete"),
+              "");
+}
+
+absl::StatusOr<nlohmann::json> ApiClient::GatewayConfig() {
+  return Call("GET", "/v1/gateway/config", "");
+}
+
+absl::StatusOr<nlohmann::json> ApiClient::GatewayReport(
+    const nlohmann::json& report) {
+  return Call(
+      "POST", "/v1/gateway/report",
+      report.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 absl::StatusOr<nlohmann::json> ApiClient::ListProjects() {

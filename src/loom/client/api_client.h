@@ -206,16 +206,38 @@ class ApiClient {
   absl::StatusOr<nlohmann::json> MaintenanceAction(int64_t id,
                                                    std::string_view action);
 
+  // Inference services (docs/services.md, docs/api.md). `ApplyService`
+  // posts `spec_text`, a service spec as YAML or JSON, as it is (the server
+  // parses it) to POST /v1/services and answers the service: created, or
+  // updated when it differs from the one applied before, or as it was.
+  // `ListServices` (GET /v1/services) answers {"services": [...]};
+  // `GetService` GET /v1/services/{name}; `ScaleService` POST
+  // /v1/services/{name}/scale {"replicas": N}; `DeleteService` POST
+  // /v1/services/{name}/delete (its replicas drain and stop). Each answers
+  // the service as the server writes it.
+  absl::StatusOr<nlohmann::json> ApplyService(const std::string& spec_text);
+  absl::StatusOr<nlohmann::json> ListServices();
+  absl::StatusOr<nlohmann::json> GetService(std::string_view name);
+  absl::StatusOr<nlohmann::json> ScaleService(std::string_view name,
+                                              int replicas);
+  absl::StatusOr<nlohmann::json> DeleteService(std::string_view name);
+
+  // The gateway's (docs/services.md): GET /v1/gateway/config, what it
+  // serves; POST /v1/gateway/report with `report`, its traffic per service.
+  absl::StatusOr<nlohmann::json> GatewayConfig();
+  absl::StatusOr<nlohmann::json> GatewayReport(const nlohmann::json& report);
+
   const std::vector<std::string>& server_urls() const { return urls_; }
 
  private:
   // Sends one request, trying the servers in turn; see the class comment.
   // With an `idempotency_key` (sent as `Idempotency-Key`) a POST is also
-  // sent again to another server when its answer was lost.
-  absl::StatusOr<nlohmann::json> Call(const std::string& method,
-                                      const std::string& path,
-                                      const std::string& body,
-                                      const std::string& idempotency_key = "");
+  // sent again to another server when its answer was lost. A POST's body is
+  // sent as `content_type`.
+  absl::StatusOr<nlohmann::json> Call(
+      const std::string& method, const std::string& path,
+      const std::string& body, const std::string& idempotency_key = "",
+      const std::string& content_type = "application/json");
   absl::StatusOr<nlohmann::json> NodeAction(std::string_view name,
                                             std::string_view action);
 

@@ -535,6 +535,101 @@ TEST(ApiClientMaintenance, RoutesAndErrors) {
   EXPECT_EQ(seen[6], "POST /v1/maintenance/3/resume ");
 }
 
+TEST(ApiClientServices, RoutesBodiesAndErrors) {
+  FakeServer fake;
+  httplib::Server& s = fake.server();
+  std::vector<std::string> seen;  // "METHOD TARGET CONTENT-TYPE BODY"
+  std::mutex mu;
+  auto record = [&](const httplib::Request& req) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen.push_back(absl::StrCat(req.method, " ", req.target, " ",
+                                req.get_header_value("Content-Type"), " ",
+                                req.body));
+  };
+  s.Post("/v1/services",
+         [&](const httplib::Request& req, httplib::Response& res) {
+           record(req);
+           if (req.body.find("replicas: 5000") != std::string::npos) {
+             ErrorReply(res, 400, "invalid_argument",
+                        "request body:3:11: replicas: must be between 0 and "
+                        "1000, got 5000");
+             return;
+           }
+           JsonReply(res, 200, {{"name", "embed"}, {"generation", 1}});
+         });
+  s.Get("/v1/services",
+        [&](const httplib::Request& req, httplib::Response& res) {
+          record(req);
+          JsonReply(res, 200, {{"services", {{{"name", "embed"}}}}});
+        });
+  s.Get(R"(/v1/services/([^/]+))", [&](const httplib::Request& req,
+                                       httplib::Response& res) {
+    record(req);
+    if (req.matches[1] != "embed") {
+      ErrorReply(res, 404, "not_found",
+                 absl::StrCat("no service ", std::string(req.matches[1])));
+      return;
+    }
+    JsonReply(res, 200, {{"name", "embed"}, {"desired", 2}});
+  });
+  s.Post(R"(/v1/services/([^/]+)/(scale|delete))",
+         [&](const httplib::Request& req, httplib::Response& res) {
+           record(req);
+           JsonReply(res, 200, {{"name", std::string(req.matches[1])}});
+         });
+  s.Get("/v1/gateway/config",
+        [&](const httplib::Request& req, httplib::Response& res) {
+          record(req);
+          JsonReply(res, 200, {{"services", nlohmann::json::array()}});
+        });
+  s.Post("/v1/gateway/report",
+         [&](const httplib::Request& req, httplib::Response& res) {
+           record(req);
+           JsonReply(res, 200, {{"ok", true}});
+         });
+  fake.Start();
+  ApiClient client({fake.url()});
+
+  const std::string spec = "kind: service\nname: embed\ncommand: serve\n";
+  absl::StatusOr<nlohmann::json> applied = client.ApplyService(spec);
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ((*applied)["generation"], 1);
+  absl::StatusOr<nlohmann::json> bad =
+      client.ApplyService("kind: service\nname: embed\nreplicas: 5000\n");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("got 5000"));
+  absl::StatusOr<nlohmann::json> list = client.ListServices();
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ((*list)["services"][0]["name"], "embed");
+  absl::StatusOr<nlohmann::json> one = client.GetService("embed");
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ((*one)["desired"], 2);
+  absl::StatusOr<nlohmann::json> none = client.GetService("no such");
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(none.status().message(), "no service no such");
+  ASSERT_TRUE(client.ScaleService("embed", 3).ok());
+  ASSERT_TRUE(client.DeleteService("embed").ok());
+  ASSERT_TRUE(client.GatewayConfig().ok());
+  absl::StatusOr<nlohmann::json> reported =
+      client.GatewayReport({{"services", {{"embed", {{"in_flight", 2}}}}}});
+  ASSERT_TRUE(reported.ok()) << reported.status();
+  fake.Stop();
+  ASSERT_EQ(seen.size(), 9u);
+  // The spec's text is sent as it is, as YAML.
+  EXPECT_EQ(seen[0], "POST /v1/services application/yaml " + spec);
+  EXPECT_EQ(seen[2], "GET /v1/services  ");
+  EXPECT_EQ(seen[3], "GET /v1/services/embed  ");
+  // A name is one escaped path segment.
+  EXPECT_EQ(seen[4], "GET /v1/services/no%20such  ");
+  EXPECT_EQ(seen[5],
+            R"(POST /v1/services/embed/scale application/json {"replicas":3})");
+  EXPECT_THAT(seen[6], StartsWith("POST /v1/services/embed/delete "));
+  EXPECT_EQ(seen[7], "GET /v1/gateway/config  ");
+  EXPECT_EQ(
+      seen[8],
+      R"(POST /v1/gateway/report application/json {"services":{"embed":{"in_flight":2}}})");
+}
+
 TEST(NormalizeServerUrl, AcceptsAndRejects) {
   EXPECT_EQ(*NormalizeServerUrl("127.0.0.1:7000"), "http://127.0.0.1:7000");
   EXPECT_EQ(*NormalizeServerUrl(" http://h:1/ "), "http://h:1");

@@ -186,9 +186,12 @@ absl::StatusOr<nlohmann::json> Controller::ScaleService(const std::string& name,
   ServiceRecord s = it->second;
   const ReplicaRange& r = s.spec.replicas;
   const int top = r.range ? r.max : kMaxServiceReplicas;
-  if (replicas < 1 || replicas > top) {
+  // A fixed count may go to 0, as `replicas: 0` in a spec (the service
+  // stays, with its port, and serves nothing).
+  const int bottom = r.range ? 1 : 0;
+  if (replicas < bottom || replicas > top) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "replicas: must be 1 to ", top,
+        "replicas: must be ", bottom, " to ", top,
         r.range ? " (the service's replicas.max)" : "", ", got ", replicas));
   }
   if (r.range && replicas < r.min) {
@@ -295,6 +298,7 @@ ReplicaView Controller::ViewOf(const ServiceRecord& s, const JobRecord& job,
                        t->port.has_value();
     v.phase =
         ready ? ReplicaView::Phase::kReady : ReplicaView::Phase::kStarting;
+    if (!ready && t != nullptr) v.not_ready_reason = t->ready_reason;
     v.since = ready && t->ready_since ? *t->ready_since
               : job.start_time        ? *job.start_time
                                       : job.submit_time;
@@ -427,9 +431,12 @@ void Controller::Autoscale(ServiceRecord& s,
                                                              : st.p95_ms;
   s.last_measure = measure;
   // As Kubernetes' HPA: replicas x measure / target, rounded up.
-  const int want = std::clamp(
-      static_cast<int>(std::ceil(serving * measure / a.target - 1e-9)),
-      s.spec.replicas.min, s.spec.replicas.max);
+  // Within 10% of the target (HPA's tolerance): no change.
+  const int want = std::abs(measure / a.target - 1) <= 0.1
+                       ? s.desired
+                       : std::clamp(static_cast<int>(std::ceil(
+                                        serving * measure / a.target - 1e-9)),
+                                    s.spec.replicas.min, s.spec.replicas.max);
   const std::string name(AutoscaleMetricName(a.metric));
   auto decide = [&](std::optional<absl::Time>* since, absl::Duration delay,
                     int to) {
@@ -570,6 +577,10 @@ void Controller::NoteReplicaStatus(JobRecord& job, TaskRecord& task,
     job.AddEvent(now, absl::StrCat("replica listens on port ", *task.port));
     dirty->push_back(&job);
   }
+  auto why = status.find("ready_reason");
+  task.ready_reason = why != status.end() && why->is_string()
+                          ? why->get<std::string>().substr(0, 300)
+                          : "";
   auto r = status.find("ready");
   const bool ready = r != status.end() && r->is_boolean() && r->get<bool>();
   if (ready != task.ready) {

@@ -300,7 +300,8 @@ TEST_F(ServicesTest, ScaleDeleteAndARestartOfTheServer) {
   for (double t = 3; t < 5; t += 0.5) Round(t);
   EXPECT_EQ(Service(5)["replicas"].size(), 1u) << Service(5).dump(1);
   EXPECT_EQ(stops_.size(), 2u);
-  EXPECT_FALSE(c_->ScaleService("embed", 0, T(5)).ok());
+  EXPECT_FALSE(c_->ScaleService("embed", -1, T(5)).ok());
+  EXPECT_FALSE(c_->ScaleService("embed", kMaxServiceReplicas + 1, T(5)).ok());
   EXPECT_TRUE(absl::IsNotFound(c_->ScaleService("nope", 1, T(5)).status()));
   // The server restarts: the service and its replica are back.
   Start(T(6));

@@ -65,6 +65,8 @@ struct TaskRecord {
   std::optional<int> port;
   bool ready = false;
   std::optional<absl::Time> ready_since;
+  // While it runs and is not ready: its agent's reason (not persisted).
+  std::string ready_reason;
 };
 
 // GPUs in use for a time: `gpus` GPUs from `start` to `end` (one run of a

@@ -139,11 +139,14 @@ ServicePlan PlanService(const ServiceRecord& s,
                              waiting->pending_reason.empty()
                                  ? ""
                                  : absl::StrCat(": ", waiting->pending_reason))
-              : absl::StrCat("replica job ", waiting->job, " not ready for ",
-                             FormatDurationShort(now - waiting->since),
-                             waiting->phase == ReplicaPhase::kReady
-                                 ? " (ready, not in the balancer yet)"
-                                 : "");
+              : absl::StrCat(
+                    "replica job ", waiting->job, " not ready for ",
+                    FormatDurationShort(now - waiting->since),
+                    waiting->phase == ReplicaPhase::kReady
+                        ? " (ready, not in the balancer yet)"
+                    : waiting->not_ready_reason.empty()
+                        ? ""
+                        : absl::StrCat(" (", waiting->not_ready_reason, ")"));
   }
   if (backoff && want > 0) {
     why = absl::StrCat(why.empty() ? "" : why + "; ", s.failures,

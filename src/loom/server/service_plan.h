@@ -39,6 +39,8 @@ struct ReplicaView {
   absl::Time since;
   // The gateway serves it (its server is in the backend, ready).
   bool in_backend = false;
+  // Starting: why its agent says it is not ready ("" when it says none).
+  std::string not_ready_reason;
   // While draining: the gateway's count of its sessions (nullopt: unknown).
   std::optional<int> sessions;
 };
