@@ -78,7 +78,9 @@ wait_for 60 settled echo 3 || fail "3 replicas not ready: $("$LOOM" service show
 wait_for 20 curl -sf "http://127.0.0.1:$GWPORT/" -o /dev/null || fail "the gateway does not serve: $("$LOOM" service show echo)"
 curl -s "http://127.0.0.1:$GWPORT/" | grep -q "^replica [0-9]* v1" || fail "answer: $(curl -s "http://127.0.0.1:$GWPORT/")"
 "$LOOM" service list | grep -q "^echo " || fail "service list: $("$LOOM" service list)"
-echo "ok: 3 replicas behind the gateway on port $GWPORT"
+[ "$(sget echo "len(set(r['node'] for r in j['replicas']))")" = 2 ] ||
+  fail "the replicas are not spread over both nodes: $("$LOOM" service show echo)"
+echo "ok: 3 replicas behind the gateway on port $GWPORT, on both nodes"
 
 # 1a. A replica killed under load: at most the requests in flight at it fail
 # (8 connections: at most 8 in flight anywhere).

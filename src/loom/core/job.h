@@ -85,6 +85,12 @@ struct JobRequest {
   // spares in place of the lost nodes (`Scheduler::Submit`).
   std::vector<int> last_nodes;
   std::vector<int> spare_nodes;
+  // Replicas of one service (docs/services.md `spread`): a job whose
+  // `spread_group` is not empty is placed away from the running jobs of its
+  // group, on another node (`spread_leaf`: under another leaf) where one has
+  // room; a soft preference that never makes a job wait.
+  std::string spread_group;
+  bool spread_leaf = false;
 };
 
 // The most hot spares one job may ask for.

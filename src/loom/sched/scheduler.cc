@@ -107,8 +107,16 @@ class Scheduler::Context : public SchedulingContext {
     PendingReason why;
     // The image preference never changes whether a shape fits, so the
     // failure memo above stays keyed by shape alone.
-    std::optional<Placement> p = FindPlacement(
-        *s_->state_, shape, avoid, s_->NodesWithImage(job.request.image), &why);
+    const NodeMask* prefer = s_->NodesWithImage(job.request.image);
+    std::optional<Placement> p;
+    // A replica of a spread group: away from the group's nodes first.
+    NodeMask spread_scratch;
+    if (const NodeMask* spread = s_->SpreadAvoid(job, avoid, &spread_scratch)) {
+      p = FindPlacement(*s_->state_, shape, spread, prefer, nullptr);
+    }
+    if (!p.has_value()) {
+      p = FindPlacement(*s_->state_, shape, avoid, prefer, &why);
+    }
     if (!p.has_value()) {
       if (job.selector != 0) why = SelectorReason(job);
       if (s_->spare_count_ > 0 && !job.request.preemptible) {

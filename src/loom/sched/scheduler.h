@@ -165,6 +165,12 @@ class Scheduler {
   // The nodes that hold image `digest`, or null when none does (or the
   // digest is empty). Valid until the next `SetNodeImages`.
   const NodeMask* NodesWithImage(const std::string& digest) const;
+  // For a job of a spread group (`JobRequest::spread_group`): `avoid` (may
+  // be null) plus the nodes of the group's running and stopping jobs (with
+  // `spread_leaf`, every node under their leaves), in `*scratch`; null
+  // when the job has no group or the group holds no node.
+  const NodeMask* SpreadAvoid(const SchedJob& job, const NodeMask* avoid,
+                              NodeMask* scratch) const;
 
   // Cluster changes (cluster_update.cc; a cluster spec revision applied
   // live). `PreviewCluster` says what taking `next` would do to the live

@@ -63,6 +63,43 @@ const NodeMask* Scheduler::NodesWithImage(const std::string& digest) const {
   return it == image_nodes_.end() ? nullptr : &it->second;
 }
 
+const NodeMask* Scheduler::SpreadAvoid(const SchedJob& job,
+                                       const NodeMask* avoid,
+                                       NodeMask* scratch) const {
+  const std::string& group = job.request.spread_group;
+  if (group.empty()) return nullptr;
+  const int n = state_->num_nodes();
+  NodeMask taken(n);
+  bool any = false;
+  for (const auto& [id, other] : jobs_) {
+    if (id == job.request.id || other.request.spread_group != group ||
+        (other.phase != JobPhase::kRunning &&
+         other.phase != JobPhase::kStopping)) {
+      continue;
+    }
+    for (const TaskPlacement& t : other.placement.tasks) {
+      if (t.node >= 0 && t.node < n) {
+        taken.Insert(t.node);
+        any = true;
+      }
+    }
+  }
+  if (!any) return nullptr;
+  if (job.request.spread_leaf) {
+    const Topology& topo = state_->topology();
+    std::vector<bool> leaves(topo.num_switches(), false);
+    for (int node = 0; node < n; ++node) {
+      if (taken.Contains(node)) leaves[topo.leaf_of(node)] = true;
+    }
+    for (int node = 0; node < n; ++node) {
+      if (leaves[topo.leaf_of(node)]) taken.Insert(node);
+    }
+  }
+  if (avoid != nullptr) taken.UnionWith(*avoid);
+  *scratch = std::move(taken);
+  return scratch;
+}
+
 std::vector<JobId> Scheduler::JobsOnNode(int node) const {
   std::vector<JobId> jobs = state_->JobsOn(node);
   std::sort(jobs.begin(), jobs.end());

@@ -514,3 +514,48 @@ TEST(Scheduler, SelectorMustNameValidLabels) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// Replicas of one service go to other nodes (leaves) while there is room
+// there; never a reason to wait.
+TEST(Scheduler, SpreadGroupsPlaceAwayFromTheirOwn) {
+  Cluster c = testing::MakeCluster({{4, 0}}, 2, 8);  // 2 leaves of 2 nodes
+  auto s = Make(c, "fifo");
+  auto node_of = [&](JobId id) {
+    return s->Find(id)->placement.tasks.at(0).node;
+  };
+  for (JobId id = 1; id <= 5; ++id) {
+    JobRequest r = testing::MakeJob(id, 1, 1);
+    r.spread_group = "embed";
+    ASSERT_TRUE(s->Submit(r, testing::T(0)).ok());
+  }
+  // Without a group, one-GPU jobs pack onto one node (best fit).
+  ASSERT_TRUE(s->Submit(testing::MakeJob(6, 1, 1), testing::T(0)).ok());
+  ASSERT_TRUE(s->Submit(testing::MakeJob(7, 1, 1), testing::T(0)).ok());
+  s->Schedule(testing::T(1));
+  std::set<int> nodes;
+  for (JobId id = 1; id <= 4; ++id) nodes.insert(node_of(id));
+  EXPECT_EQ(nodes.size(), 4u);                       // one per node
+  EXPECT_EQ(s->Find(5)->phase, JobPhase::kRunning);  // no room away: anyway
+  EXPECT_EQ(node_of(6), node_of(7));
+
+  // By leaf: the second replica under the other leaf.
+  auto l = Make(c, "fifo");
+  for (JobId id = 1; id <= 3; ++id) {
+    JobRequest r = testing::MakeJob(id, 1, 1);
+    r.spread_group = "chat";
+    r.spread_leaf = true;
+    ASSERT_TRUE(l->Submit(r, testing::T(0)).ok());
+  }
+  l->Schedule(testing::T(1));
+  const Topology& topo = c.topology;
+  const int leaf1 = topo.leaf_of(l->Find(1)->placement.tasks.at(0).node);
+  const int leaf2 = topo.leaf_of(l->Find(2)->placement.tasks.at(0).node);
+  EXPECT_NE(leaf1, leaf2);
+  EXPECT_EQ(l->Find(3)->phase, JobPhase::kRunning);
+}
+
+}  // namespace
+}  // namespace loom

@@ -167,7 +167,7 @@ absl::Status Controller::Load(absl::Time now) {
       unfinished_by_name_[{job.spec.user, job.spec.name}].insert(job.id);
     }
     // Its spares, and after a node loss its last run's nodes, back.
-    AddSpareHints(job, &*req);
+    AddPlacementHints(job, &*req);
     if (job.state == JobState::kPending && job.not_before) {
       backoff_.insert(job.id);  // queued again by Tick when it is due
     } else if (job.state == JobState::kPending && GatedByDependency(job)) {

@@ -644,8 +644,9 @@ class Controller {
   std::vector<std::string> HeldSpares(JobId id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The record's spare nodes (and, for a pending job, the nodes of its last
-  // run) into `req`, for the scheduler's recovery placement.
-  void AddSpareHints(const JobRecord& job, JobRequest* req) const
+  // run) into `req`, for the scheduler's recovery placement; a service
+  // replica's spread group.
+  void AddPlacementHints(const JobRecord& job, JobRequest* req) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The run of `job` ended and it is queued again; `held`: its spares until
   // then. A run that lost a node keeps them and its survivors as hints.

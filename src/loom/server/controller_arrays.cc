@@ -98,7 +98,7 @@ absl::Status Controller::QueueSpec(const JobRecord& job, absl::Time now) {
   absl::StatusOr<JobRequest> req =
       ToJobRequest(job.spec, *cluster_, job.id, job.submit_time);
   if (!req.ok()) return req.status();
-  AddSpareHints(job, &*req);
+  AddPlacementHints(job, &*req);
   absl::StatusOr<SubmitOutcome> out = QueueJob(job, *req, now);
   if (!out.ok()) return out.status();
   if (out->kind == SubmitOutcome::Kind::kInfeasible) {

@@ -180,6 +180,10 @@ TEST_F(ServicesTest, ReplicasComeUpWithPortsAndProbesBehindTheGateway) {
   }
   nlohmann::json svc = Service(3);
   EXPECT_EQ(svc["ready"], 3) << svc.dump(1);
+  // Spread (node, the default): both nodes hold replicas.
+  std::set<std::string> nodes;
+  for (const nlohmann::json& r : svc["replicas"]) nodes.insert(r["node"]);
+  EXPECT_EQ(nodes.size(), 2u) << svc.dump(1);
   EXPECT_EQ(svc["status"], "3 of 3 replica(s) serving");
   // The gateway serves the three, at their nodes' addresses.
   nlohmann::json cfg = c_->GatewayConfig(T(3));

@@ -24,7 +24,15 @@ std::vector<std::string> Controller::HeldSpares(JobId id) const {
   return names;
 }
 
-void Controller::AddSpareHints(const JobRecord& job, JobRequest* req) const {
+void Controller::AddPlacementHints(const JobRecord& job,
+                                   JobRequest* req) const {
+  // A service's replicas spread over nodes, or leaves (docs/services.md).
+  if (!job.service.empty()) {
+    req->spread_group = job.service;
+    if (auto s = services_.find(job.service); s != services_.end()) {
+      req->spread_leaf = s->second.spec.spread == ServiceSpread::kLeaf;
+    }
+  }
   if (job.spec.spares <= 0) return;
   for (const std::string& name : job.spare_nodes) {
     // A node a cluster revision removed is no spare any more.
