@@ -99,6 +99,22 @@ grep -q "^$WIDE  *wide  .*next to run" "$W/top.out" || fail "top waiting job"
 grep -q "^$BUSY  *busy  .*one node (h200-0)" "$W/top.out" || fail "top running job"
 echo "ok: loom top"
 
+# The Services panel: a service of one replica, ready, 1 of 1.
+# (The 16-GPU job holds a reservation that no replica may delay: gone.)
+"$LOOM" cancel "$WIDE" > /dev/null || fail "cancel $WIDE"
+printf 'kind: service\nname: web\nreplicas: 1\nresources: {gpus: 1}\ncommand: [sleep, "600"]\n' > "$W/web.yaml"
+"$LOOM" service apply -f "$W/web.yaml" > "$W/web.out" 2>&1 || fail "service apply: $(cat "$W/web.out")"
+web_ready() { "$LOOM" service show web -o json | grep -q '"ready": *1'; }
+wait_for 30 web_ready || fail "the service's replica is not ready: $("$LOOM" service show web)"
+chrome "$LOOM_SERVER/#token=$TOKEN" --dump-dom > "$W/svc.html" || fail "chromium (services)"
+grep -q '<tr class="service" data-service="web"><td>web</td>.*<td class="ready">1</td><td class="desired">1</td>' "$W/svc.html" ||
+  fail "no services row: $(grep -o '<section id="services-section".\{0,800\}' "$W/svc.html")"
+grep -q '<td class="status">1 of 1 replica(s) serving</td>' "$W/svc.html" || fail "services status: $(grep -o '<section id="services-section".\{0,800\}' "$W/svc.html")"
+"$LOOM" service delete web > /dev/null || fail "service delete"
+web_gone() { ! "$LOOM" service show web > /dev/null 2>&1; }
+wait_for 30 web_gone || fail "the service was not deleted"
+echo "ok: the services panel shows web, 1 of 1 ready"
+
 # The Maintenance panel: a run whose command is still running on h200-1.
 "$LOOM" maintain --nodes h200-1 --batch 1 --run 'sleep 60' > "$W/maint.out" 2>&1 ||
   fail "loom maintain: $(cat "$W/maint.out")"
