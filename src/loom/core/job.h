@@ -91,6 +91,10 @@ struct JobRequest {
   // room; a soft preference that never makes a job wait.
   std::string spread_group;
   bool spread_leaf = false;
+  // A service replica (docs/services.md): besides preemptible jobs of lower
+  // priority classes, it may preempt those of its own class (serving before
+  // spot training); nothing preempts it unless it is preemptible itself.
+  bool service = false;
 };
 
 // The most hot spares one job may ask for.

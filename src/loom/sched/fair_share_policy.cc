@@ -28,14 +28,16 @@ void FairSharePolicy::Stopped(const SchedJob& job) {
 void FairSharePolicy::Schedule(SchedulingContext& ctx) {
   BackfillPass pass(ctx);
   // A job that cannot start may preempt running preemptible jobs of a lower
-  // priority class, and a job within its project's quota may preempt
-  // preemptible jobs of projects above theirs (reclaiming what they
-  // borrowed), whatever their priority (DESIGN.md section 4). The preferred
-  // victims lose the least work: the fewest GPU-seconds since their last
-  // checkpoint, then the lowest priority, then the newest.
+  // priority class (a service replica: of its own class too), and a job within
+  // its project's quota may preempt preemptible jobs of projects above theirs
+  // (reclaiming what they borrowed), whatever their priority (DESIGN.md section
+  // 4). The preferred victims lose the least work: the fewest GPU-seconds since
+  // their last checkpoint, then the lowest priority, then the newest.
   pass.set_preempt([&](JobId id) {
     const SchedJob& head = ctx.job(id);
     const int priority = head.request.priority;
+    // A service replica takes preemptible work of its own class too.
+    const int64_t reach = int64_t{priority} + (head.request.service ? 1 : 0);
     const int quota = ctx.QuotaGpus(head.project);
     const bool reclaims =
         quota > 0 &&
@@ -43,7 +45,7 @@ void FairSharePolicy::Schedule(SchedulingContext& ctx) {
     std::vector<std::tuple<double, int, absl::Duration, JobId>> ranked;
     size_t scanned = 0;
     for (const auto& [victim_priority, age, victim] : victims_) {
-      if ((!reclaims && victim_priority >= priority) ||
+      if ((!reclaims && victim_priority >= reach) ||
           ++scanned > kMaxVictimScan) {
         break;
       }
@@ -52,7 +54,7 @@ void FairSharePolicy::Schedule(SchedulingContext& ctx) {
       const bool borrower =
           v.project != head.project &&
           ctx.QuotaGpus(v.project) < ctx.RunningGpus(v.project);
-      if (victim_priority < priority || (reclaims && borrower)) {
+      if (victim_priority < reach || (reclaims && borrower)) {
         ranked.emplace_back(v.WorkAtRisk(ctx.now()), victim_priority, age,
                             victim);
       }

@@ -158,6 +158,38 @@ TEST(Fair, PriorityClassFirst) {
   EXPECT_FALSE(Running(*s, 1));
 }
 
+TEST(Fair, AServiceReplicaPreemptsSpotWorkOfItsOwnClass) {
+  Cluster c = MakeCluster({{1, 0}}, 2, 8);
+  auto s = Make(c, "fair");
+  JobRequest spot = MakeJob(1, 1, 8, T(1));
+  spot.preemptible = true;  // the default class, as the replica's
+  ASSERT_TRUE(s->Submit(spot, T(1)).ok());
+  s->Schedule(T(1));
+  ASSERT_TRUE(Running(*s, 1));
+  // A job of the same class waits; a service replica preempts.
+  ASSERT_TRUE(s->Submit(MakeJob(2, 1, 1, T(2)), T(2)).ok());
+  EXPECT_TRUE(s->Schedule(T(2)).preempted.empty());
+  ASSERT_TRUE(s->Cancel(2, T(2)).ok());
+  JobRequest replica = MakeJob(3, 1, 1, T(3));
+  replica.service = true;
+  ASSERT_TRUE(s->Submit(replica, T(3)).ok());
+  PassResult r = s->Schedule(T(3));
+  ASSERT_EQ(r.preempted.size(), 1u);
+  EXPECT_EQ(r.preempted[0].victim, 1);
+  EXPECT_EQ(r.preempted[0].for_job, 3);
+  // Not the reverse: a running replica (not preemptible) is nobody's victim.
+  Cluster one = MakeCluster({{1, 0}}, 2, 8);
+  auto t = Make(one, "fair");
+  JobRequest serving = MakeJob(1, 1, 8, T(1));
+  serving.service = true;
+  ASSERT_TRUE(t->Submit(serving, T(1)).ok());
+  t->Schedule(T(1));
+  JobRequest urgent = MakeJob(2, 1, 8, T(2));
+  urgent.priority = 1000;
+  ASSERT_TRUE(t->Submit(urgent, T(2)).ok());
+  EXPECT_TRUE(t->Schedule(T(2)).preempted.empty());
+}
+
 TEST(Fair, HigherPriorityPreemptsPreemptibleJobsOnce) {
   Cluster c = MakeCluster({{2, 0}}, 2, 8);
   auto s = Make(c, "fair");

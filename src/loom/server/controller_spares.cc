@@ -29,6 +29,7 @@ void Controller::AddPlacementHints(const JobRecord& job,
   // A service's replicas spread over nodes, or leaves (docs/services.md).
   if (!job.service.empty()) {
     req->spread_group = job.service;
+    req->service = true;
     if (auto s = services_.find(job.service); s != services_.end()) {
       req->spread_leaf = s->second.spec.spread == ServiceSpread::kLeaf;
     }
