@@ -160,8 +160,19 @@ absl::Status GatewayLoop::Step(absl::Time now) {
     if (absl::Status s = haproxy_->Start(config); !s.ok()) {
       LogChange("haproxy", "error",
                 absl::StrCat("cannot start haproxy: ", s.message()));
+      // The server says why none of them is served.
+      nlohmann::json services = nlohmann::json::array();
+      for (const ServiceTarget& t : *targets) {
+        services.push_back(
+            {{"name", t.name},
+             {"error", absl::StrCat("haproxy does not start: ",
+                                    s.message().substr(0, 400))}});
+      }
+      (void)control_->SendReport(
+          {{"gateway", options_.name}, {"services", std::move(services)}});
       return s;
     }
+    not_served_.clear();
     log_("info", absl::StrCat("haproxy started (pid ", haproxy_->master_pid(),
                               ") with ", targets->size(), " service(s)"));
   } else {
@@ -174,7 +185,10 @@ absl::Status GatewayLoop::Step(absl::Time now) {
                              "configuration keeps serving): ",
                              reloaded.status().message()));
       result.Update(reloaded.status());
+      not_served_ = absl::StrCat("haproxy refused the configuration with it: ",
+                                 reloaded.status().message().substr(0, 400));
     } else if (*reloaded) {
+      not_served_.clear();
       log_("info",
            absl::StrCat("haproxy reloaded: ", targets->size(), " service(s)"));
     }
@@ -252,7 +266,12 @@ absl::StatusOr<nlohmann::json> GatewayLoop::Report(
         errors += r.econ;
       }
     }
-    if (!seen) continue;  // not in the running configuration
+    if (!seen) {  // not in the running configuration
+      if (!not_served_.empty()) {
+        services.push_back({{"name", t.name}, {"error", not_served_}});
+      }
+      continue;
+    }
     nlohmann::json servers = nlohmann::json::array();
     if (auto it = observed->find(be); it != observed->end()) {
       for (const ObservedServer& s : it->second) {

@@ -111,6 +111,9 @@ class GatewayLoop {
   std::unique_ptr<HaproxyProcess> haproxy_;
   AccessLogReader access_log_;
   std::map<std::string, std::string> last_said_;
+  // Why the services HAProxy does not run yet are not served (a failed
+  // start or reload); "" when it runs them all. Reported with each.
+  std::string not_served_;
 };
 
 }  // namespace loom::gateway

@@ -253,7 +253,11 @@ TEST_F(GatewayLoopTest, APortTakenByAnotherProgramIsAnErrorAndOthersServe) {
   bool said = false;
   for (const std::string& l : log_) said |= l.find("cannot reload") != l.npos;
   EXPECT_TRUE(said);
-  EXPECT_TRUE(control_.Last("chat").is_null());
+  // The server hears why "chat" is not served.
+  EXPECT_THAT(control_.Last("chat").value("error", ""),
+              HasSubstr("haproxy refused the configuration with it"))
+      << control_.Last("chat").dump();
+  EXPECT_FALSE(control_.Last("chat").contains("in_flight"));
 }
 
 }  // namespace

@@ -349,6 +349,11 @@ void Controller::StepServices(absl::Time now,
     if (s.spec.autoscale && !s.deleting) Autoscale(s, views, now);
     ServicePlan plan = PlanService(s, views, live, now);
     s.status = plan.status;
+    if (live && !gateway_.at(name).error.empty()) {
+      const GatewayStats& g = gateway_.at(name);
+      s.status = absl::StrCat("not served by gateway ", g.gateway, ": ",
+                              g.error, "; ", plan.status);
+    }
     for (JobId id : plan.stop) {
       JobRecord& job = jobs_.at(id);
       (void)CancelLocked(job, now, dirty);
@@ -414,7 +419,8 @@ void Controller::Autoscale(ServiceRecord& s,
                            absl::Time now) {
   const AutoscaleSpec& a = *s.spec.autoscale;
   auto g = gateway_.find(s.name);
-  if (g == gateway_.end() || now - g->second.at >= kGatewayFresh) {
+  if (g == gateway_.end() || now - g->second.at >= kGatewayFresh ||
+      !g->second.error.empty()) {
     s.above_since.reset();
     s.below_since.reset();
     return;

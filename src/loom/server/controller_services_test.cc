@@ -214,6 +214,20 @@ TEST_F(ServicesTest, ReplicasComeUpWithPortsAndProbesBehindTheGateway) {
   tasks_.begin()->second.ready = false;
   Round(3.5);
   EXPECT_EQ(c_->GatewayConfig(T(3.5))["services"][0]["servers"].size(), 2u);
+  // A gateway that cannot serve it says why, in the service's status.
+  ASSERT_TRUE(
+      c_->GatewayReport({{"gateway", "gw"},
+                         {"services",
+                          {{{"name", "embed"},
+                            {"error", "haproxy refused the configuration"}}}}},
+                        T(3.6))
+          .ok());
+  c_->Tick(T(3.7));
+  EXPECT_EQ(
+      Service(3.7)["status"].get<std::string>().rfind(
+          "not served by gateway gw: haproxy refused the configuration", 0),
+      0u)
+      << Service(3.7)["status"];
   // Applying the same spec again changes nothing.
   const int generation = Service(3.5)["generation"];
   ASSERT_TRUE(c_->ApplyService(Svc(kEmbed), T(4)).ok());

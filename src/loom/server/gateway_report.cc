@@ -158,6 +158,13 @@ absl::StatusOr<std::map<std::string, GatewayStats>> ParseGatewayReport(
       }
     }
     if (absl::Status e = ReadLatency(s, path, &st.latency); !e.ok()) return e;
+    if (auto e = s.find("error"); e != s.end()) {
+      if (!e->is_string() || e->get_ref<const std::string&>().size() > 1000) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ".error: must be a string of at most 1000 bytes"));
+      }
+      st.error = e->get<std::string>();
+    }
     out[*name] = std::move(st);
   }
   return out;

@@ -42,6 +42,9 @@ struct GatewayStats {
   double errors_total = 0;  // 5xx answers and failed connections
   std::map<std::string, GatewayServer> servers;
   LatencyBuckets latency;
+  // Set: the gateway does not serve the service, and why (its port is
+  // taken, HAProxy refused the configuration); no measurements then.
+  std::string error;
 };
 
 // The most services and servers per service one report may carry.
@@ -55,6 +58,7 @@ inline constexpr size_t kMaxLatencyBuckets = 32;
 //    "errors_total": 0, "servers": [{"name": "j12", "state": "serving",
 //    "sessions": 1}], "latency": {"buckets_ms": [[5, 80], [10, 120]],
 //    "count": 130, "sum_ms": 900}}]}
+// A service the gateway cannot serve has `"error": "why"` instead.
 // Server states: "serving", "draining", or anything else (out of service).
 // Numbers must be finite and not negative. InvalidArgument naming the
 // field ("services[0].servers[1].sessions: ...") otherwise; never throws.
