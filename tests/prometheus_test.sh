@@ -92,6 +92,25 @@ expect 'loom_failures_detected_total{kind="unhealthy"}' "kind=unhealthy=1"
 expect 'loom_nodes{state="drained"}' "state=drained=1"
 expect 'max(DCGM_FI_DEV_XID_ERRORS)' "=79"
 echo "ok: an unhealthy node is counted, drained, and its GPU reports Xid 79"
+# A service behind a gateway (docs/services.md): its series, for the
+# dashboard's Inference services row. h200-1 is drained; the replica takes
+# a GPU of h200-0 once job $RUN is gone.
+"$LOOM" cancel "$RUN" > /dev/null || fail "cancel $RUN"
+SVC_PORT=$((PORT + 55))
+"$LOOM" gateway --listen-host 127.0.0.1 --run-dir "$W/gw" --interval 0.2 --threads 1 >> "$W/gateway.log" 2>&1 &
+PIDS+=($!)
+printf 'kind: service\nname: web\nreplicas: 1\nport: %s\nresources: {gpus: 1}\ncommand: [python3, "%s"]\nreadiness: {http: /healthz, period: 200ms}\n' \
+  "$SVC_PORT" "$PWD/tests/services/replica.py" > "$W/web.yaml"
+"$LOOM" service apply -f "$W/web.yaml" > /dev/null || fail "service apply"
+served() { curl -sf "http://127.0.0.1:$SVC_PORT/" -o /dev/null; }
+wait_for 60 served || fail "the service is not served: $("$LOOM" service show web)"
+for _ in $(seq 20); do served || fail "a request to the service failed"; done
+expect 'loom_service_ready_replicas' "service=web=1"
+expect 'loom_service_desired_replicas' "service=web=1"
+expect 'loom_service_response_seconds_count >= bool 20' "service=web=1"
+expect 'loom_service_requests_total >= bool 20' "service=web=1"
+echo "ok: a service's replicas, requests and response times"
+
 # The Grafana dashboard in the repo: every query parses and every series it
 # names is one that loom exports.
 "$PY" - "deploy/grafana/loom-dashboard.json" "http://127.0.0.1:$PROM_PORT" <<'PYEOF' || fail "dashboard queries"
