@@ -235,4 +235,27 @@ done
 grep -qx "from the CDI spec" <<< "$out" || fail "CDI job: the spec's mount is missing: $out"
 [ ! -e "$W/cdi-hook-ran" ] || fail "the CDI spec's hook was run"
 echo "ok: a 2-GPU task got its devices, a mount and env from a CDI spec; its hook was not run"
+# A service whose replicas run in the image (docs/services.md): busybox's
+# httpd on the port the agent gave it, behind loom gateway.
+SVC_PORT=$((PORT + 62))
+"$LOOM" gateway --listen-host 127.0.0.1 --run-dir "$W/gw" --interval 0.2 --threads 1 >> "$W/gateway.log" 2>&1 &
+PIDS+=($!)
+cat > "$W/web.yaml" <<YAML
+kind: service
+name: boxed-web
+replicas: 2
+port: $SVC_PORT
+resources: {gpus: 1}
+container: {image: $REG/test/busybox:1}
+command: [/bin/sh, -c, 'exec httpd -f -p \$LOOM_HOST:\$PORT -h /etc']
+readiness: {http: /loom-test, period: 200ms}
+YAML
+"$LOOM" service apply -f "$W/web.yaml" > "$W/web.out" 2>&1 || fail "service apply: $(cat "$W/web.out")"
+boxed_served() { [ "$(curl -sf "http://127.0.0.1:$SVC_PORT/loom-test")" = "from the image" ]; }
+wait_for 60 boxed_served || fail "the service in the image is not served: $("$LOOM" service show boxed-web)"
+"$LOOM" service show boxed-web | grep -q "^Status: *2 of 2 replica(s) serving" ||
+  fail "service: $("$LOOM" service show boxed-web)"
+"$LOOM" service show boxed-web -o json | grep -q '"image_digest": *"sha256:' ||
+  fail "the service's image is not pinned: $("$LOOM" service show boxed-web -o json | head -40)"
+echo "ok: a service of 2 replicas in the image serves the image's file through the gateway"
 echo "all checks passed"
