@@ -367,6 +367,29 @@ TEST_F(ServicesTest, AutoscalesFromInFlightRequestsBetweenMinAndMax) {
   EXPECT_EQ(svc["replicas"].size(), 1u);
 }
 
+TEST_F(ServicesTest, AServiceLargerThanTheFreeGpusSaysWhyItWaits) {
+  std::string big = kEmbed;
+  big.replace(big.find("gpus: 1"), 7, "gpus: 8");
+  ASSERT_TRUE(c_->ApplyService(Svc(big), T(1)).ok());
+  for (double t = 1; t < 3; t += 0.5) Round(t);
+  nlohmann::json svc = Service(3);
+  EXPECT_EQ(svc["ready"], 2);
+  EXPECT_NE(svc["status"].get<std::string>().find("2 of 3 replica(s) serving"),
+            std::string::npos)
+      << svc["status"];
+  EXPECT_NE(svc["status"].get<std::string>().find(" pending: "),
+            std::string::npos)
+      << svc["status"];
+  int pending = 0;
+  for (const nlohmann::json& r : svc["replicas"]) {
+    if (r["phase"] == "pending") {
+      ++pending;
+      EXPECT_FALSE(r.value("reason", "").empty()) << r.dump();
+    }
+  }
+  EXPECT_EQ(pending, 1);
+}
+
 TEST_F(ServicesTest, BadAppliesAndReportsAreRefused) {
   ServiceSpec big = Svc(kEmbed);
   big.gpus = 9;
