@@ -150,9 +150,15 @@ class GatewayLoopTest : public ::testing::Test {
     loop_.reset();
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
+  // Lists as vectors: a one-element braced list is not an array to every
+  // compiler (nlohmann::json's initializer lists).
   static nlohmann::json Service(const std::string& name, int port,
-                                nlohmann::json servers) {
-    return {{"name", name}, {"port", port}, {"servers", std::move(servers)}};
+                                const std::vector<nlohmann::json>& servers) {
+    return {
+        {"name", name}, {"port", port}, {"servers", nlohmann::json(servers)}};
+  }
+  void Set(const std::vector<nlohmann::json>& services) {
+    control_.config["services"] = nlohmann::json(services);
   }
   static nlohmann::json Server(const std::string& name, const NameServer& s,
                                const std::string& state = "serving") {
@@ -180,8 +186,7 @@ TEST_F(GatewayLoopTest, ServesAddsDrainsRemovesAndReports) {
 
   NameServer a("a"), b("b");
   const int port = FreePort();
-  control_.config["services"] = {
-      Service("embed", port, {Server("j1", a), Server("j2", b)})};
+  Set({Service("embed", port, {Server("j1", a), Server("j2", b)})});
   absl::Status first = loop_->Step(absl::Now());
   ASSERT_TRUE(first.ok()) << first;
   ASSERT_TRUE(loop_->haproxy().running());
@@ -199,12 +204,11 @@ TEST_F(GatewayLoopTest, ServesAddsDrainsRemovesAndReports) {
   EXPECT_EQ(answered, (std::set<std::string>{"a", "b"}));
 
   // j2 drains: no new requests to it; then gone once the server drops it.
-  control_.config["services"] = {
-      Service("embed", port, {Server("j1", a), Server("j2", b, "draining")})};
+  Set({Service("embed", port, {Server("j1", a), Server("j2", b, "draining")})});
   ASSERT_TRUE(loop_->Step(absl::Now()).ok());
   EXPECT_EQ(control_.States("embed")["j2"], "draining");
   for (int i = 0; i < 10; ++i) EXPECT_EQ(Get(port, "/")->body, "a");
-  control_.config["services"] = {Service("embed", port, {Server("j1", a)})};
+  Set({Service("embed", port, {Server("j1", a)})});
   EXPECT_TRUE(
       StepUntil([&] { return !control_.States("embed").contains("j2"); }));
 
@@ -219,8 +223,8 @@ TEST_F(GatewayLoopTest, ServesAddsDrainsRemovesAndReports) {
   // A second service: a reload; the first keeps its server through it.
   NameServer c("c");
   const int port2 = FreePort();
-  control_.config["services"] = {Service("embed", port, {Server("j1", a)}),
-                                 Service("chat", port2, {Server("j3", c)})};
+  Set({Service("embed", port, {Server("j1", a)}),
+       Service("chat", port2, {Server("j3", c)})});
   ASSERT_TRUE(loop_->Step(absl::Now()).ok());
   EXPECT_EQ(loop_->haproxy().master_pid(), master);
   EXPECT_EQ(Get(port, "/")->body, "a");
@@ -240,13 +244,13 @@ TEST_F(GatewayLoopTest, ServesAddsDrainsRemovesAndReports) {
 TEST_F(GatewayLoopTest, APortTakenByAnotherProgramIsAnErrorAndOthersServe) {
   NameServer a("a"), b("b");
   const int port = FreePort();
-  control_.config["services"] = {Service("embed", port, {Server("j1", a)})};
+  Set({Service("embed", port, {Server("j1", a)})});
   ASSERT_TRUE(loop_->Step(absl::Now()).ok());
   // "chat" asks for a port that a program (here, replica b) holds: the
   // reload fails, "embed" keeps serving.
   const int taken = std::stoi(b.address().substr(b.address().rfind(':') + 1));
-  control_.config["services"] = {Service("embed", port, {Server("j1", a)}),
-                                 Service("chat", taken, {Server("j2", b)})};
+  Set({Service("embed", port, {Server("j1", a)}),
+       Service("chat", taken, {Server("j2", b)})});
   absl::Status step = loop_->Step(absl::Now());
   EXPECT_TRUE(absl::IsFailedPrecondition(step)) << step;
   EXPECT_EQ(Get(port, "/")->body, "a");
