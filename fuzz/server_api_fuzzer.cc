@@ -52,6 +52,7 @@
 #include "loom/common/metrics_text.h"
 #include "loom/core/cluster_spec.h"
 #include "loom/core/job_spec.h"
+#include "loom/core/service_spec.h"
 #include "loom/server/controller.h"
 #include "loom/server/job_record.h"
 #include "loom/server/submission_policy.h"
@@ -294,6 +295,40 @@ class Harness {
       }
       if (seg[2] == "checkpoint") return Checkpoint(*id, body);
     }
+    // Services and the gateway's reports (service_routes.cc).
+    if (path == "/v1/services") {
+      absl::StatusOr<ServiceSpec> spec =
+          ParseServiceSpec(body, "request body");
+      if (!spec.ok()) return Reply(spec.status(), "POST /v1/services (parse)");
+      spec->user = "root";
+      return Reply(controller_->ApplyService(*std::move(spec), now_),
+                   "POST /v1/services");
+    }
+    if (path == "/v1/gateway/report") {
+      absl::StatusOr<json> j = JsonBody(body);
+      if (!j.ok()) return Reply(j.status(), path);
+      absl::Status st = controller_->GatewayReport(*j, now_);
+      return Reply(st.ok() ? absl::StatusOr<json>(json::object())
+                           : absl::StatusOr<json>(st),
+                   path);
+    }
+    if (seg.size() == 3 && seg[0] == "services" && seg[2] == "scale") {
+      absl::StatusOr<json> j = JsonBody(body);
+      if (!j.ok()) return Reply(j.status(), path);
+      auto n = j->find("replicas");
+      if (n == j->end() || !n->is_number_integer()) return;  // a 400
+      const int64_t v = n->get<int64_t>();
+      return Reply(controller_->ScaleService(
+                       seg[1],
+                       v < 0 || v > kMaxServiceReplicas ? -1
+                                                        : static_cast<int>(v),
+                       now_),
+                   "POST /v1/services/{name}/scale");
+    }
+    if (seg.size() == 3 && seg[0] == "services" && seg[2] == "delete") {
+      return Reply(controller_->DeleteService(seg[1], now_),
+                   "POST /v1/services/{name}/delete");
+    }
     // /v1/nodes/([^/]+)/(cordon|uncordon|drain)
     if (seg.size() == 3 && seg[0] == "nodes" && !seg[1].empty() &&
         (seg[2] == "cordon" || seg[2] == "uncordon" || seg[2] == "drain")) {
@@ -386,6 +421,18 @@ class Harness {
   void Get(const std::string& target) {
     auto [path, params] = SplitTarget(target);
     const std::vector<std::string> seg = V1Segments(path);
+    if (path == "/v1/services") {
+      (void)ReplyText(controller_->ListServices(now_));
+      return;
+    }
+    if (path == "/v1/gateway/config") {
+      (void)ReplyText(controller_->GatewayConfig(now_));
+      return;
+    }
+    if (seg.size() == 2 && seg[0] == "services") {
+      return Reply(controller_->GetService(seg[1], now_),
+                   "GET /v1/services/{name}");
+    }
     if (path == "/v1/jobs") {
       JobQuery q;
       for (const auto& [key, value] : params) {
