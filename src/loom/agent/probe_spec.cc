@@ -78,7 +78,8 @@ absl::StatusOr<ProbeSpec> ParseProbeSpec(const json& v, const std::string& name,
     return s;
   }
   int64_t timeout = std::min<int64_t>(1000, period);
-  if (absl::Status s = get_ms("timeout_ms", kMinProbeMs, period,
+  // A timeout from 1 ms, as the service spec allows.
+  if (absl::Status s = get_ms("timeout_ms", 1, period,
                               absl::StrCat(period, " (period_ms)"), &timeout);
       !s.ok()) {
     return s;

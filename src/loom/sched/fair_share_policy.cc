@@ -54,7 +54,11 @@ void FairSharePolicy::Schedule(SchedulingContext& ctx) {
       const bool borrower =
           v.project != head.project &&
           ctx.QuotaGpus(v.project) < ctx.RunningGpus(v.project);
-      if (victim_priority < reach || (reclaims && borrower)) {
+      // The class of its own only for victims that are not replicas
+      // themselves: preemptible replicas of one class never take turns.
+      const bool reachable = victim_priority < priority ||
+                             (victim_priority < reach && !v.request.service);
+      if (reachable || (reclaims && borrower)) {
         ranked.emplace_back(v.WorkAtRisk(ctx.now()), victim_priority, age,
                             victim);
       }

@@ -188,6 +188,19 @@ TEST(Fair, AServiceReplicaPreemptsSpotWorkOfItsOwnClass) {
   urgent.priority = 1000;
   ASSERT_TRUE(t->Submit(urgent, T(2)).ok());
   EXPECT_TRUE(t->Schedule(T(2)).preempted.empty());
+  // Preemptible replicas of one class never take turns preempting each
+  // other.
+  auto u = Make(one, "fair");
+  JobRequest spot_replica = MakeJob(1, 1, 8, T(1));
+  spot_replica.service = true;
+  spot_replica.preemptible = true;
+  ASSERT_TRUE(u->Submit(spot_replica, T(1)).ok());
+  u->Schedule(T(1));
+  JobRequest other = MakeJob(2, 1, 8, T(2));
+  other.service = true;
+  other.preemptible = true;
+  ASSERT_TRUE(u->Submit(other, T(2)).ok());
+  EXPECT_TRUE(u->Schedule(T(2)).preempted.empty());
 }
 
 TEST(Fair, HigherPriorityPreemptsPreemptibleJobsOnce) {

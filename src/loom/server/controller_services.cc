@@ -124,7 +124,10 @@ absl::StatusOr<nlohmann::json> Controller::ApplyService(ServiceSpec spec,
       }
     }
     if (port == 0) {
-      return absl::ResourceExhaustedError("port: no free gateway port left");
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "limit: port: every gateway port from ", kServicePortBase, " to ",
+          kServicePortBase + kServicePorts - 1,
+          " is taken; give the service a `port`"));
     }
   }
   const std::string revision = ReplicaTemplateDigest(spec);
@@ -275,7 +278,11 @@ ReplicaView Controller::ViewOf(const ServiceRecord& s, const JobRecord& job,
     if (auto srv = g->servers.find(ReplicaServerName(job.id));
         srv != g->servers.end()) {
       v.in_backend = srv->second.serving || srv->second.draining;
-      v.sessions = srv->second.sessions;
+      // Its sessions end a drain only once the gateway has drained it: a
+      // report from before says nothing of the requests still coming.
+      if (srv->second.draining && job.drain_since && g->at > *job.drain_since) {
+        v.sessions = srv->second.sessions;
+      }
     }
   }
   if (job.cancel_requested || job.state == JobState::kStopping) {
@@ -331,6 +338,17 @@ void Controller::StepServices(absl::Time now,
         s.dirty = true;
       }
       it = ids.erase(it);
+    }
+    // A drained replica that went back to the queue (its node was lost)
+    // has nothing left to drain: it is removed, not started again.
+    for (JobId id : ids) {
+      JobRecord& job = jobs_.at(id);
+      if (job.drain_since && !job.cancel_requested &&
+          (job.state == JobState::kPending || job.state == JobState::kHeld)) {
+        (void)CancelLocked(job, now, dirty);
+        job.reason = absl::StrCat("removed by service ", name, " (drained)");
+        dirty->push_back(&job);
+      }
     }
     std::vector<ReplicaView> views;
     for (JobId id : ids) views.push_back(ViewOf(s, jobs_.at(id), now));
@@ -438,11 +456,15 @@ void Controller::Autoscale(ServiceRecord& s,
   s.last_measure = measure;
   // As Kubernetes' HPA: replicas x measure / target, rounded up.
   // Within 10% of the target (HPA's tolerance): no change.
-  const int want = std::abs(measure / a.target - 1) <= 0.1
-                       ? s.desired
-                       : std::clamp(static_cast<int>(std::ceil(
-                                        serving * measure / a.target - 1e-9)),
-                                    s.spec.replicas.min, s.spec.replicas.max);
+  // Clamped as a double: a tiny target or a huge measurement must not
+  // overflow the int.
+  const double raw = std::ceil(serving * measure / a.target - 1e-9);
+  const int want =
+      std::abs(measure / a.target - 1) <= 0.1
+          ? s.desired
+          : static_cast<int>(std::clamp(
+                std::isfinite(raw) ? raw : double{s.spec.replicas.max},
+                double{s.spec.replicas.min}, double{s.spec.replicas.max}));
   const std::string name(AutoscaleMetricName(a.metric));
   auto decide = [&](std::optional<absl::Time>* since, absl::Duration delay,
                     int to) {
@@ -544,8 +566,8 @@ nlohmann::json Controller::GatewayConfig(absl::Time now) const {
         const bool draining =
             v.phase == ReplicaView::Phase::kDraining ||
             (v.phase == ReplicaView::Phase::kStopping && v.in_backend);
-        if (!serving && !draining) continue;
-        const TaskRecord& t = job.tasks.at(0);
+        if ((!serving && !draining) || job.tasks.empty()) continue;
+        const TaskRecord& t = job.tasks[0];
         if (!t.port) continue;
         servers.push_back(
             {{"name", ReplicaServerName(id)},

@@ -195,6 +195,9 @@ nlohmann::json JobRecordToJson(const JobRecord& j) {
                      {"signal", t.signal ? nlohmann::json(*t.signal)
                                          : nlohmann::json(nullptr)}});
     if (t.port) tasks.back()["port"] = *t.port;
+    // Kept so that a restarted server serves the replica at once (its
+    // next heartbeat says again).
+    if (t.ready) tasks.back()["ready"] = true;
   }
   out["tasks"] = std::move(tasks);
   return out;
@@ -282,6 +285,9 @@ absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& in) {
       task.task_id = t.at("task_id").get<std::string>();
       if (auto p = t.find("port"); p != t.end() && p->is_number_integer()) {
         task.port = p->get<int>();
+      }
+      if (auto r = t.find("ready"); r != t.end() && r->is_boolean()) {
+        task.ready = r->get<bool>();
       }
       const std::string state_name = t.at("state").get<std::string>();
       bool found = false;

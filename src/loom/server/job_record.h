@@ -60,8 +60,9 @@ struct TaskRecord {
   // accepted the launch with 202, or its heartbeats say `pulling`).
   std::optional<TaskPull> pull;
   // A service replica (docs/services.md): the port its agent gave it (in
-  // `PORT`), and whether its readiness probe passes (not persisted: the
-  // next heartbeat says), since when.
+  // `PORT`), and whether its readiness probe passes (kept, so that a
+  // restarted server serves it at once; the next heartbeat says again),
+  // since when (not kept).
   std::optional<int> port;
   bool ready = false;
   std::optional<absl::Time> ready_since;

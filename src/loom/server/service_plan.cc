@@ -98,15 +98,19 @@ ServicePlan PlanService(const ServiceRecord& s,
   }
   // No room to surge: a new replica waits for resources an old one holds
   // (one replica on one free GPU). Stop one old replica, then start one,
-  // rather than wait for ever; one at a time.
-  const bool draining = std::any_of(
-      replicas.begin(), replicas.end(),
-      [](const ReplicaView& r) { return r.phase == ReplicaPhase::kDraining; });
+  // rather than wait for ever: one at a time (none while one drains or
+  // stops), and only while every desired replica serves, so that a new
+  // revision that still cannot be placed costs one replica, not all.
+  const bool draining =
+      std::any_of(replicas.begin(), replicas.end(), [](const ReplicaView& r) {
+        return r.phase == ReplicaPhase::kDraining ||
+               r.phase == ReplicaPhase::kStopping;
+      });
   const bool stuck =
       std::any_of(current.begin(), current.end(),
                   [](const ReplicaView* r) { return r->unschedulable; });
   if (old_left > 0 && old_left == static_cast<int>(old.size()) && stuck &&
-      !draining) {
+      !draining && serving >= desired) {
     plan.drain.push_back(old.back()->job);
     --old_left;
   }

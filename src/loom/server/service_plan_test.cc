@@ -130,6 +130,17 @@ TEST(PlanService, OneReplicaOnOneGpuStopsTheOldOneFirst) {
                                    stuck, R(3, false, ReplicaPhase::kReady)},
                                   true, At(3));
   EXPECT_FALSE(Has(again.drain, 3));
+  // Nor while one stops; and once one is gone for a replica that still
+  // cannot be placed, the others stay: a rollout costs one replica at most.
+  ServicePlan stopping = PlanService(
+      Service(2),
+      {R(1, false, ReplicaPhase::kStopping, 2), stuck,
+       R(3, false, ReplicaPhase::kReady), R(4, false, ReplicaPhase::kReady)},
+      true, At(3));
+  EXPECT_TRUE(stopping.drain.empty());
+  ServicePlan short_one = PlanService(
+      Service(2), {stuck, R(3, false, ReplicaPhase::kReady)}, true, At(4));
+  EXPECT_TRUE(short_one.drain.empty());
 }
 
 TEST(PlanService, DrainsEndWhenTheBalancerHasNoSessionLeft) {

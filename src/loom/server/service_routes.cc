@@ -61,27 +61,29 @@ void HttpServer::ServiceRoutes() {
     }
     return absl::OkStatus();
   };
-  Handle("POST", "/v1/services/{name}/scale",
-         [this, owned](const Request& req, Response& res) {
-           if (absl::Status st = owned(req); !st.ok()) {
-             return ReplyError(res, st);
-           }
-           absl::StatusOr<nlohmann::json> body = JsonBody(req);
-           if (!body.ok()) return ReplyError(res, body.status());
-           auto n = body->find("replicas");
-           if (n == body->end() || !n->is_number_integer()) {
-             return ReplyError(res, absl::InvalidArgumentError(
-                                        "replicas: must be an integer"));
-           }
-           const int64_t v = n->get<int64_t>();
-           ReplyResult(
-               res,
-               controller_->ScaleService(
-                   req.matches[1],
-                   v < 0 || v > kMaxServiceReplicas ? -1 : static_cast<int>(v),
-                   absl::Now()));
-           Wake();
-         });
+  Handle(
+      "POST", "/v1/services/{name}/scale",
+      [this, owned](const Request& req, Response& res) {
+        if (absl::Status st = owned(req); !st.ok()) {
+          return ReplyError(res, st);
+        }
+        absl::StatusOr<nlohmann::json> body = JsonBody(req);
+        if (!body.ok()) return ReplyError(res, body.status());
+        auto n = body->find("replicas");
+        if (n == body->end() || !n->is_number_integer()) {
+          return ReplyError(
+              res, absl::InvalidArgumentError("replicas: must be an integer"));
+        }
+        const int64_t v = n->get<int64_t>();
+        if (v < 0 || v > kMaxServiceReplicas) {
+          return ReplyError(res, absl::InvalidArgumentError(absl::StrCat(
+                                     "replicas: must be 0 to ",
+                                     kMaxServiceReplicas, ", got ", v)));
+        }
+        ReplyResult(res, controller_->ScaleService(
+                             req.matches[1], static_cast<int>(v), absl::Now()));
+        Wake();
+      });
   Handle("POST", "/v1/services/{name}/delete",
          [this, owned](const Request& req, Response& res) {
            if (absl::Status st = owned(req); !st.ok()) {
