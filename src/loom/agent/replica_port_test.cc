@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "loom/agent/agent_test_util.h"
+#include "loom/agent/free_ports_test_util.h"
 #include "loom/agent/http_probe.h"
 #include "loom/agent/launch_request.h"
 #include "loom/agent/node_table.h"
@@ -48,17 +49,9 @@ class Listener {
   int port_ = 0;
 };
 
-// A range of `n` ports starting at one the kernel just handed out (so very
-// likely free), for tests that need real free ports.
-PortRange FreshRange(int n) {
-  int first = 0;
-  {
-    Listener probe;
-    first = probe.port();
-  }
-  if (first + n - 1 > 65535) first = 65535 - n + 1;
-  return {first, first + n - 1};
-}
+// `n` ports free on 127.0.0.1, for tests that need real free ports
+// (free_ports_test_util.h).
+PortRange FreshRange(int n) { return agent_testing::FreePortRange(n); }
 
 TEST(ReplicaPortTest, ParsesTheRangeFlag) {
   absl::StatusOr<PortRange> r = ParsePortRange("20000-29999");

@@ -27,6 +27,7 @@
 #include "httplib.h"
 #include "loom/agent/agent.h"
 #include "loom/agent/agent_test_util.h"
+#include "loom/agent/free_ports_test_util.h"
 #include "loom/agent/launch_request.h"
 #include "loom/agent/launch_steps.h"
 #include "loom/agent/node_table.h"
@@ -86,20 +87,8 @@ bool HaveReplicaPython() {
          0;
 }
 
-// `n` ports from one the kernel just handed out: very likely free.
-PortRange FreshPorts(int n) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a = {};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  int first = ntohs(a.sin_port);
-  if (first + n - 1 > 65535) first = 65535 - n + 1;
-  return {first, first + n - 1};
-}
+// `n` ports free on 127.0.0.1 (free_ports_test_util.h).
+PortRange FreshPorts(int n) { return agent_testing::FreePortRange(n); }
 
 json ReplicaProbeJson(int failures = 2) {
   return {{"http", "/healthz"},
