@@ -237,7 +237,7 @@ void Controller::StepMaintenances(absl::Time now,
       const int n = NodeIndex(name);
       if (n < 0) continue;
       nodes_[n].draining = true;
-      nodes_[n].reason = absl::StrCat(why, " (", m.author, ")");
+      nodes_[n].reason = MaintenanceDrainReason(m);
       (void)PersistNode(n);
       UpdateSchedulable(n);
     }

@@ -148,6 +148,10 @@ bool Maintenance::Active() const {
   return false;
 }
 
+std::string MaintenanceDrainReason(const Maintenance& m) {
+  return absl::StrCat("maintenance ", m.id, " (", m.author, ")");
+}
+
 MaintenanceOps StepMaintenance(Maintenance& m,
                                const std::vector<MaintenanceFacts>& facts,
                                absl::Time now) {
@@ -311,9 +315,13 @@ MaintenanceOps StepMaintenance(Maintenance& m,
                             s.max_unavailable, ")"));
         continue;
       }
+      // Drained by this run already, before a crash lost the run's record
+      // of it: it was in service.
+      const bool ours =
+          f.draining && f.mode_reason == MaintenanceDrainReason(m);
       n.was_cordoned = f.cordoned;
-      n.was_draining = f.draining;
-      n.was_reason = f.mode_reason;
+      n.was_draining = f.draining && !ours;
+      n.was_reason = ours ? "" : f.mode_reason;
       set_phase(n, Phase::kDraining, "cordoned");
       ops.cordon.push_back(n.name);
       if (!f.unavailable) ++out;

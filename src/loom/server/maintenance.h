@@ -135,6 +135,12 @@ struct MaintenanceOps {
   bool changed = false;              // the run changed: store it
 };
 
+// The drain reason a run gives the nodes it takes out of service:
+// "maintenance 7 (alice)". A node found drained with its own run's reason
+// (the server stopped between draining it and storing the run) was in
+// service before: restoring it returns it to service.
+std::string MaintenanceDrainReason(const Maintenance& m);
+
 // Advances `m` at `now`; `facts` has one entry per node of `m.nodes`, in
 // order.
 MaintenanceOps StepMaintenance(Maintenance& m,

@@ -89,6 +89,29 @@ TEST(Maintenance, BatchesOfTwoNeverMoreThanTwoOutAndEveryNodeDone) {
   EXPECT_FALSE(m.Active());
 }
 
+// The server drained a node, then died before it stored the run: after the
+// restart the node is found drained with the run's own reason. It was in
+// service before, and goes back to service at the end (not left drained).
+TEST(Maintenance, ANodeDrainedByThisRunBeforeACrashGoesBackToService) {
+  Maintenance m = MakeRun(1, 1, 1);
+  World w(1);
+  w.facts[0].draining = true;
+  w.facts[0].mode_reason = MaintenanceDrainReason(m);
+  EXPECT_EQ(w.facts[0].mode_reason, "maintenance 7 (alice)");
+  MaintenanceOps ops = StepMaintenance(m, w.facts, kT0);
+  ASSERT_EQ(ops.cordon, std::vector<std::string>{"n0"});
+  EXPECT_FALSE(m.nodes[0].was_draining);
+  EXPECT_EQ(m.nodes[0].was_reason, "");
+  // Drained for another reason (an operator's), it stays so afterwards.
+  Maintenance other = MakeRun(1, 1, 1);
+  World v(1);
+  v.facts[0].draining = true;
+  v.facts[0].mode_reason = "bad fan";
+  (void)StepMaintenance(other, v.facts, kT0);
+  EXPECT_TRUE(other.nodes[0].was_draining);
+  EXPECT_EQ(other.nodes[0].was_reason, "bad fan");
+}
+
 TEST(Maintenance, EmptiestNodesGoFirstAndBusyOnesLast) {
   Maintenance m = MakeRun(4, 2, 2);
   World w(4);
