@@ -463,8 +463,10 @@ void Controller::Autoscale(ServiceRecord& s,
       std::abs(measure / a.target - 1) <= 0.1
           ? s.desired
           : static_cast<int>(std::clamp(
-                std::isfinite(raw) ? raw : double{s.spec.replicas.max},
-                double{s.spec.replicas.min}, double{s.spec.replicas.max}));
+                std::isfinite(raw) ? raw
+                                   : static_cast<double>(s.spec.replicas.max),
+                static_cast<double>(s.spec.replicas.min),
+                static_cast<double>(s.spec.replicas.max)));
   const std::string name(AutoscaleMetricName(a.metric));
   auto decide = [&](std::optional<absl::Time>* since, absl::Duration delay,
                     int to) {
