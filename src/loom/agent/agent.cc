@@ -63,6 +63,8 @@ class Agent::Impl {
   absl::Status CheckOptions();
   // Finds the host's GPUs (real ones: NVML) and starts watching their Xids.
   absl::Status ProbeGpus(std::vector<GpuDevice>* real_gpus);
+  // The host's RDMA NICs, paired with `real_gpus` (none when emulated).
+  std::vector<NicDevice> ProbeNics(const std::vector<GpuDevice>& real_gpus);
   // Says once where container tasks' GPU driver files will come from.
   void LogGpuDriverFiles(const GpuDriverOptions& options) const;
   // Polls every node's launcher and fences silent nodes, every
@@ -207,6 +209,34 @@ absl::Status Agent::Impl::ProbeGpus(std::vector<GpuDevice>* real_gpus) {
   return absl::OkStatus();
 }
 
+std::vector<NicDevice> Agent::Impl::ProbeNics(
+    const std::vector<GpuDevice>& real_gpus) {
+  if (options_.emulation) return {};
+  SysfsNicProbe sysfs;
+  NicProbe* probe = options_.nic_probe != nullptr ? options_.nic_probe : &sysfs;
+  absl::StatusOr<std::vector<NicDevice>> nics = probe->Probe(real_gpus);
+  if (!nics.ok()) {
+    log_("warn", "",
+         absl::StrCat("RDMA NICs not found: ", Str(nics.status().message())));
+    return {};
+  }
+  if (!sysfs.warning().empty()) log_("warn", "", sysfs.warning());
+  std::vector<std::string> described;
+  for (const NicDevice& nic : *nics) {
+    described.push_back(absl::StrCat(
+        nic.name, " (", nic.rate_gbps, " Gb/s, ",
+        nic.state.empty() ? "state unknown" : nic.state, ", NUMA ",
+        nic.numa_node, ", GPUs ",
+        nic.gpus.empty() ? "none" : absl::StrJoin(nic.gpus, ","),
+        nic.note.empty() ? "" : absl::StrCat("; ", nic.note), ")"));
+  }
+  if (!described.empty()) {
+    log_("info", "",
+         absl::StrCat("RDMA NICs: ", absl::StrJoin(described, ", ")));
+  }
+  return *std::move(nics);
+}
+
 absl::StatusOr<GpuSoftware> Agent::Impl::ReadStack(AgentNode& node) const {
   if (options_.emulation) {
     std::vector<std::string> warnings;
@@ -277,6 +307,7 @@ absl::Status Agent::Impl::Init() {
   table.fleet = options_.fleet;
   table.emulation = options_.emulation;
   table.real_software = real_software_;
+  table.real_nics = ProbeNics(real_gpus);
   table.fake_tasks = options_.fake_tasks;
   table.use_cgroups = options_.use_cgroups;
   table.launcher_factory = options_.launcher_factory;

@@ -27,6 +27,7 @@
 #include "loom/agent/cgroup.h"
 #include "loom/agent/gpu_probe.h"
 #include "loom/agent/launch_request.h"
+#include "loom/agent/nic_probe.h"
 #include "loom/agent/replica_port.h"
 #include "loom/agent/task_launcher.h"
 #include "loom/agent/user_account.h"
@@ -74,6 +75,10 @@ struct AgentOptions {
   // Finds real GPUs when `emulation` is unset. Not owned; null: an
   // `NvmlGpuProbe` of `nvml_library`.
   GpuProbe* gpu_probe = nullptr;
+  // Finds the host's RDMA NICs and pairs them with its GPUs when `emulation`
+  // is unset (emulated nodes get `EmulatedNicProbe`'s). Not owned; null: a
+  // `SysfsNicProbe` of "/".
+  NicProbe* nic_probe = nullptr;
   // NVML, for the default probe and the Xid event watcher (real GPUs).
   std::string nvml_library = "libnvidia-ml.so.1";
   // The host as reported (hostname; CPUs and memory unless emulated). Unset:

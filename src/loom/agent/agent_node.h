@@ -21,6 +21,7 @@
 #include "loom/agent/cgroup.h"
 #include "loom/agent/gpu_probe.h"
 #include "loom/agent/image_prepull.h"
+#include "loom/agent/nic_probe.h"
 #include "loom/agent/task_group.h"
 #include "loom/agent/task_launcher.h"
 #include "loom/agent/task_state.h"
@@ -44,6 +45,8 @@ struct AgentNode {
   std::string logs_dir;
   HostInfo host;
   std::vector<GpuDevice> gpus;
+  // RDMA NICs, each with the GPUs paired with it (nic_probe.h).
+  std::vector<NicDevice> nics;
   bool emulated = false;
   std::unique_ptr<CgroupManager> cgroups;
   // A cgroup v2 group per task (task_group.h); null: process groups only.

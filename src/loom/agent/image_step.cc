@@ -350,15 +350,10 @@ class ImageStep : public LaunchStep {
     for (const char* file : {"/etc/hosts", "/etc/resolv.conf"}) {
       if (::access(file, R_OK) == 0) oc.binds.push_back({file, file, true});
     }
-    // RDMA NICs of a real node.
-    std::error_code ec;
-    if (node.device_dir == "/dev") {
-      for (const auto& entry : fs::directory_iterator("/dev/infiniband", ec)) {
-        AddDevice(
-            entry.path().string(),
-            absl::StrCat("/dev/infiniband/", entry.path().filename().string()),
-            oc);
-      }
+    // The RDMA devices of the task's NICs (nic_step.h) the node has.
+    for (const std::string& device : ctx.nic_devices) {
+      AddDevice(absl::StrCat(node.device_dir, "/", device),
+                absl::StrCat("/dev/", device), oc);
     }
 
     sandbox.files.emplace_back(absl::StrCat(bundle, "/config.json"),

@@ -8,6 +8,7 @@
 #include "loom/agent/checkpoint_dir.h"
 #include "loom/agent/image_step.h"
 #include "loom/agent/json_values.h"
+#include "loom/agent/nic_step.h"
 #include "loom/agent/replica_port.h"
 
 namespace loom {
@@ -186,6 +187,7 @@ LaunchSteps DefaultLaunchSteps(const LaunchStepsOptions& options) {
       absl::StrJoin(options.server_urls, ",")));
   steps.push_back(MakeReplicaPortStep());
   steps.push_back(std::make_unique<GpuStep>());
+  steps.push_back(MakeNicStep());
   steps.push_back(std::make_unique<LimitsStep>());
   steps.push_back(
       std::make_unique<UserStep>(options.switch_users, options.lookup_user));

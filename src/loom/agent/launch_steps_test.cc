@@ -111,8 +111,9 @@ TEST_F(LaunchStepsTest, StepsInOrder) {
   for (const auto& step : DefaultLaunchSteps({})) {
     names.emplace_back(step->name());
   }
-  EXPECT_THAT(names, ElementsAre("files", "env", "port", "gpus", "limits",
-                                 "user", "checkpoint", "self", "image"));
+  EXPECT_THAT(names,
+              ElementsAre("files", "env", "port", "gpus", "nics", "limits",
+                          "user", "checkpoint", "self", "image"));
 }
 
 TEST_F(LaunchStepsTest, LoomIsTheAgentsOwnBinary) {

@@ -16,6 +16,7 @@
 #include "loom/agent/image_prepull.h"
 #include "loom/agent/json_values.h"
 #include "loom/agent/lease.h"
+#include "loom/agent/nic_probe.h"
 #include "loom/common/atomic_file.h"
 #include "loom/common/units.h"
 #include "loom/common/version.h"
@@ -402,6 +403,7 @@ json NodeSession::RegistrationBody(Link& link,
       {"cpus", node.host.cpus},
       {"memory_bytes", node.host.memory_bytes},
       {"gpus", std::move(gpus)},
+      {"nics", NicsJson(node.nics)},
       {"emulated", node.emulated},
       {"labels", NodeLabelsJson(node)},
       {"stack", NodeStackJson(node)},

@@ -45,6 +45,20 @@ absl::Status InitContainers(const NodeTableOptions& options,
   for (const GpuDevice& g : node.gpus) {
     names.push_back(absl::StrCat("nvidia", g.index));
   }
+  // The emulated NICs' verbs devices (nic_step.h).
+  if (!node.nics.empty()) {
+    if (absl::Status s = EnsureDirectory(
+            absl::StrCat(node.device_dir, "/infiniband"), kAgentDirMode);
+        !s.ok()) {
+      return s;
+    }
+    names.push_back("infiniband/rdma_cm");
+  }
+  for (const NicDevice& nic : node.nics) {
+    if (!nic.uverbs.empty()) {
+      names.push_back(absl::StrCat("infiniband/", nic.uverbs));
+    }
+  }
   for (const std::string& name : names) {
     const std::string path = absl::StrCat(node.device_dir, "/", name);
     if (absl::Status s = WriteFileAtomically(
@@ -88,12 +102,14 @@ absl::Status InitNode(const NodeTableOptions& options, const HostInfo& host,
     const GpuEmulation& e = *options.emulation;
     EmulatedGpuProbe probe(e, node.name);
     node.gpus = probe.Probe().value();
+    node.nics = EmulatedNicProbe(e).Probe(node.gpus).value();
     node.SetSoftware(probe.Software());
     node.emulated = true;
     if (e.cpus > 0) node.host.cpus = e.cpus;
     if (e.memory_bytes > 0) node.host.memory_bytes = e.memory_bytes;
   } else {
     node.gpus = real_gpus;
+    node.nics = options.real_nics;
     node.SetSoftware(options.real_software);
   }
 

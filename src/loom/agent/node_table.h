@@ -15,6 +15,7 @@
 #include "loom/agent/agent_log.h"
 #include "loom/agent/agent_node.h"
 #include "loom/agent/gpu_probe.h"
+#include "loom/agent/nic_probe.h"
 
 namespace loom {
 
@@ -27,6 +28,9 @@ struct NodeTableOptions {
   std::optional<GpuEmulation> emulation;
   // The host's GPU driver and CUDA versions (real GPUs only).
   GpuSoftware real_software;
+  // The host's RDMA NICs, paired with its GPUs (real GPUs only; emulated
+  // nodes get `EmulatedNicProbe`'s).
+  std::vector<NicDevice> real_nics;
   // `FakeTaskLauncher` instead of `ShimTaskLauncher`; no unit files.
   bool fake_tasks = false;
   // cgroup v1 limits and a cgroup v2 group per task, where the host allows.

@@ -3,7 +3,9 @@
 #include <map>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "loom/agent/agent_metrics.h"
+#include "loom/agent/nic_probe.h"
 #include "loom/common/metrics_text.h"
 
 namespace loom {
@@ -76,6 +78,22 @@ std::string CollectAgentMetrics(const NodeTable& nodes,
   std::string text;
   MetricsWriter out(&text);
   WriteAgentMetrics(out, gpus, tasks);
+  // Each node's RDMA NICs (nic_probe.h), as an info metric.
+  out.Family("loom_agent_nic_info",
+             "An RDMA NIC of a node (1): its link rate (Gb/s), NUMA node "
+             "and port state.",
+             MetricType::kGauge);
+  for (const auto& node : nodes.nodes()) {
+    for (const NicDevice& nic : node->nics) {
+      out.Sample("loom_agent_nic_info",
+                 {{"node", node->name},
+                  {"nic", nic.name},
+                  {"rate_gbps", absl::StrCat(nic.rate_gbps)},
+                  {"numa_node", absl::StrCat(nic.numa_node)},
+                  {"state", nic.state}},
+                 1);
+    }
+  }
   // Each node's image store (docs/images.md) and the tasks waiting on it.
   out.Family("loom_agent_image_store_bytes",
              "Bytes a node's image store holds: layers and root filesystems.",
