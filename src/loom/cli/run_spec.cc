@@ -85,7 +85,18 @@ absl::StatusOr<nlohmann::json> BuildRunSpec(const RunFlags& f) {
     return absl::InvalidArgumentError(
         "no command given (loom run -g N [flags] -- CMD [ARGS...])");
   }
-  if (f.gpus < 1) {
+  const bool slice = !f.mig.empty() || !f.gpu_memory.empty();
+  if (!f.mig.empty() && !f.gpu_memory.empty()) {
+    return absl::InvalidArgumentError(
+        "--mig and --gpu-memory exclude each other (a MIG instance is not "
+        "shared)");
+  }
+  if (slice && f.nodes > 0) {
+    return absl::InvalidArgumentError(
+        "--nodes: not with --mig or --gpu-memory (each task takes part of "
+        "one GPU; -g says how many tasks)");
+  }
+  if (f.gpus < 1 && !(slice && f.gpus == 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("-g: the number of GPUs in total must be at least 1, "
                      "got ",
@@ -110,8 +121,22 @@ absl::StatusOr<nlohmann::json> BuildRunSpec(const RunFlags& f) {
   spec.name = f.name.empty() ? DefaultJobName(f.command) : f.name;
   if (!f.project.empty()) spec.project = f.project;
   if (!f.gpu_model.empty()) spec.gpu_model = absl::AsciiStrToLower(f.gpu_model);
-  spec.gpus = f.gpus;
-  spec.nodes = f.nodes;
+  if (slice) {
+    spec.tasks = std::max(f.gpus, 1);
+    spec.mig = absl::AsciiStrToLower(f.mig);
+    if (!f.gpu_memory.empty()) {
+      absl::StatusOr<int64_t> bytes = ParseBytes(f.gpu_memory);
+      if (!bytes.ok() || *bytes <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--gpu-memory: '", f.gpu_memory,
+                         "' is not a memory size such as 20Gi"));
+      }
+      spec.gpu_share_bytes = *bytes;
+    }
+  } else {
+    spec.gpus = f.gpus;
+    spec.nodes = f.nodes;
+  }
   if (!f.time_limit.empty()) {
     absl::StatusOr<absl::Duration> limit = ParseDuration(f.time_limit);
     if (!limit.ok()) {
@@ -169,6 +194,8 @@ absl::StatusOr<nlohmann::json> BuildRunSpec(const RunFlags& f) {
         {"project: ", "--project: "},
         {"resources.gpu_model: ", "--gpu-model: "},
         {"resources.gpus: ", "-g: "},
+        {"resources.mig: ", "--mig: "},
+        {"resources.gpu_share.memory: ", "--gpu-memory: "},
         {"resources.nodes: ", "--nodes: "},
         {"resources.processes_per_task: ", "--procs-per-node: "},
         {"env.", "--env "},

@@ -15,7 +15,11 @@ namespace loom {
 
 // Flags of `loom run`.
 struct RunFlags {
-  int gpus = 0;            // -g: GPUs in total
+  int gpus = 0;  // -g: GPUs in total (with --mig/--gpu-memory: tasks)
+  // --mig PROFILE / --gpu-memory QUANTITY: each task on a MIG instance or a
+  // share of one GPU (docs/job-spec.md); -g then counts tasks (default 1).
+  std::string mig;
+  std::string gpu_memory;
   int nodes = 0;           // --nodes: 0 = let the server choose the shape
   int procs_per_node = 0;  // --procs-per-node: 0 = not given
   std::string project;

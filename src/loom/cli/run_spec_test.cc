@@ -35,6 +35,33 @@ TEST(BuildRunSpec, OneNodeOrLessSendsTheTotal) {
   EXPECT_FALSE(spec->contains("time_limit"));
 }
 
+TEST(BuildRunSpec, MigAndGpuMemoryAskForPartsOfGpus) {
+  RunFlags f = Flags(0, {"python", "eval.py"});
+  f.mig = "1G.18gb";
+  absl::StatusOr<Json> spec = BuildRunSpec(f);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ((*spec)["resources"]["mig"], "1g.18gb");
+  EXPECT_EQ((*spec)["tasks"], 1);
+  EXPECT_FALSE((*spec)["resources"].contains("gpus"));
+  f = Flags(3, {"serve"});
+  f.gpu_memory = "20Gi";
+  spec = BuildRunSpec(f);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ((*spec)["tasks"], 3);
+  EXPECT_EQ((*spec)["resources"]["gpu_share"]["memory"], "20Gi");
+  f.mig = "1g.18gb";
+  EXPECT_THAT(std::string(BuildRunSpec(f).status().message()),
+              HasSubstr("--mig and --gpu-memory exclude each other"));
+  f.mig = "";
+  f.gpu_memory = "lots";
+  EXPECT_THAT(std::string(BuildRunSpec(f).status().message()),
+              HasSubstr("--gpu-memory: 'lots' is not a memory size"));
+  f.gpu_memory = "20Gi";
+  f.nodes = 2;
+  EXPECT_THAT(std::string(BuildRunSpec(f).status().message()),
+              HasSubstr("--nodes: not with --mig or --gpu-memory"));
+}
+
 TEST(BuildRunSpec, ConstraintsBecomeTheNodeSelector) {
   RunFlags f = Flags(1, {"true"});
   f.constraints = {"gpu.driver=550.54.15", "nvme", "rack=a=b"};

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "loom/core/mig.h"
 #include "loom/core/topology.h"
 
 namespace loom {
@@ -26,6 +27,20 @@ struct GpuModel {
   int64_t memory_bytes = 0;
 };
 
+// A pool's MIG partitions (docs/scheduling.md "GPU partitions"; the cluster
+// spec's `mig:`). The first `gpus` GPUs of each node run in MIG mode with
+// `layout`: instances by profile index into the pool's profiles
+// (`MigProfilesFor`), each at its memory slice; a valid layout
+// (`ValidateMigLayout`). With `dynamic`, the scheduler may repartition an
+// idle MIG GPU when the queue asks for another profile, and turn a free
+// whole GPU into a MIG one (back to whole when its last instance ends).
+struct MigPool {
+  int gpus = 0;
+  std::vector<MigInstance> layout;
+  bool dynamic = false;
+  bool operator==(const MigPool&) const = default;
+};
+
 // A set of identical nodes.
 struct PoolSpec {
   std::string name;
@@ -37,6 +52,11 @@ struct PoolSpec {
   int64_t memory_bytes = 0;
   int64_t nvme_bytes = 0;
   int nics = 0;
+  MigPool mig;
+  // Whether a free whole GPU of the pool may be shared by tasks that ask for
+  // part of its memory (`JobShape::slice.share_bytes`; time-slicing, no
+  // isolation). The cluster spec's `sharing:`, true unless it says false.
+  bool sharing = true;
   std::map<std::string, std::string> labels;
   // Labels of single nodes of the pool (`node_labels: {h200-3: {rack: b}}`),
   // by node name; they win over `labels`.

@@ -12,6 +12,26 @@
 namespace loom {
 namespace {
 
+// A pool's MIG partitions as `plan` prints them: "none", or "4 GPUs
+// [3g.71gb, 2g.35gb, 1g.18gb, 1g.18gb], dynamic".
+std::string MigText(const Cluster& c, const PoolSpec& p) {
+  if (p.mig.gpus == 0) return "none";
+  std::vector<MigProfile> profiles;
+  if (p.gpu_model >= 0 && p.gpu_model < static_cast<int>(c.gpu_models.size())) {
+    profiles =
+        MigProfilesFor(c.gpu_models[p.gpu_model].name, p.gpu_memory_bytes);
+  }
+  std::vector<std::string> names;
+  for (const MigInstance& in : p.mig.layout) {
+    names.push_back(in.profile >= 0 &&
+                            in.profile < static_cast<int>(profiles.size())
+                        ? profiles[in.profile].name
+                        : absl::StrCat("#", in.profile));
+  }
+  return absl::StrCat(p.mig.gpus, " GPUs [", absl::StrJoin(names, ", "), "]",
+                      p.mig.dynamic ? ", dynamic" : "");
+}
+
 using Op = ClusterDiffLine::Op;
 
 std::string CpusText(int64_t milli) {
@@ -176,6 +196,10 @@ std::vector<ClusterDiffLine> DiffClusters(const Cluster& from,
         DiffField(d, "nvme", a.nvme_bytes, b.nvme_bytes, FormatBytes);
         DiffField(d, "nics", a.nics, b.nics,
                   [](int n) { return absl::StrCat(n); });
+        DiffField(d, "mig", MigText(from, a), MigText(to, b),
+                  [](const std::string& s) { return s; });
+        DiffField(d, "sharing", a.sharing, b.sharing,
+                  [](bool v) { return std::string(v ? "true" : "false"); });
         DiffLabels(d, a.labels, b.labels);
         DiffLabels(d, a.stack, b.stack, "stack");
         return d;

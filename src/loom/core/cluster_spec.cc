@@ -25,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "loom/common/units.h"
 #include "loom/core/container_spec_yaml.h"
+#include "loom/core/pool_mig_yaml.h"
 #include "loom/core/pool_stack_yaml.h"
 #include "loom/core/yaml_util.h"
 #include "yaml-cpp/yaml.h"
@@ -327,7 +328,7 @@ absl::Status SpecParser::ParsePools(const Field& field,
     absl::StatusOr<MapNode> map =
         ReadMap((*items)[i], ElementPath(path, i),
                 {"name", "nodes", "gpu", "cpus", "memory", "nvme", "nics",
-                 "labels", "node_labels", "stack"});
+                 "mig", "sharing", "labels", "node_labels", "stack"});
     if (!map.ok()) return map.status();
     PoolSpec pool;
 
@@ -432,6 +433,19 @@ absl::Status SpecParser::ParsePools(const Field& field,
           ReadInt(nics->value, ChildPath(map->path, "nics"), 0, kMaxNics);
       if (!n.ok()) return n.status();
       pool.nics = static_cast<int>(*n);
+    }
+    if (const Field* mig = map->Find("mig"); mig != nullptr) {
+      absl::StatusOr<MigPool> parsed =
+          internal::ParsePoolMig(*this, *mig, ChildPath(map->path, "mig"), pool,
+                                 cluster->gpu_models[pool.gpu_model]);
+      if (!parsed.ok()) return parsed.status();
+      pool.mig = *std::move(parsed);
+    }
+    if (const Field* sharing = map->Find("sharing"); sharing != nullptr) {
+      absl::StatusOr<bool> b =
+          ReadBool(sharing->value, ChildPath(map->path, "sharing"));
+      if (!b.ok()) return b.status();
+      pool.sharing = *b;
     }
     if (const Field* labels = map->Find("labels"); labels != nullptr) {
       absl::Status st =

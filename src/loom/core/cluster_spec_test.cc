@@ -694,3 +694,73 @@ TEST(ParseClusterSpec, PoolStackErrorsNameTheField) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// A pool's MIG partitions (docs/cluster-spec.md "mig"): NVIDIA's profiles of
+// the pool's GPU model, placed in order at the lowest start each may take.
+TEST(ParseClusterSpec, MigLayoutsAndSharing) {
+  constexpr std::string_view kYaml = R"(pools:
+  - name: h200
+    nodes: 2
+    gpu: {model: h200, count: 8, memory: 141G}
+    cpus: 192
+    memory: 2Ti
+    mig: {gpus: 2, layout: [3g.71gb, 2g.35gb, 1g.18gb], dynamic: true}
+  - name: a100
+    nodes: 1
+    gpu: {model: a100, count: 8, memory: 80G}
+    cpus: 96
+    memory: 1Ti
+    sharing: false
+    mig: {layout: [1g.10gb, 1g.10gb, 1g.10gb, 1g.10gb, 1g.10gb, 1g.10gb, 1g.10gb]}
+)";
+  absl::StatusOr<Cluster> c = ParseClusterSpec(kYaml, "cluster.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const MigPool& h = c->pools[0].mig;
+  EXPECT_EQ(h.gpus, 2);
+  EXPECT_TRUE(h.dynamic);
+  const std::vector<MigProfile> profiles = MigProfilesFor("h200", 141000000000);
+  ASSERT_EQ(h.layout.size(), 3u);
+  EXPECT_EQ(profiles[h.layout[0].profile].name, "3g.71gb");
+  EXPECT_EQ(h.layout[0].start, 0);
+  EXPECT_EQ(h.layout[1].start, 4);
+  EXPECT_EQ(h.layout[2].start, 6);
+  EXPECT_TRUE(c->pools[0].sharing);
+  EXPECT_FALSE(c->pools[1].sharing);
+  EXPECT_EQ(c->pools[1].mig.gpus, 8);
+  EXPECT_EQ(c->pools[1].mig.layout.size(), 7u);
+}
+
+TEST(ParseClusterSpec, BadMigLayoutsNameTheEntry) {
+  const std::string base = R"(pools:
+  - name: h200
+    nodes: 1
+    gpu: {model: h200, count: 8}
+    cpus: 192
+    memory: 2Ti
+    mig: )";
+  auto error = [&](const std::string& mig) {
+    absl::StatusOr<Cluster> c =
+        ParseClusterSpec(base + mig + "\n", "cluster.yaml");
+    return c.ok() ? std::string("ok") : std::string(c.status().message());
+  };
+  EXPECT_THAT(error("{layout: [1g.10gb]}"),
+              HasSubstr("pools[0].mig.layout[0]: unknown MIG profile "
+                        "'1g.10gb' for h200 (known: 1g.18gb"));
+  EXPECT_THAT(error("{layout: [4g.71gb, 4g.71gb]}"),
+              HasSubstr("pools[0].mig.layout[1]: '4g.71gb' does not fit"));
+  // 1g.18gb may not take memory slice 7 (NVIDIA's placements 0 to 6).
+  EXPECT_THAT(error("{layout: [3g.71gb, 2g.35gb, 1g.18gb, 1g.18gb]}"),
+              HasSubstr("pools[0].mig.layout[3]: '1g.18gb' does not fit"));
+  EXPECT_THAT(error("{gpus: 9, layout: [7g.141gb]}"),
+              HasSubstr("pools[0].mig.gpus"));
+  EXPECT_THAT(error("{gpus: 1}"), HasSubstr("needs a layout, or dynamic"));
+  EXPECT_THAT(error("{layout: [7g.141gb], spread: 1}"),
+              HasSubstr("unknown field 'spread'"));
+  EXPECT_EQ(error("{dynamic: true}"), "ok");
+}
+
+}  // namespace
+}  // namespace loom

@@ -115,6 +115,27 @@ absl::Status ValidateJobRequest(const JobRequest& job, const Cluster& cluster) {
   if (job.time_limit <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("time_limit: must be positive");
   }
+  if (s.slice.partial()) {
+    if (!s.slice.mig.empty() && s.slice.share_bytes > 0) {
+      return absl::InvalidArgumentError(
+          "resources: mig and gpu_share exclude each other (a MIG instance "
+          "is not shared)");
+    }
+    if (s.slice.share_bytes < 0) {
+      return absl::InvalidArgumentError(
+          "resources.gpu_share.memory: must be positive");
+    }
+    if (s.gpus_per_task != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "resources: a task on part of a GPU (mig or gpu_share) takes one "
+          "slice, not ",
+          s.gpus_per_task, " GPUs"));
+    }
+    if (job.spares > 0) {
+      return absl::InvalidArgumentError(
+          "spares: only for jobs of whole nodes, not of GPU slices");
+    }
+  }
   if (job.spares < 0 || job.spares > kMaxSpares) {
     return absl::InvalidArgumentError(absl::StrCat(
         "spares: must be 0 to ", kMaxSpares, ", got ", job.spares));

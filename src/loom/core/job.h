@@ -23,6 +23,16 @@ absl::StatusOr<JobKind> ParseJobKind(std::string_view name);
 
 // The resource shape of a job: `tasks` tasks of `gpus_per_task` GPUs each, all
 // of one GPU model. A task never spans nodes.
+// A task's part of one GPU (docs/scheduling.md "GPU partitions"): a MIG
+// instance of profile `mig` ("1g.18gb"), or a time-sliced share of
+// `share_bytes` of one GPU's memory. Neither: the task takes whole GPUs.
+struct GpuSlice {
+  std::string mig;
+  int64_t share_bytes = 0;
+  bool partial() const { return !mig.empty() || share_bytes > 0; }
+  bool operator==(const GpuSlice&) const = default;
+};
+
 struct JobShape {
   int tasks = 1;
   int gpus_per_task = 1;
@@ -32,6 +42,9 @@ struct JobShape {
   // Every task on a node of its own (`--nodes K`, Slurm's `-N K`): the gang
   // spans exactly `tasks` nodes even when it would fit on one.
   bool one_task_per_node = false;
+  // Tasks on part of a GPU each (`gpus_per_task` is then 1). Such a task
+  // counts as one GPU against quotas and fair share.
+  GpuSlice slice;
 
   int TotalGpus() const { return tasks * gpus_per_task; }
   // Whether the whole job goes on one node of `node_gpus` GPUs.

@@ -44,9 +44,9 @@ constexpr int64_t kMaxRequeues = 1000000;
 constexpr absl::Duration kMaxTimeLimit = absl::Hours(24 * 365);
 
 constexpr absl::string_view kResourceFields[] = {
-    "gpus_per_task",     "gpus",          "nodes",
-    "gpu_model",         "cpus_per_task", "memory_per_task",
-    "processes_per_task"};
+    "gpus_per_task",      "gpus",          "nodes",
+    "gpu_model",          "cpus_per_task", "memory_per_task",
+    "processes_per_task", "mig",           "gpu_share"};
 
 // Environment variables the agent sets for every task (DESIGN.md section 5);
 // a spec may not set them. Every `LOOM_*` name is reserved as well.
@@ -156,10 +156,10 @@ class JobSpecParser : public internal::SpecReader {
 absl::Status JobSpecParser::ParseResources(const Field& field,
                                            const Field* tasks,
                                            JobSpec* spec) const {
-  absl::StatusOr<MapNode> map =
-      ReadFields(field.value, field.key,
-                 {"gpus_per_task", "gpus", "nodes", "gpu_model",
-                  "cpus_per_task", "memory_per_task", "processes_per_task"});
+  absl::StatusOr<MapNode> map = ReadFields(
+      field.value, field.key,
+      {"gpus_per_task", "gpus", "nodes", "gpu_model", "cpus_per_task",
+       "memory_per_task", "processes_per_task", "mig", "gpu_share"});
   if (!map.ok()) return map.status();
   const Field* per_task = map->Find("gpus_per_task");
   const Field* gpus = map->Find("gpus");
@@ -224,6 +224,48 @@ absl::Status JobSpecParser::ParseResources(const Field& field,
         ReadMemory(f->value, ChildPath(map->path, "memory_per_task"));
     if (!bytes.ok()) return bytes.status();
     spec->memory_bytes_per_task = *bytes;
+  }
+  const Field* mig = map->Find("mig");
+  const Field* share = map->Find("gpu_share");
+  if (mig != nullptr || share != nullptr) {
+    const Field* slice = mig != nullptr ? mig : share;
+    const std::string slice_path = ChildPath(map->path, slice->key);
+    // `gpus_per_task: 1` is what the canonical form writes for every spec.
+    const Field* many = spec->gpus_per_task != 1 ? per_task : nullptr;
+    for (const Field* other : {mig == slice ? share : nullptr, gpus, many}) {
+      if (other == nullptr) continue;
+      return Error(
+          slice->key_node, slice_path,
+          absl::StrCat("cannot be combined with `resources.", other->key,
+                       "` (line ", other->key_node.Mark().line + 1,
+                       "): each task takes one part of one GPU; "
+                       "ask for more tasks instead"));
+    }
+  }
+  if (mig != nullptr) {
+    absl::StatusOr<std::string> name =
+        ReadString(mig->value, ChildPath(map->path, "mig"));
+    if (!name.ok()) return name.status();
+    spec->mig = absl::AsciiStrToLower(*name);
+  }
+  if (share != nullptr) {
+    const std::string path = ChildPath(map->path, "gpu_share");
+    absl::StatusOr<MapNode> s = ReadFields(share->value, path, {"memory"});
+    if (!s.ok()) return s.status();
+    const Field* memory = s->Find("memory");
+    if (memory == nullptr) {
+      return Error(share->value, path,
+                   "needs `memory`: the part of the GPU's memory each task "
+                   "may use, e.g. {memory: 20Gi}");
+    }
+    absl::StatusOr<int64_t> bytes =
+        ReadMemory(memory->value, ChildPath(path, "memory"));
+    if (!bytes.ok()) return bytes.status();
+    if (*bytes <= 0) {
+      return Error(memory->value, ChildPath(path, "memory"),
+                   "must be more than 0");
+    }
+    spec->gpu_share_bytes = *bytes;
   }
   if (const Field* f = map->Find("processes_per_task"); f != nullptr) {
     absl::StatusOr<int64_t> n =
@@ -624,6 +666,8 @@ absl::StatusOr<JobRequest> ToJobRequest(const JobSpec& spec,
   }
   shape.cpus_milli_per_task = spec.cpus_milli_per_task;
   shape.memory_bytes_per_task = spec.memory_bytes_per_task;
+  shape.slice.mig = spec.mig;
+  shape.slice.share_bytes = spec.gpu_share_bytes;
 
   if (absl::Status st = ValidateJobRequest(job, cluster); !st.ok()) return st;
   return job;
@@ -655,6 +699,12 @@ std::string JobSpecToJson(const JobSpec& spec) {
   }
   resources["memory_per_task"] = FormatBytesExact(spec.memory_bytes_per_task);
   resources["processes_per_task"] = spec.processes_per_task;
+  // Only when set, so that the canonical form of whole-GPU specs stays.
+  if (!spec.mig.empty()) resources["mig"] = spec.mig;
+  if (spec.gpu_share_bytes > 0) {
+    resources["gpu_share"] = {
+        {"memory", FormatBytesExact(spec.gpu_share_bytes)}};
+  }
 
   j["resources"] = std::move(resources);
   j["command"] = spec.command;

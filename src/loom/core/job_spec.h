@@ -84,6 +84,11 @@ struct JobSpec {
   std::string gpu_model = "any";    // lower case
   int64_t cpus_milli_per_task = 0;  // 0: no CPU requirement
   int64_t memory_bytes_per_task = 0;
+  // Part of one GPU per task instead of whole GPUs (docs/job-spec.md):
+  // a MIG instance of this profile ("1g.18gb"), or a time-sliced share of
+  // this much of one GPU's memory. Empty / 0: whole GPUs.
+  std::string mig;
+  int64_t gpu_share_bytes = 0;
   // Processes each task runs (torchrun's --nproc-per-node): ranks
   // task x processes_per_task + k, LOCAL_RANK k, all sharing the task's GPUs.
   int processes_per_task = 1;

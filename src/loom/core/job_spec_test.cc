@@ -1032,3 +1032,50 @@ TEST(ParseJobSpec, SparesReachTheJobRequestAndNeedWholeNodeTasks) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// Parts of GPUs in a job spec (docs/job-spec.md `mig`, `gpu_share`).
+TEST(ParseJobSpec, MigAndGpuShare) {
+  absl::StatusOr<JobSpec> mig = ParseJobSpec(
+      "name: eval\ntasks: 2\nresources: {mig: 1G.18gb}\ncommand: [x]\n", "j");
+  ASSERT_TRUE(mig.ok()) << mig.status();
+  EXPECT_EQ(mig->mig, "1g.18gb");
+  absl::StatusOr<JobSpec> share = ParseJobSpec(
+      "name: emb\nresources: {gpu_share: {memory: 20Gi}}\ncommand: [x]\n", "j");
+  ASSERT_TRUE(share.ok()) << share.status();
+  EXPECT_EQ(share->gpu_share_bytes, 20 * kGiB);
+  // The canonical JSON keeps them, and reads back the same.
+  for (const JobSpec& s : {*mig, *share}) {
+    absl::StatusOr<JobSpec> back = ParseJobSpec(JobSpecToJson(s), "json");
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->mig, s.mig);
+    EXPECT_EQ(back->gpu_share_bytes, s.gpu_share_bytes);
+  }
+  absl::StatusOr<JobRequest> req =
+      ToJobRequest(*share, Small(), 3, absl::UnixEpoch());
+  ASSERT_TRUE(req.ok()) << req.status();
+  EXPECT_EQ(req->shape.slice.share_bytes, 20 * kGiB);
+  EXPECT_EQ(req->shape.gpus_per_task, 1);
+
+  auto error = [](const std::string& resources) {
+    absl::StatusOr<JobSpec> s = ParseJobSpec(
+        absl::StrCat("name: j\nresources: ", resources, "\ncommand: [x]\n"),
+        "j.yaml");
+    return s.ok() ? std::string("ok") : std::string(s.status().message());
+  };
+  EXPECT_THAT(error("{mig: 1g.18gb, gpu_share: {memory: 1Gi}}"),
+              HasSubstr("resources.mig: cannot be combined with "
+                        "`resources.gpu_share`"));
+  EXPECT_THAT(error("{mig: 1g.18gb, gpus: 2}"),
+              HasSubstr("cannot be combined with `resources.gpus`"));
+  EXPECT_THAT(error("{gpu_share: {memory: 0}}"),
+              HasSubstr("resources.gpu_share.memory"));
+  EXPECT_THAT(error("{gpu_share: {}}"), HasSubstr("needs `memory`"));
+  EXPECT_THAT(error("{gpu_share: {memory: 1Gi, cores: 2}}"),
+              HasSubstr("unknown field 'cores'"));
+}
+
+}  // namespace
+}  // namespace loom

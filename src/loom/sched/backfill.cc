@@ -8,7 +8,7 @@ using Step = GroupedQueue::Step;
 
 Step BackfillPass::Visit(const GroupedQueue::Entry& entry,
                          GroupedQueue::Group& group) {
-  if (ctx_.state().TotalFreeGpus() == 0) {
+  if (!ctx_.state().HasRoom()) {
     // Nothing can start, but a job ahead of any reservation may still
     // preempt.
     if (!reserved_ && preempt_ && preemptions_ < kMaxPreemptions) {

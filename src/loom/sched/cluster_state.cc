@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cassert>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 
@@ -36,6 +37,15 @@ ClusterState::ClusterState(const Cluster& cluster, bool track_ready_times)
           cluster.topology.AncestorAt(static_cast<int>(i), lvl);
     }
   }
+  pool_profiles_.resize(cluster.pools.size());
+  for (size_t p = 0; p < cluster.pools.size(); ++p) {
+    const PoolSpec& pool = cluster.pools[p];
+    if (pool.gpu_model >= 0 && pool.gpu_model < m) {
+      pool_profiles_[p] = MigProfilesFor(
+          cluster.gpu_models[pool.gpu_model].name, pool.gpu_memory_bytes);
+    }
+  }
+  part_nodes_ = NodeMask(num_nodes());
   for (size_t i = 0; i < cluster.nodes.size(); ++i) {
     const NodeSpec& spec = cluster.nodes[i];
     Node& n = nodes_[i];
@@ -48,10 +58,38 @@ ClusterState::ClusterState(const Cluster& cluster, bool track_ready_times)
     n.free_cpus = spec.cpus_milli;
     n.free_memory = spec.memory_bytes;
     n.schedulable = true;
+    n.parts.assign(spec.gpus, GpuPart{});
+    n.gpu_memory = cluster.gpu_models[n.model].memory_bytes;
+    if (spec.pool >= 0 && spec.pool < static_cast<int>(cluster.pools.size())) {
+      const PoolSpec& pool = cluster.pools[spec.pool];
+      n.pool = spec.pool;
+      if (pool.gpu_memory_bytes > 0) n.gpu_memory = pool.gpu_memory_bytes;
+      n.sharing = pool.sharing;
+      const bool mig = !pool_profiles_[spec.pool].empty();
+      n.mig_dynamic = mig && pool.mig.dynamic;
+      for (int g = 0; mig && g < std::min(pool.mig.gpus, spec.gpus); ++g) {
+        GpuPart& part = n.parts[g];
+        part.mode = GpuMode::kMig;
+        part.pinned = true;
+        part.layout = pool.mig.layout;
+        part.owners.assign(part.layout.size(), 0);
+        n.part_mask |= 1u << g;
+      }
+      n.free_mask &= ~n.part_mask;
+      n.free_gpus = std::popcount(n.free_mask);
+      if (n.part_mask != 0) part_nodes_.Insert(static_cast<int>(i));
+    }
     max_node_gpus_[n.model] = std::max(max_node_gpus_[n.model], n.gpus);
     Index(static_cast<int>(i));
     RefreshReady(static_cast<int>(i));
   }
+}
+
+const std::vector<MigProfile>& ClusterState::MigProfilesOn(int node) const {
+  static const std::vector<MigProfile>* const kNone =
+      new std::vector<MigProfile>();
+  const int pool = nodes_[node].pool;
+  return pool < 0 ? *kNone : pool_profiles_[pool];
 }
 
 int ClusterState::TasksThatFit(int node, const JobShape& shape) const {
@@ -199,6 +237,125 @@ void ClusterState::SetSchedulable(int node, bool schedulable) {
   RefreshReady(node);
 }
 
+namespace {
+
+// The layout a GPU gets for an instance of `profile` at `start` that it
+// lacks. With no instance in use: the GPU partitioned anew, all instances
+// of `profile` (the requested one first), so that the next tasks asking for
+// it find one ready. Otherwise (a restored or re-applied allocation):
+// the instances in use are kept, free ones in the way are dropped, and the
+// new one is added. `owners` is kept aligned with the layout.
+std::vector<MigInstance> NewLayout(const std::vector<MigProfile>& profiles,
+                                   const GpuPart& part, int profile, int start,
+                                   std::vector<JobId>* owners) {
+  std::vector<MigInstance> layout = {{profile, start}};
+  std::vector<JobId> own = {0};
+  const bool busy = std::any_of(part.owners.begin(), part.owners.end(),
+                                [](JobId j) { return j != 0; });
+  if (!busy) {
+    while (std::optional<int> s = FindMigStart(profiles, layout, profile)) {
+      layout.push_back({profile, *s});
+      own.push_back(0);
+    }
+  } else {
+    const uint32_t mine = MigMemoryMask(profiles, layout);
+    for (size_t i = 0; i < part.layout.size(); ++i) {
+      const bool in_use = part.owners[i] != 0;
+      const bool overlaps =
+          (MigMemoryMask(profiles, {part.layout[i]}) & mine) != 0;
+      if (in_use || !overlaps) {
+        layout.push_back(part.layout[i]);
+        own.push_back(part.owners[i]);
+      }
+    }
+    // Too many compute slices: drop free instances from the end.
+    for (size_t i = layout.size();
+         i-- > 1 && !ValidateMigLayout(profiles, layout).ok();) {
+      if (own[i] == 0) {
+        layout.erase(layout.begin() + static_cast<long>(i));
+        own.erase(own.begin() + static_cast<long>(i));
+      }
+    }
+  }
+  *owners = std::move(own);
+  return layout;
+}
+
+int FindInstance(const GpuPart& part, int profile, int start, JobId owner) {
+  for (size_t i = 0; i < part.layout.size(); ++i) {
+    if (part.layout[i].start == start &&
+        (profile < 0 || part.layout[i].profile == profile) &&
+        part.owners[i] == owner) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::vector<MigInstance> ClusterState::LayoutFor(const TaskPlacement& t) const {
+  const GpuPart& part = nodes_[t.node].parts[t.slice_gpu];
+  if (part.mode == GpuMode::kMig &&
+      FindInstance(part, t.mig_profile, t.mig_start, 0) >= 0) {
+    return part.layout;
+  }
+  std::vector<JobId> owners;
+  return NewLayout(MigProfilesOn(t.node), part, t.mig_profile, t.mig_start,
+                   &owners);
+}
+
+void ClusterState::TakeSlice(JobId job, Node& n, const TaskPlacement& t) {
+  const int g = t.slice_gpu;
+  GpuPart& part = n.parts[g];
+  const uint32_t bit = 1u << g;
+  if (part.mode == GpuMode::kWhole) {
+    assert(n.free_mask & bit);
+    n.free_mask &= ~bit;
+    n.free_gpus -= 1;
+    n.part_mask |= bit;
+    part = GpuPart{};
+    part.mode = t.mig_profile >= 0 ? GpuMode::kMig : GpuMode::kShared;
+    part.capacity = n.gpu_memory;
+  }
+  if (part.mode == GpuMode::kMig) {
+    int idx = FindInstance(part, t.mig_profile, t.mig_start, 0);
+    if (idx < 0) {
+      const std::vector<MigProfile>& profiles =
+          n.pool < 0 ? std::vector<MigProfile>() : pool_profiles_[n.pool];
+      std::vector<JobId> owners;
+      part.layout =
+          NewLayout(profiles, part, t.mig_profile, t.mig_start, &owners);
+      part.owners = std::move(owners);
+      idx = FindInstance(part, t.mig_profile, t.mig_start, 0);
+    }
+    assert(idx >= 0);
+    if (idx >= 0) part.owners[idx] = job;
+  } else {
+    part.used += t.share_bytes;
+  }
+  part.tasks += 1;
+}
+
+void ClusterState::GiveSlice(Node& n, const Allocation& a) {
+  const int g = a.slice_gpu;
+  GpuPart& part = n.parts[g];
+  if (part.mode == GpuMode::kMig) {
+    const int idx = FindInstance(part, -1, a.mig_start, a.job);
+    if (idx >= 0) part.owners[idx] = 0;
+  } else {
+    part.used -= a.share;
+  }
+  part.tasks -= 1;
+  if (part.tasks == 0 && !part.pinned) {
+    const uint32_t bit = 1u << g;
+    part = GpuPart{};
+    n.part_mask &= ~bit;
+    n.free_mask |= bit;
+    n.free_gpus += 1;
+  }
+}
+
 void ClusterState::Allocate(JobId job, const Placement& placement,
                             const JobShape& shape, absl::Time expected_end) {
   for (const TaskPlacement& t : placement.tasks) {
@@ -209,8 +366,16 @@ void ClusterState::Allocate(JobId job, const Placement& placement,
     n.free_gpus -= std::popcount(t.gpu_mask);
     n.free_cpus -= shape.cpus_milli_per_task;
     n.free_memory -= shape.memory_bytes_per_task;
-    n.allocations.push_back({job, t.gpu_mask, shape.cpus_milli_per_task,
-                             shape.memory_bytes_per_task, expected_end});
+    Allocation a{job, t.gpu_mask, shape.cpus_milli_per_task,
+                 shape.memory_bytes_per_task, expected_end};
+    if (t.partial()) {
+      TakeSlice(job, n, t);
+      a.slice_gpu = t.slice_gpu;
+      a.mig_start = t.mig_profile >= 0 ? t.mig_start : -1;
+      a.share = t.mig_profile >= 0 ? 0 : t.share_bytes;
+    }
+    n.allocations.push_back(a);
+    if (n.part_mask != 0) part_nodes_.Insert(t.node);
     Index(t.node);
     RefreshReady(t.node);
   }
@@ -221,21 +386,90 @@ void ClusterState::Release(JobId job, const Placement& placement,
   for (const TaskPlacement& t : placement.tasks) {
     Node& n = nodes_[t.node];
     Unindex(t.node);
-    auto it = std::find_if(n.allocations.begin(), n.allocations.end(),
-                           [&](const Allocation& a) {
-                             return a.job == job && a.gpu_mask == t.gpu_mask;
-                           });
+    auto it = std::find_if(
+        n.allocations.begin(), n.allocations.end(), [&](const Allocation& a) {
+          return a.job == job && a.gpu_mask == t.gpu_mask &&
+                 a.slice_gpu == t.slice_gpu &&
+                 (!t.partial() ||
+                  (t.mig_profile >= 0 ? a.mig_start == t.mig_start
+                                      : a.share == t.share_bytes));
+        });
     assert(it != n.allocations.end());
     if (it != n.allocations.end()) {
       n.free_mask |= it->gpu_mask;
       n.free_gpus += std::popcount(it->gpu_mask);
       n.free_cpus += it->cpus;
       n.free_memory += it->memory;
+      if (it->slice_gpu >= 0) GiveSlice(n, *it);
       n.allocations.erase(it);
     }
+    if (n.part_mask == 0) part_nodes_.Erase(t.node);
     Index(t.node);
     RefreshReady(t.node);
   }
+}
+
+absl::Status ClusterState::CheckParts(int node) const {
+  const Node& n = nodes_[node];
+  const std::vector<MigProfile>& profiles = MigProfilesOn(node);
+  auto fail = [&](int g, absl::string_view what) {
+    return absl::InternalError(
+        absl::StrCat("node ", node, " GPU ", g, ": ", what));
+  };
+  if (part_nodes_.Contains(node) != (n.part_mask != 0)) {
+    return fail(-1, "partial-node index out of date");
+  }
+  for (int g = 0; g < n.gpus; ++g) {
+    const GpuPart& part = n.parts[g];
+    const bool is_part = (n.part_mask >> g) & 1;
+    if (is_part != (part.mode != GpuMode::kWhole)) {
+      return fail(g, "partial-GPU mask out of date");
+    }
+    int tasks = 0;
+    int64_t shared = 0;
+    std::vector<JobId> owners(part.layout.size(), 0);
+    for (const Allocation& a : n.allocations) {
+      if (a.slice_gpu != g) continue;
+      ++tasks;
+      if (part.mode == GpuMode::kShared) {
+        shared += a.share;
+      } else if (part.mode == GpuMode::kMig) {
+        int idx = -1;
+        for (size_t i = 0; i < part.layout.size(); ++i) {
+          if (part.layout[i].start == a.mig_start && owners[i] == 0 &&
+              part.owners[i] == a.job) {
+            idx = static_cast<int>(i);
+            break;
+          }
+        }
+        if (idx < 0) return fail(g, "a task holds no instance of the layout");
+        owners[idx] = a.job;
+      } else {
+        return fail(g, "a slice task on a whole GPU");
+      }
+    }
+    if (tasks != part.tasks) return fail(g, "slice task count out of date");
+    if (part.mode == GpuMode::kWhole) {
+      if (!(part == GpuPart{})) return fail(g, "a whole GPU with a part");
+      continue;
+    }
+    if (!part.pinned && tasks == 0) {
+      return fail(g, "an empty part that should be whole again");
+    }
+    if (part.mode == GpuMode::kShared) {
+      if (shared != part.used || part.used > part.capacity) {
+        return fail(g, "shared memory over-committed or out of date");
+      }
+      continue;
+    }
+    if (owners != part.owners) {
+      return fail(g, "an instance given twice, or its owner out of date");
+    }
+    if (absl::Status st = ValidateMigLayout(profiles, part.layout); !st.ok()) {
+      return fail(g, st.message());
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ClusterState::CheckInvariants() const {
@@ -262,6 +496,12 @@ absl::Status ClusterState::CheckInvariants() const {
       return absl::InternalError(
           absl::StrCat("node ", i, ": allocation outside the node's GPUs"));
     }
+    if ((used & n.part_mask) != 0) {
+      return absl::InternalError(
+          absl::StrCat("node ", i, ": a partial GPU allocated whole"));
+    }
+    if (absl::Status st = CheckParts(i); !st.ok()) return st;
+    used |= n.part_mask;
     if (n.free_mask != (all & ~used) ||
         n.free_gpus != std::popcount(n.free_mask)) {
       return absl::InternalError(

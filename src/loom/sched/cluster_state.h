@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 #include "loom/core/cluster.h"
 #include "loom/core/job.h"
+#include "loom/core/mig.h"
 #include "loom/sched/node_mask.h"
 
 namespace loom {
@@ -17,6 +18,34 @@ namespace loom {
 struct TaskPlacement {
   int node = -1;
   uint32_t gpu_mask = 0;
+  // A task on part of a GPU (`JobShape::slice`; `gpu_mask` is then 0): the
+  // GPU, and its MIG instance (a profile index into
+  // `ClusterState::MigProfilesOn(node)` and its first memory slice) or its
+  // share of the GPU's memory.
+  int slice_gpu = -1;
+  int mig_profile = -1;
+  int mig_start = -1;
+  int64_t share_bytes = 0;
+  bool partial() const { return slice_gpu >= 0; }
+};
+
+// How one GPU is used (docs/scheduling.md "GPU partitions").
+enum class GpuMode : uint8_t { kWhole, kMig, kShared };
+
+// The state of a GPU that is not handed out whole: MIG-partitioned or
+// time-shared. A whole GPU has the default value.
+struct GpuPart {
+  GpuMode mode = GpuMode::kWhole;
+  // MIG by the pool's declaration (`MigPool::gpus`): stays MIG when empty.
+  // Otherwise the GPU became MIG or shared for a task and is whole again
+  // once its last task has ended.
+  bool pinned = false;
+  std::vector<MigInstance> layout;  // kMig: the instances that exist
+  std::vector<JobId> owners;        // kMig: per instance, 0 when free
+  int64_t capacity = 0;             // kShared: the GPU's memory
+  int64_t used = 0;                 // kShared: memory the shares hold
+  int tasks = 0;                    // tasks on it
+  bool operator==(const GpuPart&) const = default;
 };
 
 // Where a whole gang runs.
@@ -97,6 +126,9 @@ class ClusterState {
   // Aggregates over schedulable nodes.
   int ModelFreeGpus(GpuModelId model) const { return free_by_model_[model]; }
   int TotalFreeGpus() const { return total_free_; }
+  // Whether anything at all may start: a free whole GPU, or a MIG or shared
+  // GPU (which may have room for a slice). Policies stop a pass without.
+  bool HasRoom() const { return total_free_ > 0 || !part_nodes_.Empty(); }
   int SchedulableGpus(GpuModelId model) const {
     return schedulable_by_model_[model];
   }
@@ -141,6 +173,28 @@ class ClusterState {
     }
     return true;
   }
+  // Partial GPUs (docs/scheduling.md "GPU partitions"). GPUs that are MIG
+  // or shared are not free as whole GPUs: `FreeMask` never has them.
+  const GpuPart& Part(int node, int gpu) const {
+    return nodes_[node].parts[gpu];
+  }
+  // The GPUs of `node` that are MIG or shared (bit i = GPU i).
+  uint32_t PartMask(int node) const { return nodes_[node].part_mask; }
+  // Nodes with at least one MIG or shared GPU.
+  const NodeMask& PartNodes() const { return part_nodes_; }
+  // The MIG profiles of the node's GPUs (empty: not MIG-capable), whether
+  // its pool lets the scheduler repartition (`MigPool::dynamic`) and share
+  // (`PoolSpec::sharing`) GPUs, and one GPU's memory.
+  const std::vector<MigProfile>& MigProfilesOn(int node) const;
+  bool MigDynamic(int node) const { return nodes_[node].mig_dynamic; }
+  bool Sharing(int node) const { return nodes_[node].sharing; }
+  int64_t GpuMemory(int node) const { return nodes_[node].gpu_memory; }
+  // The MIG layout a slice task at `t` leaves its GPU with: the existing one
+  // when it has the instance free, else the GPU partitioned anew (all
+  // instances of the task's profile, the task's first; instances in use
+  // are kept). For the agent, which creates it.
+  std::vector<MigInstance> LayoutFor(const TaskPlacement& t) const;
+
   // Every GPU of `node` (bit i = GPU i).
   uint32_t AllGpusMask(int node) const {
     const int g = nodes_[node].gpus;
@@ -148,7 +202,10 @@ class ClusterState {
   }
 
   // Mutations. `Allocate` requires that the placement fits (checked with
-  // assertions in debug builds and by `CheckInvariants`).
+  // assertions in debug builds and by `CheckInvariants`). A slice task
+  // (`TaskPlacement::partial`) on a whole GPU turns it MIG or shared; a MIG
+  // instance the GPU lacks is created there (`LayoutFor`); the last slice
+  // task of a GPU that is not `pinned` leaving turns it whole again.
   void SetSchedulable(int node, bool schedulable);
   void Allocate(JobId job, const Placement& placement, const JobShape& shape,
                 absl::Time expected_end);
@@ -164,6 +221,9 @@ class ClusterState {
     int64_t cpus;
     int64_t memory;
     absl::Time expected_end;
+    int slice_gpu = -1;  // a slice task: its GPU, instance start or share
+    int mig_start = -1;
+    int64_t share = 0;
   };
   struct Node {
     GpuModelId model = 0;
@@ -177,7 +237,18 @@ class ClusterState {
     int64_t free_memory = 0;
     std::vector<Allocation> allocations;
     std::vector<absl::Time> ready;  // [g] as inserted in ready_; empty: none
+    std::vector<GpuPart> parts;     // [gpu]
+    uint32_t part_mask = 0;         // GPUs whose part is not kWhole
+    int pool = -1;
+    bool mig_dynamic = false;
+    bool sharing = true;
+    int64_t gpu_memory = 0;
   };
+
+  // Slice tasks: take or give back part of a GPU (the node is unindexed).
+  void TakeSlice(JobId job, Node& n, const TaskPlacement& t);
+  void GiveSlice(Node& n, const Allocation& a);
+  absl::Status CheckParts(int node) const;
 
   size_t SlotIndex(int sw, GpuModelId model, int g) const {
     return (static_cast<size_t>(sw) * num_models() + model) *
@@ -210,6 +281,8 @@ class ClusterState {
   std::vector<int> partial_count_;
   std::vector<absl::btree_set<std::pair<int, int>>> leaves_by_idle_;
   std::vector<absl::btree_set<ReadyKey>> ready_;
+  std::vector<std::vector<MigProfile>> pool_profiles_;  // [pool]
+  NodeMask part_nodes_;
 };
 
 }  // namespace loom

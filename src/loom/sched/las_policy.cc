@@ -86,7 +86,7 @@ void LasPolicy::Schedule(SchedulingContext& ctx) {
       [&](const GroupedQueue::Entry& e, GroupedQueue::Group& g) {
         const int q = g.key.cls;
         const bool victims_exist = HasRunningBelow(q);
-        if (ctx.state().TotalFreeGpus() == 0 && !victims_exist) {
+        if (!ctx.state().HasRoom() && !victims_exist) {
           PendingReason full;
           full.code = PendingReason::Code::kHigherQueuesFirst;
           full.level = q;

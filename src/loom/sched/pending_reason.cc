@@ -47,6 +47,8 @@ const char* PendingReasonCodeName(PendingReason::Code code) {
       return "no_matching_node_fits";
     case C::kRecoveringOnSpares:
       return "recovering_on_spares";
+    case C::kNoSliceFits:
+      return "no_gpu_slice_fits";
   }
   return "unknown";
 }
@@ -54,7 +56,8 @@ const char* PendingReasonCodeName(PendingReason::Code code) {
 namespace {
 
 std::string FormatCode(const PendingReason& r, const Cluster& cluster,
-                       absl::Time now, const std::string& selector) {
+                       absl::Time now, const std::string& selector,
+                       const GpuSlice* slice) {
   using C = PendingReason::Code;
   const std::string model = ModelName(cluster, r.gpu_model);
   switch (r.code) {
@@ -112,6 +115,22 @@ std::string FormatCode(const PendingReason& r, const Cluster& cluster,
           cluster.nodes.size(), " nodes match",
           r.usable < r.have ? absl::StrCat(", ", r.usable, " schedulable")
                             : std::string());
+    case C::kNoSliceFits:
+      if (slice != nullptr && !slice->mig.empty()) {
+        return absl::StrCat(
+            "waiting for ", r.need == 1 ? "a " : absl::StrCat(r.need, " "),
+            slice->mig, " MIG instance", r.need == 1 ? "" : "s", " on ",
+            r.need == 1 ? "a GPU" : "GPUs of their own", "; ", r.have,
+            " free, and no idle GPU of a pool with mig.dynamic to partition");
+      }
+      return absl::StrCat(
+          "waiting for ",
+          slice != nullptr ? FormatBytes(slice->share_bytes)
+                           : std::string("part"),
+          " of a shared ", model, "GPU",
+          r.need == 1 ? "" : absl::StrCat(" for each of ", r.need, " tasks"),
+          "; the most left on one is ", FormatBytes(r.bytes),
+          ", and no free whole GPU of a pool that allows sharing");
     case C::kRecoveringOnSpares:
       if (r.other == 0) {
         return "lost a node; restarting on its hot spares in the next "
@@ -128,8 +147,9 @@ std::string FormatCode(const PendingReason& r, const Cluster& cluster,
 }  // namespace
 
 std::string FormatPendingReason(const PendingReason& r, const Cluster& cluster,
-                                absl::Time now, const std::string& selector) {
-  std::string text = FormatCode(r, cluster, now, selector);
+                                absl::Time now, const std::string& selector,
+                                const GpuSlice* slice) {
+  std::string text = FormatCode(r, cluster, now, selector, slice);
   if (r.spare_nodes > 0) {
     absl::StrAppend(
         &text, "; ", r.spare_nodes,

@@ -28,6 +28,7 @@ struct PendingReason {
     kNoNodeMatchesSelector,  // no node's labels match the job's selector
     kNoMatchingNodeFits,     // the matching nodes have no room for the job
     kRecoveringOnSpares,     // lost nodes; restarts on its hot spares
+    kNoSliceFits,            // no MIG instance or GPU share for a task
   };
   Code code = Code::kNew;
   GpuModelId gpu_model = kAnyGpuModel;
@@ -51,14 +52,19 @@ struct PendingReason {
   JobId spare_owner = 0;
   bool spare_nodes_idle = false;
   absl::Time when = absl::InfiniteFuture();  // reserved start
+  // kNoSliceFits: `have` free instances of the MIG profile, or `bytes` the
+  // most memory left on one shared GPU.
+  int64_t bytes = 0;
 };
 
 // Renders `reason` for people, relative to `now` (for "expected start in").
 // `selector` is the job's node selector as `FormatSelector` writes it, for
 // the selector codes.
+// `slice` is the job's part of a GPU, for kNoSliceFits.
 std::string FormatPendingReason(const PendingReason& reason,
                                 const Cluster& cluster, absl::Time now,
-                                const std::string& selector = "{...}");
+                                const std::string& selector = "{...}",
+                                const GpuSlice* slice = nullptr);
 
 // A short stable identifier of the code, for metrics and JSON
 // ("no_node_fits", "reserved", ...).

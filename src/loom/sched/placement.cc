@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "loom/sched/slice_placement.h"
 
 namespace loom {
 namespace {
@@ -317,6 +318,7 @@ std::optional<Placement> FindPlacement(const ClusterState& state,
 
 bool CouldEverRun(const Cluster& cluster, const JobShape& shape,
                   std::string* why) {
+  if (shape.slice.partial()) return CouldSliceEverRun(cluster, shape, why);
   std::string first_reason;
   for (GpuModelId model : CandidateModels(cluster, shape)) {
     const std::string& name = cluster.gpu_models[model].name;

@@ -46,7 +46,8 @@ std::optional<Placement> FindPlacement(const ClusterState& state,
                                        PendingReason* why);
 
 // Whether the gang could ever run on this cluster if it were empty and every
-// node up: the "could it ever run" question. Returns false with a reason in
+// node up: the "could it ever run" question (for tasks on parts of GPUs,
+// `CouldSliceEverRun`). Returns false with a reason in
 // `why` ("needs 300 nodes of h200; the cluster has 18").
 bool CouldEverRun(const Cluster& cluster, const JobShape& shape,
                   std::string* why);

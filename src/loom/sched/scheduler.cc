@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "loom/core/labels.h"
 #include "loom/sched/placement.h"
+#include "loom/sched/slice_placement.h"
 
 namespace loom {
 namespace {
@@ -21,15 +22,18 @@ struct ShapeKey {
   int64_t cpus;
   int64_t memory;
   const NodeMask* avoid;
+  std::string mig;
+  int64_t share;
   template <typename H>
   friend H AbslHashValue(H h, const ShapeKey& k) {
     return H::combine(std::move(h), k.model, k.tasks, k.gpus_per_task, k.cpus,
-                      k.memory, k.avoid);
+                      k.memory, k.avoid, k.mig, k.share);
   }
   friend bool operator==(const ShapeKey& a, const ShapeKey& b) {
     return std::tie(a.model, a.tasks, a.gpus_per_task, a.cpus, a.memory,
-                    a.avoid) == std::tie(b.model, b.tasks, b.gpus_per_task,
-                                         b.cpus, b.memory, b.avoid);
+                    a.avoid, a.mig, a.share) ==
+           std::tie(b.model, b.tasks, b.gpus_per_task, b.cpus, b.memory,
+                    b.avoid, b.mig, b.share);
   }
 };
 
@@ -39,7 +43,19 @@ ShapeKey KeyOf(const JobShape& s, const NodeMask* avoid) {
           s.gpus_per_task,
           s.cpus_milli_per_task,
           s.memory_bytes_per_task,
-          avoid};
+          avoid,
+          s.slice.mig,
+          s.slice.share_bytes};
+}
+
+// Whole GPUs, or parts of GPUs (slice_placement.h) for a slice shape.
+std::optional<Placement> Place(const ClusterState& state, const JobShape& shape,
+                               const NodeMask* avoid, const NodeMask* prefer,
+                               PendingReason* why) {
+  if (shape.slice.partial()) {
+    return FindSlicePlacement(state, shape, avoid, why);
+  }
+  return FindPlacement(state, shape, avoid, prefer, why);
 }
 
 bool Overlaps(const Placement& a, const Placement& b) {
@@ -112,10 +128,10 @@ class Scheduler::Context : public SchedulingContext {
     // A replica of a spread group: away from the group's nodes first.
     NodeMask spread_scratch;
     if (const NodeMask* spread = s_->SpreadAvoid(job, avoid, &spread_scratch)) {
-      p = FindPlacement(*s_->state_, shape, spread, prefer, nullptr);
+      p = Place(*s_->state_, shape, spread, prefer, nullptr);
     }
     if (!p.has_value()) {
-      p = FindPlacement(*s_->state_, shape, avoid, prefer, &why);
+      p = Place(*s_->state_, shape, avoid, prefer, &why);
     }
     if (!p.has_value()) {
       if (job.selector != 0) why = SelectorReason(job);
@@ -212,6 +228,9 @@ Reservation Scheduler::Context::Reserve(JobId id) {
   };
   Reservation best;
   best.nodes = NodeMask(st.num_nodes());
+  // Parts of GPUs are not reserved: they free up task by task and are
+  // small; such a job waits with its reason (docs/scheduling.md).
+  if (shape.slice.partial()) return best;
   // Nodes claimed for another job's preemption are not this job's to
   // reserve.
   NodeMask scratch;
@@ -387,7 +406,7 @@ bool Scheduler::Context::PreemptFor(JobId for_job,
       st.Release(cand[idx]->request.id, cand[idx]->placement,
                  cand[idx]->request.shape);
     }
-    found = FindPlacement(st, shape, excluded, prefer, nullptr);
+    found = Place(st, shape, excluded, prefer, nullptr);
     if (found.has_value()) break;
   }
   // Undo the trial; victims keep their GPUs until they actually stop.
@@ -740,12 +759,21 @@ std::string Scheduler::ExplainPending(JobId id, absl::Time now) const {
     return absl::StrCat("cannot run on the cluster as it is now: ",
                         job->infeasible);
   }
-  std::string text =
-      FormatPendingReason(ReasonFor(*job), *cluster_, now,
-                          FormatSelector(job->request.node_selector));
+  std::string text = FormatPendingReason(
+      ReasonFor(*job), *cluster_, now,
+      FormatSelector(job->request.node_selector), &job->request.shape.slice);
   if (!job->recovery_fallback.empty()) {
     absl::StrAppend(&text, " (queued: no restart on hot spares, ",
                     job->recovery_fallback, ")");
+  }
+  // Quotas are guaranteed shares, not caps: past its quota a project runs
+  // only on GPUs nobody else claims. Say so when that is why it waits.
+  const ProjectUsage& p = projects_[job->project];
+  const int need = job->request.shape.TotalGpus();
+  if (p.quota_gpus > 0 && p.running_gpus + need > p.quota_gpus) {
+    absl::StrAppend(&text, "; project ", p.name, " holds ", p.running_gpus,
+                    " GPUs of its quota of ", p.quota_gpus, " (this job ", need,
+                    " more): past its quota it borrows idle GPUs only");
   }
   return text;
 }

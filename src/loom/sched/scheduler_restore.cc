@@ -11,6 +11,53 @@
 #include "loom/sched/scheduler.h"
 
 namespace loom {
+namespace {
+
+// Whether the slice task `t` can be had on its GPU now: the GPU whole and
+// free, or of the task's kind with the instance free (or room to create it
+// beside the instances in use), or the share's memory left.
+absl::Status CheckSliceFree(const ClusterState& state, const TaskPlacement& t) {
+  if (!t.partial() || t.slice_gpu >= state.NodeGpus(t.node) ||
+      t.gpu_mask != 0) {
+    return absl::InvalidArgumentError("not a slice of one of its GPUs");
+  }
+  const GpuPart& part = state.Part(t.node, t.slice_gpu);
+  const bool mig = t.mig_profile >= 0;
+  if (part.mode == GpuMode::kWhole) {
+    if (!((state.FreeMask(t.node) >> t.slice_gpu) & 1)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("GPU ", t.slice_gpu, " is not free"));
+    }
+    return absl::OkStatus();
+  }
+  if (mig != (part.mode == GpuMode::kMig)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "GPU ", t.slice_gpu, " is ", mig ? "shared" : "MIG-partitioned"));
+  }
+  if (!mig) {
+    if (part.capacity - part.used < t.share_bytes) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("GPU ", t.slice_gpu, " has no room for the share"));
+    }
+    return absl::OkStatus();
+  }
+  const std::vector<MigProfile>& profiles = state.MigProfilesOn(t.node);
+  if (t.mig_profile >= static_cast<int>(profiles.size())) {
+    return absl::InvalidArgumentError("unknown MIG profile");
+  }
+  std::vector<MigInstance> in_use = {{t.mig_profile, t.mig_start}};
+  for (size_t i = 0; i < part.layout.size(); ++i) {
+    if (part.owners[i] != 0) in_use.push_back(part.layout[i]);
+  }
+  if (!ValidateMigLayout(profiles, in_use).ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("MIG instance at slice ", t.mig_start, " of GPU ",
+                     t.slice_gpu, " is not free"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status Scheduler::Restore(const JobRequest& job,
                                 const Placement& placement,
@@ -40,6 +87,13 @@ absl::Status Scheduler::Restore(const JobRequest& job,
          shape.gpu_model != placement.gpu_model)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "job ", job.id, ": node ", name, " has the wrong GPU model"));
+    }
+    if (shape.slice.partial()) {
+      if (absl::Status st = CheckSliceFree(*state_, t); !st.ok()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "job ", job.id, ": a task on ", name, ": ", st.message()));
+      }
+      continue;
     }
     if (std::popcount(t.gpu_mask) != shape.gpus_per_task) {
       return absl::FailedPreconditionError(absl::StrCat(

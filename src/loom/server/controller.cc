@@ -12,6 +12,7 @@
 #include "loom/server/idempotency_keys.h"
 #include "loom/server/job_events_store.h"
 #include "loom/server/stored_job.h"
+#include "loom/server/task_slice.h"
 
 namespace loom {
 namespace {
@@ -202,7 +203,9 @@ absl::Status Controller::Load(absl::Time now) {
         uint32_t mask = 0;
         for (int g : t.gpus) mask |= 1u << g;
         if (n >= 0) {
-          p.tasks.push_back({n, mask});
+          p.tasks.push_back(t.slice && t.gpus.size() == 1
+                                ? SlicePlacement(n, t.gpus[0], *t.slice)
+                                : TaskPlacement{n, mask});
           p.gpu_model = cluster_->nodes[n].gpu_model;
           nodes_[n].master_ports.insert(job.master_port);
         }

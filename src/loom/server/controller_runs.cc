@@ -14,6 +14,7 @@
 #include "loom/core/retry.h"
 #include "loom/server/container_check.h"
 #include "loom/server/controller.h"
+#include "loom/server/task_slice.h"
 
 namespace loom {
 namespace {
@@ -63,6 +64,10 @@ void Controller::StartJob(JobRecord& job, absl::Time now) {
     for (int g = 0; g < kMaxGpusPerNode; ++g) {
       if (p.tasks[i].gpu_mask & (1u << g)) t.gpus.push_back(g);
     }
+    if (p.tasks[i].partial()) {
+      t.gpus = {p.tasks[i].slice_gpu};
+      t.slice = SliceOf(scheduler_->state(), p.tasks[i]);
+    }
     t.task_id = TaskId(job.id, t.index, job.restart_count);
     t.state = TaskRecord::State::kLaunching;
     job.tasks.push_back(std::move(t));
@@ -100,7 +105,11 @@ AgentAction Controller::LaunchAction(const JobRecord& job,
           ? ""
           : absl::StrCat(options_.checkpoint_root, "/", job.id);
   nlohmann::json env = job.spec.env;
-  env["CUDA_VISIBLE_DEVICES"] = absl::StrJoin(t.gpus, ",");
+  // A MIG task's device is its instance, which only the agent knows
+  // (MIG-<uuid>); it sets the variable.
+  if (!t.slice || t.slice->mig.empty()) {
+    env["CUDA_VISIBLE_DEVICES"] = absl::StrJoin(t.gpus, ",");
+  }
   env["MASTER_ADDR"] = NodeHost(job.tasks[0].node);
   env["MASTER_PORT"] = std::to_string(job.master_port);
   env["WORLD_SIZE"] = std::to_string(job.tasks.size() * procs);
@@ -147,6 +156,7 @@ AgentAction Controller::LaunchAction(const JobRecord& job,
   if (job.spec.container.has_value()) {
     a.body["container"] = ContainerLaunchJson(*job.spec.container);
   }
+  if (t.slice) a.body["slice"] = SliceJson(*t.slice);
   // A service replica: its port and probes (docs/services.md).
   nlohmann::json extras = LaunchExtras(job);
   for (auto& [key, value] : extras.items()) a.body[key] = std::move(value);

@@ -391,6 +391,31 @@ TEST_F(ServicesTest, AServiceLargerThanTheFreeGpusSaysWhyItWaits) {
   EXPECT_EQ(pending, 1);
 }
 
+// Quotas are guaranteed shares: a service larger than its project's quota
+// borrows idle GPUs, and the replicas that find none wait with a reason that
+// names the quota.
+TEST_F(ServicesTest, AServiceLargerThanItsQuotaBorrowsAndSaysWhyTheRestWaits) {
+  cluster_.projects = {ProjectSpec{"search", 8, 1.0, {}}};
+  Start(T(0));
+  std::string big = kEmbed;
+  big.replace(big.find("gpus: 1"), 7, "gpus: 8");
+  big += "project: search\n";
+  ASSERT_TRUE(c_->ApplyService(Svc(big), T(1)).ok());
+  for (double t = 1; t < 3; t += 0.5) Round(t);
+  nlohmann::json svc = Service(3);
+  EXPECT_EQ(svc["ready"], 2) << svc.dump();
+  int pending = 0;
+  for (const nlohmann::json& r : svc["replicas"]) {
+    if (r["phase"] != "pending") continue;
+    ++pending;
+    const std::string reason = r.value("reason", "");
+    EXPECT_NE(reason.find("project search holds 16 GPUs of its quota of 8"),
+              std::string::npos)
+        << reason;
+  }
+  EXPECT_EQ(pending, 1);
+}
+
 TEST_F(ServicesTest, BadAppliesAndReportsAreRefused) {
   ServiceSpec big = Svc(kEmbed);
   big.gpus = 9;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "fmt/format.h"
 #include "loom/core/job_array.h"
+#include "loom/server/task_slice.h"
 
 namespace loom {
 namespace {
@@ -195,6 +196,7 @@ nlohmann::json JobRecordToJson(const JobRecord& j) {
                      {"signal", t.signal ? nlohmann::json(*t.signal)
                                          : nlohmann::json(nullptr)}});
     if (t.port) tasks.back()["port"] = *t.port;
+    if (t.slice) tasks.back()["slice"] = SliceJson(*t.slice);
     // Kept so that a restarted server serves the replica at once (its
     // next heartbeat says again).
     if (t.ready) tasks.back()["ready"] = true;
@@ -283,6 +285,14 @@ absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& in) {
       task.node = t.at("node").get<std::string>();
       task.gpus = t.at("gpus").get<std::vector<int>>();
       task.task_id = t.at("task_id").get<std::string>();
+      if (auto sl = t.find("slice"); sl != t.end()) {
+        absl::StatusOr<TaskSlice> slice = ParseSlice(*sl);
+        if (!slice.ok()) return slice.status();
+        if (task.gpus.size() != 1) {
+          return absl::InvalidArgumentError("a slice task has one GPU");
+        }
+        task.slice = *std::move(slice);
+      }
       if (auto p = t.find("port"); p != t.end() && p->is_number_integer()) {
         task.port = p->get<int>();
       }
@@ -416,6 +426,7 @@ nlohmann::json JobApiJson(
                                                                    : "lost")},
            {"exit_code", t.exit_code ? nlohmann::json(*t.exit_code)
                                      : nlohmann::json(nullptr)}});
+      if (t.slice) tasks.back()["slice"] = SliceJson(*t.slice);
       if (t.port) {
         tasks.back()["port"] = *t.port;
         tasks.back()["ready"] = t.ready;

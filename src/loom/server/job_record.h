@@ -42,12 +42,25 @@ struct TaskPull {
   int64_t bytes_total = 0;
 };
 
+// A task on part of a GPU (docs/scheduling.md "GPU partitions"): its MIG
+// instance (profile name and index into the node's profiles, first memory
+// slice) with the layout its GPU must have, or its share of the GPU's
+// memory. The GPU is the task's one entry of `TaskRecord::gpus`.
+struct TaskSlice {
+  std::string mig;  // empty: a share
+  int mig_profile = -1;
+  int mig_start = -1;
+  int64_t share_bytes = 0;
+  std::vector<std::pair<std::string, int>> layout;  // (profile, start)
+};
+
 // One task of a running (or finished) job: where it runs and how it ended.
 struct TaskRecord {
   int index = 0;
   std::string node;       // node name
   std::vector<int> gpus;  // GPU indices on the node
-  std::string task_id;    // "<job>.<index>.<restart>"
+  std::optional<TaskSlice> slice;
+  std::string task_id;  // "<job>.<index>.<restart>"
   enum class State {
     kLaunching,
     kRunning,

@@ -1,0 +1,276 @@
+#include "loom/sched/slice_placement.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "loom/common/units.h"
+
+namespace loom {
+namespace {
+
+// A candidate GPU for one task, ranked by `key` (lower is better): the
+// class (0: a free instance or room on a shared GPU, 1: an idle MIG GPU
+// partitioned anew, 2: a free whole GPU converted), then the class's own
+// best-fit measure, then node and GPU ids for determinism.
+struct Candidate {
+  std::array<int64_t, 4> key = {INT64_MAX, 0, 0, 0};
+  TaskPlacement task;
+  bool found() const { return key[0] != INT64_MAX; }
+};
+
+int ProfileIndex(const std::vector<MigProfile>& profiles,
+                 const std::string& name) {
+  for (size_t i = 0; i < profiles.size(); ++i) {
+    if (profiles[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+class SliceSearch {
+ public:
+  SliceSearch(const ClusterState& state, const JobShape& shape,
+              const NodeMask* avoid)
+      : state_(state), shape_(shape), avoid_(avoid) {}
+
+  std::optional<Placement> Run() {
+    Placement p;
+    p.gpu_model = shape_.gpu_model;
+    for (int t = 0; t < shape_.tasks; ++t) {
+      Candidate best;
+      // Classes 0 and 1 live on nodes with partial GPUs only; a whole GPU
+      // (class 2) is looked for only when they have nothing.
+      state_.PartNodes().ForEachUntil([&](int node) {
+        ConsiderNode(node, /*whole=*/false, &best);
+        return true;
+      });
+      if (!best.found()) {
+        for (int node = 0; node < state_.num_nodes(); ++node) {
+          ConsiderNode(node, /*whole=*/true, &best);
+        }
+      }
+      if (!best.found()) return std::nullopt;
+      const TaskPlacement& c = best.task;
+      taken_.push_back({c.node, c.slice_gpu});
+      AddUse(c.node);
+      if (p.gpu_model == kAnyGpuModel) p.gpu_model = state_.NodeModel(c.node);
+      p.tasks.push_back(c);
+    }
+    DescribePlacement(state_.topology(), &p);
+    return p;
+  }
+
+ private:
+  bool Taken(int node, int gpu) const {
+    return std::find(taken_.begin(), taken_.end(), std::pair(node, gpu)) !=
+           taken_.end();
+  }
+  std::pair<int64_t, int64_t>* Use(int node) {
+    for (auto& [n, use] : use_) {
+      if (n == node) return &use;
+    }
+    return nullptr;
+  }
+  void AddUse(int node) {
+    std::pair<int64_t, int64_t>* u = Use(node);
+    if (u == nullptr) {
+      use_.push_back({node, {0, 0}});
+      u = &use_.back().second;
+    }
+    u->first += shape_.cpus_milli_per_task;
+    u->second += shape_.memory_bytes_per_task;
+  }
+
+  bool NodeUsable(int node, GpuModelId model) const {
+    if (!state_.Schedulable(node)) return false;
+    if (avoid_ != nullptr && avoid_->Contains(node)) return false;
+    if (model != kAnyGpuModel && state_.NodeModel(node) != model) return false;
+    int64_t cpus = shape_.cpus_milli_per_task,
+            mem = shape_.memory_bytes_per_task;
+    for (const auto& [n, use] : use_) {
+      if (n == node) {
+        cpus += use.first;
+        mem += use.second;
+      }
+    }
+    return state_.FreeCpus(node) >= cpus && state_.FreeMemory(node) >= mem;
+  }
+
+  void ConsiderNode(int node, bool whole, Candidate* best) {
+    const GpuModelId model = chosen_model();
+    if (!NodeUsable(node, model)) return;
+    const bool mig = !shape_.slice.mig.empty();
+    int profile = -1;
+    if (mig) {
+      profile = ProfileIndex(state_.MigProfilesOn(node), shape_.slice.mig);
+      if (profile < 0) return;
+    }
+    const uint32_t free = state_.FreeMask(node);
+    int free_whole = std::popcount(free);
+    for (const auto& [n, g] : taken_) {
+      if (n == node && ((free >> g) & 1)) --free_whole;
+    }
+    for (int g = 0; g < state_.NodeGpus(node); ++g) {
+      if (Taken(node, g)) continue;
+      const GpuPart& part = state_.Part(node, g);
+      Candidate c;
+      c.task.node = node;
+      c.task.slice_gpu = g;
+      if (whole) {
+        if (part.mode != GpuMode::kWhole || !((free >> g) & 1)) continue;
+        if (mig ? !state_.MigDynamic(node)
+                : !state_.Sharing(node) ||
+                      state_.GpuMemory(node) < shape_.slice.share_bytes) {
+          continue;
+        }
+        c.key = {2, free_whole, node, g};
+      } else if (mig) {
+        if (part.mode != GpuMode::kMig) continue;
+        int free_left = -1, start = -1;
+        for (size_t i = 0; i < part.layout.size(); ++i) {
+          if (part.owners[i] != 0) continue;
+          ++free_left;
+          if (start < 0 && part.layout[i].profile == profile) {
+            start = part.layout[i].start;
+          }
+        }
+        if (start >= 0) {
+          c.key = {0, free_left, node, g};
+          c.task.mig_start = start;
+        } else if (part.tasks == 0 && state_.MigDynamic(node)) {
+          c.key = {1, free_whole, node, g};
+        } else {
+          continue;
+        }
+      } else {
+        if (part.mode != GpuMode::kShared) continue;
+        const int64_t left =
+            part.capacity - part.used - shape_.slice.share_bytes;
+        if (left < 0) continue;
+        c.key = {0, left, node, g};
+      }
+      if (mig) {
+        c.task.mig_profile = profile;
+        if (c.task.mig_start < 0) {
+          c.task.mig_start = state_.MigProfilesOn(node)[profile].starts[0];
+        }
+      } else {
+        c.task.share_bytes = shape_.slice.share_bytes;
+      }
+      if (c.key < best->key) *best = c;
+    }
+  }
+
+  GpuModelId chosen_model() const {
+    return taken_.empty() ? shape_.gpu_model
+                          : state_.NodeModel(taken_[0].first);
+  }
+
+  const ClusterState& state_;
+  const JobShape& shape_;
+  const NodeMask* avoid_;
+  std::vector<std::pair<int, int>> taken_;  // (node, GPU) of earlier tasks
+  std::vector<std::pair<int, std::pair<int64_t, int64_t>>> use_;
+};
+
+}  // namespace
+
+std::optional<Placement> FindSlicePlacement(const ClusterState& state,
+                                            const JobShape& shape,
+                                            const NodeMask* avoid,
+                                            PendingReason* why) {
+  std::optional<Placement> p = SliceSearch(state, shape, avoid).Run();
+  if (p.has_value() || why == nullptr) return p;
+  *why = PendingReason{};
+  why->code = PendingReason::Code::kNoSliceFits;
+  why->gpu_model = shape.gpu_model;
+  why->need = shape.tasks;
+  // What there is: free instances of the profile, or the most memory left
+  // on one shared GPU.
+  state.PartNodes().ForEachUntil([&](int node) {
+    if (!state.Schedulable(node)) return true;
+    for (int g = 0; g < state.NodeGpus(node); ++g) {
+      const GpuPart& part = state.Part(node, g);
+      if (!shape.slice.mig.empty() && part.mode == GpuMode::kMig) {
+        const std::vector<MigProfile>& profiles = state.MigProfilesOn(node);
+        for (size_t i = 0; i < part.layout.size(); ++i) {
+          if (part.owners[i] == 0 &&
+              profiles[part.layout[i].profile].name == shape.slice.mig) {
+            ++why->have;
+          }
+        }
+      } else if (shape.slice.mig.empty() && part.mode == GpuMode::kShared) {
+        why->bytes = std::max(why->bytes, part.capacity - part.used);
+      }
+    }
+    return true;
+  });
+  return std::nullopt;
+}
+
+bool CouldSliceEverRun(const Cluster& cluster, const JobShape& shape,
+                       std::string* why) {
+  const bool mig = !shape.slice.mig.empty();
+  int64_t gpus = 0;
+  bool any_profile = false;
+  for (const NodeSpec& n : cluster.nodes) {
+    if (shape.gpu_model != kAnyGpuModel && n.gpu_model != shape.gpu_model) {
+      continue;
+    }
+    if (n.pool < 0 || n.pool >= static_cast<int>(cluster.pools.size())) {
+      continue;
+    }
+    const PoolSpec& pool = cluster.pools[n.pool];
+    if (n.cpus_milli < shape.cpus_milli_per_task ||
+        n.memory_bytes < shape.memory_bytes_per_task) {
+      continue;
+    }
+    if (mig) {
+      const std::vector<MigProfile> profiles = MigProfilesFor(
+          cluster.gpu_models[pool.gpu_model].name, pool.gpu_memory_bytes);
+      const int profile = ProfileIndex(profiles, shape.slice.mig);
+      if (profile < 0) continue;
+      any_profile = true;
+      bool declared = false;
+      for (const MigInstance& in : pool.mig.layout) {
+        declared = declared || in.profile == profile;
+      }
+      if (pool.mig.dynamic) {
+        gpus += n.gpus;
+      } else if (declared) {
+        gpus += std::min(pool.mig.gpus, n.gpus);
+      }
+    } else if (pool.sharing &&
+               pool.gpu_memory_bytes >= shape.slice.share_bytes) {
+      gpus +=
+          n.gpus - (pool.mig.gpus > 0 ? std::min(pool.mig.gpus, n.gpus) : 0);
+    }
+  }
+  if (gpus >= shape.tasks) return true;
+  if (why != nullptr) {
+    if (mig && !any_profile) {
+      *why = absl::StrCat(
+          "no GPU of the cluster",
+          shape.gpu_model == kAnyGpuModel
+              ? std::string()
+              : absl::StrCat(" of model ",
+                             cluster.gpu_models[shape.gpu_model].name),
+          " has the MIG profile ", shape.slice.mig);
+    } else if (mig) {
+      *why =
+          absl::StrCat("needs ", shape.tasks, " GPU(s) with ", shape.slice.mig,
+                       " instances (declared in a pool's mig.layout, or a "
+                       "pool with mig.dynamic); the cluster has ",
+                       gpus);
+    } else {
+      *why = absl::StrCat("needs ", shape.tasks, " GPU(s) that may be shared ",
+                          "with ", FormatBytes(shape.slice.share_bytes),
+                          " of memory free; the cluster has ", gpus);
+    }
+  }
+  return false;
+}
+
+}  // namespace loom
