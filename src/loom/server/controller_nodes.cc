@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "loom/common/units.h"
 #include "loom/server/controller.h"
+#include "loom/server/task_slice.h"
 
 namespace loom {
 namespace {
@@ -74,6 +75,7 @@ nlohmann::json Controller::NodeJson(int n, absl::Time now) const {
           {"gpu_model", cluster_->gpu_models[spec.gpu_model].name},
           {"gpus", spec.gpus},
           {"gpus_allocated", spec.gpus - scheduler_->state().FreeGpus(n)},
+          {"gpu_parts", GpuPartsJson(scheduler_->state(), n)},
           {"cpus", spec.cpus_milli / 1000.0},
           {"memory_bytes", spec.memory_bytes},
           {"leaf", cluster_->topology.sw(cluster_->topology.leaf_of(n)).name},

@@ -91,6 +91,23 @@ TEST_F(SlicesTest, SevenInstancesAndAWholeGpuJobLaunchOnOneNode) {
   EXPECT_EQ(job["placement"]["tasks"][0]["slice"]["mig"], "1g.18gb")
       << job.dump();
 
+  // GET /v1/nodes and /metrics show the instances and who holds them.
+  nlohmann::json node = c_->ListNodes(T(3))["nodes"][0];
+  ASSERT_EQ(node["gpu_parts"].size(), 1u) << node.dump();
+  EXPECT_EQ(node["gpu_parts"][0]["mode"], "mig");
+  int held = 0;
+  for (const nlohmann::json& i : node["gpu_parts"][0]["instances"]) {
+    held += i["job"].get<JobId>() != 0 ? 1 : 0;
+  }
+  EXPECT_EQ(held, 7);
+  std::string text;
+  MetricsWriter metrics(&text);
+  c_->WriteMetrics(metrics, T(3));
+  EXPECT_NE(text.find("loom_gpu_slices{node=\"h200-0\",gpu=\"0\","
+                      "GPU_I_PROFILE=\"1g.18gb\",state=\"used\"} 7"),
+            std::string::npos)
+      << text;
+
   // A restarted server keeps every instance taken: an eighth waits.
   c_.reset();
   Start(T(4), running);

@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "loom/server/controller.h"
+#include "loom/server/task_slice.h"
 
 namespace loom {
 
@@ -157,6 +158,7 @@ void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
           v);
     }
   }
+  WriteGpuPartMetrics(scheduler_->state(), *cluster_, out);
   out.Family("loom_nodes", "Nodes by state.", MetricType::kGauge);
   for (const auto& [state, n] : nodes) {
     out.Sample("loom_nodes", {{"state", state}}, n);

@@ -1,6 +1,8 @@
 #include "loom/server/task_slice.h"
 
+#include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 
 namespace loom {
@@ -80,6 +82,87 @@ TaskPlacement SlicePlacement(int node, int gpu, const TaskSlice& slice) {
     t.mig_start = slice.mig_start;
   }
   return t;
+}
+
+nlohmann::json GpuPartsJson(const ClusterState& state, int node) {
+  nlohmann::json out = nlohmann::json::array();
+  const uint32_t mask = state.PartMask(node);
+  const std::vector<MigProfile>& profiles = state.MigProfilesOn(node);
+  for (int g = 0; g < state.NodeGpus(node); ++g) {
+    if (!((mask >> g) & 1)) continue;
+    const GpuPart& part = state.Part(node, g);
+    if (part.mode == GpuMode::kMig) {
+      nlohmann::json instances = nlohmann::json::array();
+      for (size_t i = 0; i < part.layout.size(); ++i) {
+        const int p = part.layout[i].profile;
+        instances.push_back(
+            {{"profile", p >= 0 && p < static_cast<int>(profiles.size())
+                             ? profiles[p].name
+                             : std::string("?")},
+             {"start", part.layout[i].start},
+             {"job", part.owners[i]}});
+      }
+      out.push_back({{"gpu", g}, {"mode", "mig"}, {"instances", instances}});
+    } else {
+      out.push_back({{"gpu", g},
+                     {"mode", "shared"},
+                     {"capacity_bytes", part.capacity},
+                     {"used_bytes", part.used},
+                     {"tasks", part.tasks}});
+    }
+  }
+  return out;
+}
+
+void WriteGpuPartMetrics(const ClusterState& state, const Cluster& cluster,
+                         MetricsWriter& out) {
+  out.Family("loom_gpu_slices",
+             "MIG instances of partitioned GPUs by profile (GPU_I_PROFILE, "
+             "NVIDIA's name as DCGM labels it) and state (used: a task "
+             "holds it; free).",
+             MetricType::kGauge);
+  std::vector<std::tuple<int, int, int64_t, int64_t>> shared;
+  state.PartNodes().ForEachUntil([&](int n) {
+    const std::string& node = cluster.nodes[n].name;
+    const std::vector<MigProfile>& profiles = state.MigProfilesOn(n);
+    for (int g = 0; g < state.NodeGpus(n); ++g) {
+      const GpuPart& part = state.Part(n, g);
+      if (part.mode == GpuMode::kShared) {
+        shared.emplace_back(n, g, part.used, part.capacity - part.used);
+        continue;
+      }
+      if (part.mode != GpuMode::kMig) continue;
+      std::map<std::pair<std::string, bool>, int> counts;
+      for (size_t i = 0; i < part.layout.size(); ++i) {
+        const int p = part.layout[i].profile;
+        if (p < 0 || p >= static_cast<int>(profiles.size())) continue;
+        ++counts[{profiles[p].name, part.owners[i] != 0}];
+      }
+      for (const auto& [key, count] : counts) {
+        out.Sample("loom_gpu_slices",
+                   {{"node", node},
+                    {"gpu", std::to_string(g)},
+                    {"GPU_I_PROFILE", key.first},
+                    {"state", key.second ? "used" : "free"}},
+                   count);
+      }
+    }
+    return true;
+  });
+  out.Family("loom_gpu_shared_bytes",
+             "Memory of time-shared GPUs: set aside for their tasks (used) "
+             "or left (free).",
+             MetricType::kGauge);
+  for (const auto& [n, g, used, left] : shared) {
+    for (const auto& [s, v] :
+         {std::pair<const char*, int64_t>{"used", used}, {"free", left}}) {
+      out.Sample("loom_gpu_shared_bytes",
+                 {{"node", cluster.nodes[n].name},
+                  {"gpu", std::to_string(g)},
+                  {"state", s}},
+                 static_cast<double>(v));
+    }
+  }
 }
 
 }  // namespace loom

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "absl/status/statusor.h"
+#include "loom/common/metrics_text.h"
 #include "loom/sched/cluster_state.h"
 #include "loom/server/job_record.h"
 #include "nlohmann/json.hpp"
@@ -25,5 +26,17 @@ absl::StatusOr<TaskSlice> ParseSlice(const nlohmann::json& j);
 
 // The task placement of a stored slice task on node `node`, GPU `gpu`.
 TaskPlacement SlicePlacement(int node, int gpu, const TaskSlice& slice);
+
+// The node's MIG and shared GPUs for `GET /v1/nodes` (docs/api.md): one
+// entry per GPU that is not whole, {"gpu", "mode": "mig", "instances":
+// [{"profile", "start", "job"}]} (job 0: free) or {"gpu", "mode":
+// "shared", "capacity_bytes", "used_bytes", "tasks"}.
+nlohmann::json GpuPartsJson(const ClusterState& state, int node);
+
+// `loom_gpu_slices{node,gpu,GPU_I_PROFILE,state}` (MIG instances, used or
+// free) and `loom_gpu_shared_bytes{node,gpu,state}` (a shared GPU's memory,
+// used or free), for the partitioned GPUs of `cluster` (docs/metrics.md).
+void WriteGpuPartMetrics(const ClusterState& state, const Cluster& cluster,
+                         MetricsWriter& out);
 
 }  // namespace loom
