@@ -308,6 +308,10 @@ absl::Status Agent::Impl::Init() {
   table.emulation = options_.emulation;
   table.real_software = real_software_;
   table.real_nics = ProbeNics(real_gpus);
+  if (!options_.emulation) {
+    table.real_mig =
+        std::make_shared<NvmlMigControl>(real_gpus, options_.nvml_library);
+  }
   table.fake_tasks = options_.fake_tasks;
   table.use_cgroups = options_.use_cgroups;
   table.launcher_factory = options_.launcher_factory;

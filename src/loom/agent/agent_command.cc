@@ -87,6 +87,10 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentFlags* f) {
   agent->add_option("--emulate-cuda", f->emulate_cuda,
                     "CUDA version emulated nodes report (gpu.cuda; default: "
                     "12.4); @FILE as for --emulate-driver");
+  agent->add_option("--emulate-mig-log", f->emulate_mig_log,
+                    "With --emulate: append the NVML calls that emulated "
+                    "MIG layouts stand for to FILE, one line each "
+                    "(docs/agent.md \"MIG\")");
   agent->add_option("--emulate-nodes", f->emulate_nodes,
                     "Fleet emulator: register N emulated nodes named "
                     "PREFIX-K .. PREFIX-(K+N-1), sharing one listener");
@@ -251,12 +255,15 @@ absl::StatusOr<AgentOptions> AgentOptionsFromFlags(const AgentFlags& f) {
         return s;
       }
     }
+    emulation->mig_log = f.emulate_mig_log;
     options.emulation = *emulation;
   } else if (f.emulate_cpus != 0 || !f.emulate_memory.empty() ||
              !f.emulate_driver.empty() || !f.emulate_cuda.empty()) {
     return absl::InvalidArgumentError(
         "--emulate-cpus, --emulate-memory, --emulate-driver and "
         "--emulate-cuda need --emulate");
+  } else if (!f.emulate_mig_log.empty()) {
+    return absl::InvalidArgumentError("--emulate-mig-log needs --emulate");
   }
 
   const std::string name = f.name.empty() ? Hostname() : f.name;

@@ -26,6 +26,7 @@ struct AgentFlags {
   int emulate_nodes = 0;           // --emulate-nodes N (fleet emulator)
   std::string emulate_driver;      // --emulate-driver ("": 550.54.15)
   std::string emulate_cuda;        // --emulate-cuda ("": 12.4)
+  std::string emulate_mig_log;     // --emulate-mig-log ("": none)
   std::string name_prefix;         // --name-prefix (default: --name)
   int names_from = 0;              // --names-from K
   bool fake_tasks = false;         // --fake-tasks

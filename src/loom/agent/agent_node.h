@@ -21,6 +21,7 @@
 #include "loom/agent/cgroup.h"
 #include "loom/agent/gpu_probe.h"
 #include "loom/agent/image_prepull.h"
+#include "loom/agent/mig_control.h"
 #include "loom/agent/nic_probe.h"
 #include "loom/agent/task_group.h"
 #include "loom/agent/task_launcher.h"
@@ -48,6 +49,9 @@ struct AgentNode {
   // RDMA NICs, each with the GPUs paired with it (nic_probe.h).
   std::vector<NicDevice> nics;
   bool emulated = false;
+  // Makes and reads its GPUs' MIG layouts (mig_control.h); null: none (a
+  // MIG launch is refused). Thread-safe.
+  std::shared_ptr<MigControl> mig;
   std::unique_ptr<CgroupManager> cgroups;
   // A cgroup v2 group per task (task_group.h); null: process groups only.
   std::unique_ptr<TaskGroups> groups;

@@ -148,6 +148,9 @@ struct GpuEmulation {
   // node's stack is (after a maintenance command); "": a literal value.
   std::string driver_file;
   std::string cuda_file;
+  // Where emulated MIG records the NVML calls it stands for
+  // (`--emulate-mig-log`, mig_control.h `EmulatedMigControl`); "": nowhere.
+  std::string mig_log;
 };
 
 // Parses "8xH200", "8xa100", "4xL4:24Gi" (count 1..1024; the model is lower

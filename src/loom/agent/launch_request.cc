@@ -16,6 +16,84 @@ using json = nlohmann::json;
 
 constexpr int kMaxGpuIndex = 1023;
 
+// The `slice` of a launch body (docs/agent.md "MIG"): {"mig", "profile",
+// "start", "layout": [[name, start], ...]} or {"share_bytes"}.
+absl::StatusOr<SliceRequest> ParseSlice(const json& v, std::string* field) {
+  if (!v.is_object()) {
+    return FieldError(field, "slice",
+                      "must be an object: {mig, profile, start, layout} or "
+                      "{share_bytes}");
+  }
+  SliceRequest s;
+  const bool share = v.contains("share_bytes");
+  if (share == v.contains("mig")) {
+    return FieldError(field, "slice",
+                      "needs either share_bytes or mig (with profile, start "
+                      "and layout)");
+  }
+  auto whole = [&](const char* key, int64_t min, int64_t max,
+                   int64_t* out) -> absl::Status {
+    auto it = v.find(key);
+    std::optional<int64_t> n = it == v.end() ? std::nullopt : AsInt(*it);
+    if (!n || *n < min || *n > max) {
+      return FieldError(
+          field, absl::StrCat("slice.", key),
+          absl::StrCat("must be a whole number from ", min, " to ", max,
+                       ", got ", it == v.end() ? "nothing" : Dump(*it)));
+    }
+    *out = *n;
+    return absl::OkStatus();
+  };
+  auto profile_name = [](const json& n) {
+    return n.is_string() && !n.get<std::string>().empty() &&
+           n.get<std::string>().size() <= 32;
+  };
+  if (share) {
+    if (absl::Status st = whole("share_bytes", 1, INT64_MAX, &s.share_bytes);
+        !st.ok()) {
+      return st;
+    }
+    return s;
+  }
+  if (!profile_name(v["mig"])) {
+    return FieldError(field, "slice.mig",
+                      "must be a MIG profile name such as \"1g.18gb\"");
+  }
+  s.mig = v["mig"].get<std::string>();
+  int64_t n = 0;
+  if (absl::Status st = whole("profile", 0, 63, &n); !st.ok()) return st;
+  s.profile = static_cast<int>(n);
+  if (absl::Status st = whole("start", 0, 7, &n); !st.ok()) return st;
+  s.start = static_cast<int>(n);
+  auto layout = v.find("layout");
+  if (layout == v.end() || !layout->is_array() || layout->empty() ||
+      layout->size() > 8) {
+    return FieldError(field, "slice.layout",
+                      "must be a list of 1 to 8 [profile, start] pairs");
+  }
+  bool has_own = false;
+  for (size_t i = 0; i < layout->size(); ++i) {
+    const json& e = (*layout)[i];
+    std::optional<int64_t> start =
+        e.is_array() && e.size() == 2 ? AsInt(e[1]) : std::nullopt;
+    if (!start || !profile_name(e[0]) || *start < 0 || *start > 7) {
+      return FieldError(field, absl::StrCat("slice.layout[", i, "]"),
+                        absl::StrCat("must be [profile name, start 0 to 7], "
+                                     "got ",
+                                     Dump(e).substr(0, 80)));
+    }
+    s.layout.emplace_back(e[0].get<std::string>(), static_cast<int>(*start));
+    has_own = has_own || (s.layout.back().first == s.mig &&
+                          s.layout.back().second == s.start);
+  }
+  if (!has_own) {
+    return FieldError(field, "slice.layout",
+                      absl::StrCat("has no ", s.mig, " at memory slice ",
+                                   s.start, " (the task's own instance)"));
+  }
+  return s;
+}
+
 }  // namespace
 
 bool ValidTaskId(std::string_view id) {
@@ -212,6 +290,17 @@ absl::StatusOr<LaunchRequest> ParseLaunchRequest(const json& body,
     }
     (std::string(key) == "readiness" ? r.readiness : r.liveness) =
         *std::move(probe);
+  }
+  if (const json* slice = find("slice")) {
+    absl::StatusOr<SliceRequest> parsed = ParseSlice(*slice, field);
+    if (!parsed.ok()) return parsed.status();
+    if (r.gpus.size() != 1) {
+      return FieldError(field, "slice",
+                        absl::StrCat("a task on part of a GPU names exactly "
+                                     "one GPU in gpus, got ",
+                                     r.gpus.size()));
+    }
+    r.slice = *std::move(parsed);
   }
   return r;
 }

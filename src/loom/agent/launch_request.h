@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -52,6 +53,21 @@ struct ContainerRequest {
 absl::StatusOr<ContainerRequest> ParseContainerRequest(
     const nlohmann::json& body, std::string* field = nullptr);
 
+// The part of one GPU (`gpus` names exactly one) that a task runs on
+// (docs/agent.md "MIG"): a MIG instance, or a share of the whole GPU.
+struct SliceRequest {
+  // MIG: the instance's profile (NVIDIA's name, "1g.18gb"), its index in
+  // loom's profiles of the GPU (core/mig.h `MigProfilesFor`), its first
+  // memory slice, and the layout (profile name, start) the GPU must have.
+  // Empty `mig`: a share.
+  std::string mig;
+  int profile = 0;
+  int start = 0;
+  std::vector<std::pair<std::string, int>> layout;
+  // A share (time-slicing) of the GPU: the memory it may use (not enforced).
+  int64_t share_bytes = 0;
+};
+
 // A parsed `POST /v1/tasks` body (docs/agent.md).
 struct LaunchRequest {
   std::string node;  // empty: not given
@@ -75,6 +91,8 @@ struct LaunchRequest {
   bool port = false;
   std::optional<ProbeSpec> readiness;
   std::optional<ProbeSpec> liveness;
+  // Set: the task runs on part of GPU `gpus[0]` (mig_step.h).
+  std::optional<SliceRequest> slice;
 };
 
 // Parses and checks a launch body. On error, `InvalidArgument` with a

@@ -8,6 +8,7 @@
 #include "loom/agent/checkpoint_dir.h"
 #include "loom/agent/image_step.h"
 #include "loom/agent/json_values.h"
+#include "loom/agent/mig_step.h"
 #include "loom/agent/nic_step.h"
 #include "loom/agent/replica_port.h"
 
@@ -187,6 +188,7 @@ LaunchSteps DefaultLaunchSteps(const LaunchStepsOptions& options) {
       absl::StrJoin(options.server_urls, ",")));
   steps.push_back(MakeReplicaPortStep());
   steps.push_back(std::make_unique<GpuStep>());
+  steps.push_back(MakeMigStep());
   steps.push_back(MakeNicStep());
   steps.push_back(std::make_unique<LimitsStep>());
   steps.push_back(

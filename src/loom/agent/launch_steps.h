@@ -45,6 +45,8 @@ struct LaunchContext {
   // to the node's device directory ("infiniband/uverbs0"), for the image
   // step (nic_step.h).
   std::vector<std::string> nic_devices;
+  // Set by the MIG step (mig_step.h): the task's MIG instance ("MIG-...").
+  std::string mig_uuid;
 };
 
 // One step of a launch. Implementations are stateless (constant after
@@ -109,11 +111,12 @@ struct LaunchStepsOptions {
 // The steps of every launch, in order: task files (logs), the env contract
 // (ranks, `LOOM_NODE`, `LOOM_SERVER`), a service replica's port (`PORT`),
 // GPUs (index check,
-// `CUDA_VISIBLE_DEVICES`), NICs (`NCCL_IB_HCA`, nic_step.h), limits (cgroups),
-// user (checked before the checkpoint step needs it; applied after the others,
-// since it picks the working directory last), checkpoint directory, "loom" as
-// the agent's own binary (host processes only), and last the image (a container
-// task's bundle takes what the others decided).
+// `CUDA_VISIBLE_DEVICES`), MIG (a slice's instance, mig_step.h), NICs
+// (`NCCL_IB_HCA`, nic_step.h), limits (cgroups), user (checked before the
+// checkpoint step needs it; applied after the others, since it picks the
+// working directory last), checkpoint directory, "loom" as the agent's own
+// binary (host processes only), and last the image (a container task's bundle
+// takes what the others decided).
 LaunchSteps DefaultLaunchSteps(const LaunchStepsOptions& options);
 
 }  // namespace loom

@@ -112,8 +112,8 @@ TEST_F(LaunchStepsTest, StepsInOrder) {
     names.emplace_back(step->name());
   }
   EXPECT_THAT(names,
-              ElementsAre("files", "env", "port", "gpus", "nics", "limits",
-                          "user", "checkpoint", "self", "image"));
+              ElementsAre("files", "env", "port", "gpus", "mig", "nics",
+                          "limits", "user", "checkpoint", "self", "image"));
 }
 
 TEST_F(LaunchStepsTest, LoomIsTheAgentsOwnBinary) {

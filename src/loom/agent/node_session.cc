@@ -393,6 +393,12 @@ json NodeSession::RegistrationBody(Link& link,
                     {"model", gpu.model},
                     {"uuid", gpu.uuid},
                     {"memory_bytes", gpu.memory_bytes}});
+    // Read-only (mig_control.h); left out where it cannot be read.
+    if (node.mig == nullptr) continue;
+    if (absl::StatusOr<MigState> mig = node.mig->Describe(gpu.index);
+        mig.ok()) {
+      gpus.back()["mig"] = MigStateJson(*mig);
+    }
   }
   // Read before the stack, as in `Heartbeat`.
   std::optional<json> maintenance = maintenance_.Status(node);

@@ -103,6 +103,8 @@ absl::Status InitNode(const NodeTableOptions& options, const HostInfo& host,
     EmulatedGpuProbe probe(e, node.name);
     node.gpus = probe.Probe().value();
     node.nics = EmulatedNicProbe(e).Probe(node.gpus).value();
+    node.mig =
+        std::make_shared<EmulatedMigControl>(node.name, node.gpus, e.mig_log);
     node.SetSoftware(probe.Software());
     node.emulated = true;
     if (e.cpus > 0) node.host.cpus = e.cpus;
@@ -110,6 +112,7 @@ absl::Status InitNode(const NodeTableOptions& options, const HostInfo& host,
   } else {
     node.gpus = real_gpus;
     node.nics = options.real_nics;
+    node.mig = options.real_mig;
     node.SetSoftware(options.real_software);
   }
 

@@ -31,6 +31,9 @@ struct NodeTableOptions {
   // The host's RDMA NICs, paired with its GPUs (real GPUs only; emulated
   // nodes get `EmulatedNicProbe`'s).
   std::vector<NicDevice> real_nics;
+  // MIG of the host's GPUs (real GPUs only; emulated nodes get an
+  // `EmulatedMigControl` each); null: none.
+  std::shared_ptr<MigControl> real_mig;
   // `FakeTaskLauncher` instead of `ShimTaskLauncher`; no unit files.
   bool fake_tasks = false;
   // cgroup v1 limits and a cgroup v2 group per task, where the host allows.

@@ -79,6 +79,7 @@ absl::StatusOr<json> TaskRunner::Launch(AgentNode& node, const LaunchRequest& r,
   unit.job_id = r.job_id;
   unit.task_index = r.task_index;
   unit.gpus = r.gpus;
+  unit.mig_uuid = ctx.mig_uuid;
   unit.launching = true;
   // A replica's port and probes are kept in a unit file too.
   unit.persisted = (count > 1 || r.port) && !node.units_dir.empty();

@@ -63,7 +63,10 @@ struct TaskUnit {
   int64_t job_id = 0;
   int64_t task_index = 0;
   std::vector<TaskProcess> procs;
-  std::vector<int> gpus;   // GPU indices (for metrics)
+  std::vector<int> gpus;  // GPU indices (for metrics)
+  // The MIG instance it runs in ("MIG-..."; mig_step.h); "" for none, or
+  // not known (recovered after an agent restart).
+  std::string mig_uuid;
   bool launching = false;  // `TaskRunner::Launch` in progress: not reported
   bool stopping = false;
   bool persisted = false;  // has a unit file (unit_file.h)

@@ -1,0 +1,223 @@
+#include "loom/agent/mig_step.h"
+
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
+#include "loom/agent/json_values.h"
+#include "loom/agent/mig_control.h"
+#include "loom/core/mig.h"
+
+namespace loom {
+namespace {
+
+std::string LayoutText(const MigLayout& layout) {
+  return absl::StrCat(
+      "[",
+      absl::StrJoin(layout, ", ",
+                    [](std::string* out, const std::pair<std::string, int>& e) {
+                      absl::StrAppend(out, e.first, "@", e.second);
+                    }),
+      "]");
+}
+
+// `status`'s code, with "node NAME: " before its message and `*field` set
+// to "slice".
+absl::Status SliceError(std::string* field, const AgentNode& node,
+                        const absl::Status& status) {
+  if (field != nullptr) *field = "slice";
+  return absl::Status(status.code(), absl::StrCat("node ", node.name, ": ",
+                                                  Str(status.message())));
+}
+
+class MigStep : public LaunchStep {
+ public:
+  std::string_view name() const override { return "mig"; }
+
+  absl::Status Prepare(LaunchContext& ctx, std::string* field) const override {
+    const LaunchRequest& r = ctx.request;
+    if (!r.slice || r.slice->mig.empty()) return absl::OkStatus();
+    const SliceRequest& s = *r.slice;
+    const AgentNode& node = ctx.node;
+    const int g = r.gpus.empty() ? -1 : r.gpus.front();
+    const GpuDevice* gpu = nullptr;
+    for (const GpuDevice& d : node.gpus) {
+      if (d.index == g) gpu = &d;
+    }
+    if (gpu == nullptr) {
+      return FieldError(field, "gpus",
+                        absl::StrCat("node ", node.name, " has no GPU ", g));
+    }
+    const std::vector<MigProfile> profiles =
+        MigProfilesFor(gpu->model, gpu->memory_bytes);
+    if (profiles.empty()) {
+      return FieldError(field, "slice",
+                        absl::StrCat("GPU ", g, " of node ", node.name, " (",
+                                     gpu->model, ") is not MIG-capable"));
+    }
+    if (s.profile >= static_cast<int>(profiles.size()) ||
+        profiles[s.profile].name != s.mig) {
+      const MigProfile* named = FindMigProfile(profiles, s.mig);
+      return FieldError(
+          field, "slice.profile",
+          absl::StrCat(
+              "profile ", s.profile, " is not ", s.mig, " on GPU ", g,
+              " of node ", node.name,
+              named == nullptr
+                  ? absl::StrCat(" (", gpu->model, " has no ", s.mig, ")")
+                  : absl::StrCat(" (it is profile ", named - profiles.data(),
+                                 ")")));
+    }
+    std::vector<MigInstance> layout;
+    for (size_t i = 0; i < s.layout.size(); ++i) {
+      const MigProfile* p = FindMigProfile(profiles, s.layout[i].first);
+      if (p == nullptr) {
+        return FieldError(
+            field, absl::StrCat("slice.layout[", i, "]"),
+            absl::StrCat("GPU ", g, " of node ", node.name, " (", gpu->model,
+                         ") has no profile ", s.layout[i].first));
+      }
+      layout.push_back(
+          {static_cast<int>(p - profiles.data()), s.layout[i].second});
+    }
+    if (absl::Status v = ValidateMigLayout(profiles, layout); !v.ok()) {
+      return FieldError(field, "slice.layout", Str(v.message()));
+    }
+    if (node.mig == nullptr) {
+      return SliceError(field, node,
+                        absl::FailedPreconditionError(
+                            "cannot make MIG instances (no MIG control)"));
+    }
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<MigState> state = node.mig->Describe(g);
+    if (!state.ok()) return SliceError(field, node, state.status());
+    if (absl::Status busy = CheckNoTaskLoses(node, r, g, *state); !busy.ok()) {
+      ctx.log("warn", node.name,
+              absl::StrCat("launch of task ", r.task_id,
+                           " refused: ", Str(busy.message())));
+      return SliceError(field, node, busy);
+    }
+    absl::StatusOr<std::vector<MigInstanceInfo>> instances =
+        node.mig->Ensure(g, s.layout);
+    if (!instances.ok()) return SliceError(field, node, instances.status());
+    for (const MigInstanceInfo& in : *instances) {
+      if (in.profile == s.mig && in.start == s.start && !in.uuid.empty()) {
+        ctx.mig_uuid = in.uuid;
+        return absl::OkStatus();
+      }
+    }
+    return SliceError(
+        field, node,
+        absl::InternalError(absl::StrCat(
+            "GPU ", g, " has no ", s.mig, " instance at memory slice ", s.start,
+            " after its layout was made ", LayoutText(s.layout))));
+  }
+
+  void Apply(const LaunchContext& ctx, const TaskProcess&, int,
+             TaskSpec& spec) const override {
+    const std::optional<SliceRequest>& s = ctx.request.slice;
+    if (!s) return;
+    if (s->mig.empty()) {
+      spec.env["LOOM_GPU_MEMORY_LIMIT"] = absl::StrCat(s->share_bytes);
+      return;
+    }
+    spec.env["CUDA_VISIBLE_DEVICES"] = ctx.mig_uuid;
+    spec.env["LOOM_MIG_PROFILE"] = s->mig;
+  }
+
+ private:
+  // OK unless making `r`'s layout on GPU `g` (now `state`) would take away
+  // what a live task of `node` (other than `r`'s) runs on: an instance
+  // that the layout lacks, or, when the GPU changes at all, the GPU a task
+  // uses whole or as a share.
+  static absl::Status CheckNoTaskLoses(const AgentNode& node,
+                                       const LaunchRequest& r, int g,
+                                       const MigState& state) {
+    const SliceRequest& s = *r.slice;
+    std::vector<const MigInstanceInfo*> doomed;
+    std::vector<bool> kept(s.layout.size(), false);
+    for (const MigInstanceInfo& in : state.instances) {
+      bool keep = false;
+      for (size_t i = 0; i < s.layout.size() && !keep; ++i) {
+        if (!kept[i] && s.layout[i].first == in.profile &&
+            s.layout[i].second == in.start) {
+          kept[i] = keep = true;
+        }
+      }
+      if (!keep) doomed.push_back(&in);
+    }
+    const bool changes =
+        !state.enabled || !doomed.empty() ||
+        std::find(kept.begin(), kept.end(), false) != kept.end();
+    if (!changes) return absl::OkStatus();
+    // The node's task table; the step only reads it (`node.mu` is not
+    // mutable, the node is shared as const with the steps).
+    absl::Mutex& mu = const_cast<absl::Mutex&>(node.mu);
+    absl::MutexLock lock(&mu);
+    for (const auto& [id, unit] : node.units) {
+      if (id == r.task_id) continue;
+      const bool live =
+          unit.launching ||
+          std::any_of(unit.procs.begin(), unit.procs.end(),
+                      [](const TaskProcess& p) { return !p.ended(); });
+      if (!live) continue;
+      std::string uuid = unit.mig_uuid;
+      for (const TaskProcess& p : unit.procs) {
+        if (!uuid.empty()) break;
+        if (p.pid > 0 && !p.ended()) uuid = MigUuidOfProcess(p.pid);
+      }
+      if (!uuid.empty()) {
+        for (const MigInstanceInfo* in : doomed) {
+          if (in->uuid != uuid) continue;
+          return absl::FailedPreconditionError(absl::StrCat(
+              "GPU ", g, ": the layout ", LayoutText(s.layout),
+              " would destroy MIG instance ", in->profile, " at memory slice ",
+              in->start, " (", uuid, "), which running task ", id, " uses"));
+        }
+        continue;
+      }
+      if (std::find(unit.gpus.begin(), unit.gpus.end(), g) != unit.gpus.end()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "GPU ", g, ": running task ", id,
+            " uses the GPU (not a MIG instance of it); its layout cannot "
+            "change to ",
+            LayoutText(s.layout), " under it"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  mutable absl::Mutex mu_;  // serialises the MIG launches' layouts
+};
+
+}  // namespace
+
+std::unique_ptr<const LaunchStep> MakeMigStep() {
+  return std::make_unique<MigStep>();
+}
+
+std::string MigUuidOfProcess(pid_t pid, const std::string& proc_root) {
+  std::ifstream in(absl::StrCat(proc_root, "/", pid, "/environ"),
+                   std::ios::binary);
+  if (!in) return "";
+  const std::string env((std::istreambuf_iterator<char>(in)),
+                        std::istreambuf_iterator<char>());
+  for (absl::string_view var : absl::StrSplit(env, '\0')) {
+    if (!absl::ConsumePrefix(&var, "CUDA_VISIBLE_DEVICES=")) continue;
+    absl::string_view first = var.substr(0, var.find(','));
+    return absl::StartsWith(first, "MIG-") ? std::string(first) : "";
+  }
+  return "";
+}
+
+}  // namespace loom
