@@ -108,6 +108,10 @@ absl::Status ValidateJobRequest(const JobRequest& job, const Cluster& cluster) {
     return absl::InvalidArgumentError(
         "resources.cpus_per_task: must not be negative");
   }
+  if (s.nics_per_task < 0 || s.nics_per_task > 1024) {
+    return absl::InvalidArgumentError(
+        "resources.nics_per_task: must be 0 to 1024");
+  }
   if (s.memory_bytes_per_task < 0) {
     return absl::InvalidArgumentError(
         "resources.memory_per_task: must not be negative");

@@ -42,6 +42,10 @@ struct JobShape {
   // Every task on a node of its own (`--nodes K`, Slurm's `-N K`): the gang
   // spans exactly `tasks` nodes even when it would fit on one.
   bool one_task_per_node = false;
+  // RDMA NICs each task takes on its node (`resources.nics_per_task`); 0:
+  // none counted (the agent still gives a task its GPUs' paired NICs). A
+  // job of several nodes needs nodes with usable NICs either way.
+  int nics_per_task = 0;
   // Tasks on part of a GPU each (`gpus_per_task` is then 1). Such a task
   // counts as one GPU against quotas and fair share.
   GpuSlice slice;

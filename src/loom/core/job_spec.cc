@@ -46,7 +46,8 @@ constexpr absl::Duration kMaxTimeLimit = absl::Hours(24 * 365);
 constexpr absl::string_view kResourceFields[] = {
     "gpus_per_task",      "gpus",          "nodes",
     "gpu_model",          "cpus_per_task", "memory_per_task",
-    "processes_per_task", "mig",           "gpu_share"};
+    "processes_per_task", "mig",           "gpu_share",
+    "nics_per_task"};
 
 // Environment variables the agent sets for every task (DESIGN.md section 5);
 // a spec may not set them. Every `LOOM_*` name is reserved as well.
@@ -156,10 +157,11 @@ class JobSpecParser : public internal::SpecReader {
 absl::Status JobSpecParser::ParseResources(const Field& field,
                                            const Field* tasks,
                                            JobSpec* spec) const {
-  absl::StatusOr<MapNode> map = ReadFields(
-      field.value, field.key,
-      {"gpus_per_task", "gpus", "nodes", "gpu_model", "cpus_per_task",
-       "memory_per_task", "processes_per_task", "mig", "gpu_share"});
+  absl::StatusOr<MapNode> map =
+      ReadFields(field.value, field.key,
+                 {"gpus_per_task", "gpus", "nodes", "gpu_model",
+                  "cpus_per_task", "memory_per_task", "processes_per_task",
+                  "mig", "gpu_share", "nics_per_task"});
   if (!map.ok()) return map.status();
   const Field* per_task = map->Find("gpus_per_task");
   const Field* gpus = map->Find("gpus");
@@ -266,6 +268,12 @@ absl::Status JobSpecParser::ParseResources(const Field& field,
                    "must be more than 0");
     }
     spec->gpu_share_bytes = *bytes;
+  }
+  if (const Field* f = map->Find("nics_per_task"); f != nullptr) {
+    absl::StatusOr<int64_t> n =
+        ReadInt(f->value, ChildPath(map->path, "nics_per_task"), 0, 1024);
+    if (!n.ok()) return n.status();
+    spec->nics_per_task = static_cast<int>(*n);
   }
   if (const Field* f = map->Find("processes_per_task"); f != nullptr) {
     absl::StatusOr<int64_t> n =
@@ -666,6 +674,7 @@ absl::StatusOr<JobRequest> ToJobRequest(const JobSpec& spec,
   }
   shape.cpus_milli_per_task = spec.cpus_milli_per_task;
   shape.memory_bytes_per_task = spec.memory_bytes_per_task;
+  shape.nics_per_task = spec.nics_per_task;
   shape.slice.mig = spec.mig;
   shape.slice.share_bytes = spec.gpu_share_bytes;
 
@@ -701,6 +710,7 @@ std::string JobSpecToJson(const JobSpec& spec) {
   resources["processes_per_task"] = spec.processes_per_task;
   // Only when set, so that the canonical form of whole-GPU specs stays.
   if (!spec.mig.empty()) resources["mig"] = spec.mig;
+  if (spec.nics_per_task > 0) resources["nics_per_task"] = spec.nics_per_task;
   if (spec.gpu_share_bytes > 0) {
     resources["gpu_share"] = {
         {"memory", FormatBytesExact(spec.gpu_share_bytes)}};

@@ -89,6 +89,8 @@ struct JobSpec {
   // this much of one GPU's memory. Empty / 0: whole GPUs.
   std::string mig;
   int64_t gpu_share_bytes = 0;
+  // RDMA NICs each task counts on its node; 0: none counted.
+  int nics_per_task = 0;
   // Processes each task runs (torchrun's --nproc-per-node): ranks
   // task x processes_per_task + k, LOCAL_RANK k, all sharing the task's GPUs.
   int processes_per_task = 1;

@@ -46,6 +46,7 @@ ClusterState::ClusterState(const Cluster& cluster, bool track_ready_times)
     }
   }
   part_nodes_ = NodeMask(num_nodes());
+  no_nics_ = NodeMask(num_nodes());
   for (size_t i = 0; i < cluster.nodes.size(); ++i) {
     const NodeSpec& spec = cluster.nodes[i];
     Node& n = nodes_[i];
@@ -59,6 +60,8 @@ ClusterState::ClusterState(const Cluster& cluster, bool track_ready_times)
     n.free_memory = spec.memory_bytes;
     n.schedulable = true;
     n.parts.assign(spec.gpus, GpuPart{});
+    n.nics = spec.nics > 0 ? spec.nics : -1;
+    n.free_nics = std::max(n.nics, 0);
     n.gpu_memory = cluster.gpu_models[n.model].memory_bytes;
     if (spec.pool >= 0 && spec.pool < static_cast<int>(cluster.pools.size())) {
       const PoolSpec& pool = cluster.pools[spec.pool];
@@ -103,6 +106,9 @@ int ClusterState::TasksThatFit(int node, const JobShape& shape) const {
   }
   if (shape.memory_bytes_per_task > 0) {
     fit = std::min<int64_t>(fit, n.free_memory / shape.memory_bytes_per_task);
+  }
+  if (shape.nics_per_task > 0 && n.nics >= 0) {
+    fit = std::min(fit, std::max(n.free_nics, 0) / shape.nics_per_task);
   }
   return std::max(fit, 0);
 }
@@ -226,6 +232,19 @@ void ClusterState::Index(int node) {
   } else if (n.free_gpus > 0) {
     partial_[m * (kMaxGpusPerNode + 1) + n.free_gpus].Insert(node);
     partial_count_[m * (kMaxGpusPerNode + 1) + n.free_gpus] += 1;
+  }
+}
+
+void ClusterState::SetNics(int node, int nics) {
+  Node& n = nodes_[node];
+  int counted = 0;
+  for (const Allocation& a : n.allocations) counted += a.nics;
+  n.nics = nics;
+  n.free_nics = std::max(nics, 0) - counted;
+  if (nics == 0) {
+    no_nics_.Insert(node);
+  } else {
+    no_nics_.Erase(node);
   }
 }
 
@@ -366,8 +385,10 @@ void ClusterState::Allocate(JobId job, const Placement& placement,
     n.free_gpus -= std::popcount(t.gpu_mask);
     n.free_cpus -= shape.cpus_milli_per_task;
     n.free_memory -= shape.memory_bytes_per_task;
+    n.free_nics -= shape.nics_per_task;
     Allocation a{job, t.gpu_mask, shape.cpus_milli_per_task,
                  shape.memory_bytes_per_task, expected_end};
+    a.nics = shape.nics_per_task;
     if (t.partial()) {
       TakeSlice(job, n, t);
       a.slice_gpu = t.slice_gpu;
@@ -400,6 +421,7 @@ void ClusterState::Release(JobId job, const Placement& placement,
       n.free_gpus += std::popcount(it->gpu_mask);
       n.free_cpus += it->cpus;
       n.free_memory += it->memory;
+      n.free_nics += it->nics;
       if (it->slice_gpu >= 0) GiveSlice(n, *it);
       n.allocations.erase(it);
     }
@@ -506,6 +528,13 @@ absl::Status ClusterState::CheckInvariants() const {
         n.free_gpus != std::popcount(n.free_mask)) {
       return absl::InternalError(
           absl::StrCat("node ", i, ": free GPU mask out of date"));
+    }
+    int nics = 0;
+    for (const Allocation& a : n.allocations) nics += a.nics;
+    if (n.free_nics != std::max(n.nics, 0) - nics ||
+        no_nics_.Contains(i) != (n.nics == 0)) {
+      return absl::InternalError(
+          absl::StrCat("node ", i, ": free NICs out of date"));
     }
     if (n.free_cpus != n.cpus - cpus || n.free_memory != n.memory - mem) {
       return absl::InternalError(

@@ -115,6 +115,12 @@ class ClusterState {
   uint32_t FreeMask(int node) const { return nodes_[node].free_mask; }
   int64_t FreeCpus(int node) const { return nodes_[node].free_cpus; }
   int64_t FreeMemory(int node) const { return nodes_[node].free_memory; }
+  // Usable RDMA NICs of the node (its agent's report, else the cluster
+  // spec's `nics`; -1: not known, no limit) and those no task counts on.
+  int Nics(int node) const { return nodes_[node].nics; }
+  int FreeNics(int node) const { return nodes_[node].free_nics; }
+  // Nodes known to have no usable NIC: a job of several nodes avoids them.
+  const NodeMask& NodesWithoutNics() const { return no_nics_; }
   bool Schedulable(int node) const { return nodes_[node].schedulable; }
   bool IsIdle(int node) const {
     const Node& n = nodes_[node];
@@ -207,6 +213,10 @@ class ClusterState {
   // instance the GPU lacks is created there (`LayoutFor`); the last slice
   // task of a GPU that is not `pinned` leaving turns it whole again.
   void SetSchedulable(int node, bool schedulable);
+  // The node's usable NICs as its agent reports them (-1: not known). Tasks
+  // already counting on NICs keep them (free NICs may go below 0 until they
+  // end).
+  void SetNics(int node, int nics);
   void Allocate(JobId job, const Placement& placement, const JobShape& shape,
                 absl::Time expected_end);
   void Release(JobId job, const Placement& placement, const JobShape& shape);
@@ -224,6 +234,7 @@ class ClusterState {
     int slice_gpu = -1;  // a slice task: its GPU, instance start or share
     int mig_start = -1;
     int64_t share = 0;
+    int nics = 0;
   };
   struct Node {
     GpuModelId model = 0;
@@ -239,6 +250,8 @@ class ClusterState {
     std::vector<absl::Time> ready;  // [g] as inserted in ready_; empty: none
     std::vector<GpuPart> parts;     // [gpu]
     uint32_t part_mask = 0;         // GPUs whose part is not kWhole
+    int nics = -1;                  // -1: not known
+    int free_nics = 0;
     int pool = -1;
     bool mig_dynamic = false;
     bool sharing = true;
@@ -283,6 +296,7 @@ class ClusterState {
   std::vector<absl::btree_set<ReadyKey>> ready_;
   std::vector<std::vector<MigProfile>> pool_profiles_;  // [pool]
   NodeMask part_nodes_;
+  NodeMask no_nics_;
 };
 
 }  // namespace loom

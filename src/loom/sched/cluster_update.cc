@@ -182,6 +182,11 @@ absl::StatusOr<Scheduler::ClusterChange> Scheduler::UpdateCluster(
     if (map.node[i] >= 0) {
       state->SetSchedulable(map.node[i],
                             state_->Schedulable(static_cast<int>(i)));
+      // NICs its agent reported (not the old spec's count) stay.
+      const int nics = state_->Nics(static_cast<int>(i));
+      if (nics != (from.nodes[i].nics > 0 ? from.nodes[i].nics : -1)) {
+        state->SetNics(map.node[i], nics);
+      }
     }
   }
   std::vector<std::pair<std::string, std::vector<std::string>>> images;

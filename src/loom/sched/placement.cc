@@ -335,6 +335,9 @@ bool CouldEverRun(const Cluster& cluster, const JobShape& shape,
         fit = std::min<int64_t>(fit,
                                 n.memory_bytes / shape.memory_bytes_per_task);
       }
+      if (shape.nics_per_task > 0 && n.nics > 0) {
+        fit = std::min(fit, n.nics / shape.nics_per_task);
+      }
       if (shape.OnOneNode(n.gpus) && fit >= shape.tasks) return true;
       slots += shape.TasksPerNode(fit);
     }

@@ -48,6 +48,17 @@ ShapeKey KeyOf(const JobShape& s, const NodeMask* avoid) {
           s.slice.share_bytes};
 }
 
+// Whether the job's tasks cannot all share one node: then its nodes talk
+// over RDMA and need usable NICs.
+bool SpansNodes(const ClusterState& st, const Cluster& c, const JobShape& s) {
+  if (s.slice.partial() || s.tasks <= 1) return false;
+  int most = 0;
+  for (GpuModelId m : CandidateModels(c, s)) {
+    most = std::max(most, st.MaxNodeGpus(m));
+  }
+  return !s.OnOneNode(most);
+}
+
 // Whole GPUs, or parts of GPUs (slice_placement.h) for a slice shape.
 std::optional<Placement> Place(const ClusterState& state, const JobShape& shape,
                                const NodeMask* avoid, const NodeMask* prefer,
@@ -114,6 +125,7 @@ class Scheduler::Context : public SchedulingContext {
     NodeMask scratch;
     avoid = s_->AvoidClaimed(job, avoid, &scratch);
     const bool own_mask = avoid == &scratch;
+    avoid = AvoidWithoutNics(job, avoid);
     ShapeKey key = KeyOf(shape, avoid);
     if (auto it = failed_.find(key); !own_mask && it != failed_.end()) {
       SetReason(id, it->second);
@@ -179,6 +191,23 @@ class Scheduler::Context : public SchedulingContext {
   // Why a job with a node selector does not fit: no node matches it, or
   // the matching ones (so many, so many of them schedulable) lack room.
   PendingReason SelectorReason(const SchedJob& job) const {
+  // `avoid` and, for a job whose tasks span nodes, the nodes without usable
+  // NICs (either may be null). Lives as long as this pass.
+  const NodeMask* AvoidWithoutNics(const SchedJob& job, const NodeMask* avoid) {
+    const NodeMask& none = s_->state_->NodesWithoutNics();
+    if (none.Empty() ||
+        !SpansNodes(*s_->state_, *s_->cluster_, job.request.shape)) {
+      return avoid;
+    }
+    if (avoid == nullptr) return &none;
+    auto [it, inserted] = without_nics_.try_emplace(avoid);
+    if (inserted) {
+      it->second = none;
+      it->second.UnionWith(*avoid);
+    }
+    return &it->second;
+  }
+
     PendingReason why;
     why.gpu_model = job.request.shape.gpu_model;
     const int matching = s_->node_labels_.Matching(job.selector);
@@ -219,6 +248,7 @@ class Scheduler::Context : public SchedulingContext {
 };
 
 Reservation Scheduler::Context::Reserve(JobId id) {
+  absl::node_hash_map<const NodeMask*, NodeMask> without_nics_;
   const SchedJob& job = s_->jobs_.at(id);
   const JobShape& shape = job.request.shape;
   const ClusterState& st = *s_->state_;
@@ -769,6 +799,11 @@ std::string Scheduler::ExplainPending(JobId id, absl::Time now) const {
   // Quotas are guaranteed shares, not caps: past its quota a project runs
   // only on GPUs nobody else claims. Say so when that is why it waits.
   const ProjectUsage& p = projects_[job->project];
+  if (const int none = state_->NodesWithoutNics().Count();
+      none > 0 && SpansNodes(*state_, *cluster_, job->request.shape)) {
+    absl::StrAppend(&text, "; ", none, none == 1 ? " node has" : " nodes have",
+                    " no usable RDMA NIC and take no job of several nodes");
+  }
   const int need = job->request.shape.TotalGpus();
   if (p.quota_gpus > 0 && p.running_gpus + need > p.quota_gpus) {
     absl::StrAppend(&text, "; project ", p.name, " holds ", p.running_gpus,

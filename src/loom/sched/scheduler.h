@@ -225,6 +225,12 @@ class Scheduler {
   const SchedJob* Find(JobId id) const;
   // The pending reason of a pending job, as data and as text.
   PendingReason ReasonFor(const SchedJob& job) const;
+  // The node's usable RDMA NICs as its agent reports them (-1: not known;
+  // until then the cluster spec's `nics` count, when it declares any). A
+  // job whose tasks must span nodes is not placed on a node with none, and
+  // `nics_per_task` counts against them (docs/scheduling.md "NICs"). A node
+  // id out of range is ignored.
+  void SetNodeNics(int node, int nics);
   std::string ExplainPending(JobId id, absl::Time now) const;
 
   const ClusterState& state() const { return *state_; }

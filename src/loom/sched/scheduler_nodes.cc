@@ -52,6 +52,11 @@ void Scheduler::SetNodeImages(int node,
   held = std::move(next);
 }
 
+void Scheduler::SetNodeNics(int node, int nics) {
+  if (node < 0 || node >= state_->num_nodes()) return;
+  state_->SetNics(node, nics);
+}
+
 void Scheduler::SetNodeLabels(int node,
                               std::map<std::string, std::string> labels) {
   node_labels_.Set(node, std::move(labels));

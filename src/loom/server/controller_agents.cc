@@ -255,6 +255,15 @@ absl::StatusOr<nlohmann::json> Controller::Register(const nlohmann::json& body,
   ApplyHealth(n, body, now, &dirty);
   ApplyMaintenanceReport(n, body);
   ApplyImages(n, body);
+  // Usable RDMA NICs (docs/agent.md "NICs"): those up; an agent that
+  // reports no list leaves the cluster spec's count.
+  if (auto nics = body.find("nics"); nics != body.end() && nics->is_array()) {
+    int usable = 0;
+    for (const nlohmann::json& nic : *nics) {
+      if (nic.is_object() && nic.value("state", "") == "ACTIVE") ++usable;
+    }
+    scheduler_->SetNodeNics(n, usable);
+  }
   (void)Persist(dirty);
   reply["heartbeat_interval_ms"] =
       absl::ToInt64Milliseconds(options_.heartbeat_interval);
