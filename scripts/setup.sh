@@ -10,7 +10,9 @@
 # and runc for running tasks in images, ansible-core for the playbook in
 # deploy/ansible that tests/package_test.sh runs, and wrk, the load of the
 # services test and benchmark). Every set-up has haproxy: `loom gateway`
-# runs it (docs/services.md). --bench installs --test's
+# runs it (docs/services.md), and rclone: agents fill their dataset cache
+# with it and the server lists datasets with it (docs/datasets.md); the
+# dataset test serves its cold store with `rclone serve http`. --bench installs --test's
 # packages plus what only the benchmarks need: stress-ng, which saturates the
 # CPUs in bench/liveness.sh.
 set -euo pipefail
@@ -24,7 +26,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libabsl-dev libyaml-cpp-dev nlohmann-json3-dev libfmt-dev libcli11-dev
   libsqlite3-dev libcpp-httplib-dev libarchive-dev
-  libgtest-dev libgmock-dev libbenchmark-dev time curl haproxy
+  libgtest-dev libgmock-dev libbenchmark-dev time curl haproxy rclone
 )
 if [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; then
   PACKAGES+=(python3-torch prometheus chromium etcd-server etcd-client
