@@ -22,9 +22,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "loom/common/units.h"
+#include "loom/trace/csv.h"
 
 namespace loom {
 namespace {
@@ -40,124 +42,17 @@ constexpr int kMaxGpus = 100000;
 constexpr double kMaxSeconds = 1e11;
 // The longest id, project, user, priority or GPU model accepted.
 constexpr size_t kMaxTextBytes = 256;
-// How much of a bad value an error message quotes.
-constexpr size_t kMaxQuotedBytes = 64;
 
-constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
-
-// Debian's Abseil is built with its own `absl::string_view`, which does not
-// convert from `std::string_view`; this bridges the two.
-absl::string_view Av(std::string_view s) {
-  return absl::string_view(s.data(), s.size());
-}
-
-// Quotes `text` for an error message: C-escaped (so NULs and control bytes
-// stay readable) and cut to `kMaxQuotedBytes`.
-std::string Quote(std::string_view text) {
-  if (text.size() <= kMaxQuotedBytes) {
-    return absl::StrCat("'", absl::CHexEscape(Av(text)), "'");
-  }
-  return absl::StrCat("'",
-                      absl::CHexEscape(Av(text.substr(0, kMaxQuotedBytes))),
-                      "...' (", text.size(), " bytes)");
-}
-
-bool IsSpace(char c) { return c == ' ' || c == '\t'; }
-
-std::string_view TrimSpace(std::string_view s) {
-  while (!s.empty() && IsSpace(s.front())) s.remove_prefix(1);
-  while (!s.empty() && IsSpace(s.back())) s.remove_suffix(1);
-  return s;
-}
-
-bool IsBlank(std::string_view s) {
-  return std::all_of(s.begin(), s.end(),
-                     [](char c) { return IsSpace(c) || c == '\r'; });
-}
-
-// Splits one line (without its line end) into fields, following RFC 4180
-// except that a quoted field cannot span lines. Unquoted fields are views into
-// `line`; quoted ones are unescaped into `scratch`, whose capacity is reserved
-// up front so that the views stay valid. Returns "" on success, else what is
-// wrong with the line.
-std::string SplitCsvLine(std::string_view line,
-                         std::vector<std::string_view>* fields,
-                         std::string* scratch) {
-  fields->clear();
-  scratch->clear();
-  scratch->reserve(line.size());
-  const size_t n = line.size();
-  size_t i = 0;
-  while (true) {
-    size_t j = i;
-    while (j < n && IsSpace(line[j])) ++j;
-    if (j < n && line[j] == '"') {
-      const size_t begin = scratch->size();
-      ++j;
-      bool closed = false;
-      while (j < n) {
-        const char c = line[j];
-        if (c == '"') {
-          if (j + 1 < n && line[j + 1] == '"') {
-            scratch->push_back('"');
-            j += 2;
-            continue;
-          }
-          closed = true;
-          ++j;
-          break;
-        }
-        scratch->push_back(c);
-        ++j;
-      }
-      if (!closed) {
-        return absl::StrCat("field ", fields->size() + 1,
-                            ": unterminated quoted field");
-      }
-      while (j < n && IsSpace(line[j])) ++j;
-      fields->emplace_back(scratch->data() + begin, scratch->size() - begin);
-      if (j == n) return "";
-      if (line[j] != ',') {
-        return absl::StrCat("field ", fields->size(),
-                            ": text after the closing quote");
-      }
-      i = j + 1;
-    } else {
-      const size_t comma = line.find(',', i);
-      if (comma == std::string_view::npos) {
-        fields->push_back(line.substr(i));
-        return "";
-      }
-      fields->push_back(line.substr(i, comma - i));
-      i = comma + 1;
-    }
-  }
-}
+using csv::Av;
+using csv::IsBlank;
+using csv::kUtf8Bom;
+using csv::ParseNumber;
+using csv::Quote;
+using csv::SplitCsvLine;
+using csv::TrimSpace;
 
 // The parsers below read one cell. Each returns true on success; on failure
 // it sets `*error` to `<column>: <reason>` and returns false.
-
-bool ParseNumber(absl::string_view column, std::string_view cell, double* out,
-                 std::string* error) {
-  const std::string_view text = TrimSpace(cell);
-  if (text.empty()) {
-    *error = absl::StrCat(column, ": empty");
-    return false;
-  }
-  double value = 0;
-  const char* const end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (ec != std::errc() || ptr != end) {
-    *error = absl::StrCat(column, ": not a number: ", Quote(cell));
-    return false;
-  }
-  if (!std::isfinite(value)) {
-    *error = absl::StrCat(column, ": not a finite number: ", Quote(cell));
-    return false;
-  }
-  *out = value;
-  return true;
-}
 
 // Parses a number of seconds in [0, kMaxSeconds], or in (0, kMaxSeconds]
 // when `positive`.
@@ -353,6 +248,9 @@ struct Columns {
   int time_limit = -1;
   // Alibaba only.
   int gpu_milli = -1;
+  int gpu_spec = -1;
+  int cpu_milli = -1;
+  int memory_mib = -1;
   int qos = -1;
   int deletion = -1;
   int scheduled = -1;
@@ -386,6 +284,9 @@ constexpr ColumnSpec kAlibabaColumns[] = {
     {"name", &Columns::id, true},
     {"num_gpu", &Columns::gpus, true},
     {"gpu_milli", &Columns::gpu_milli, false},
+    {"gpu_spec", &Columns::gpu_spec, false},
+    {"cpu_milli", &Columns::cpu_milli, false},
+    {"memory_mib", &Columns::memory_mib, false},
     {"qos", &Columns::qos, false},
     {"creation_time", &Columns::submit, true},
     {"deletion_time", &Columns::deletion, true},
@@ -617,15 +518,19 @@ RowOutcome ParseAlibabaRow(const Columns& c,
   if (TrimSpace(f[c.scheduled]).empty()) {
     return RowOutcome::kSkipNeverScheduled;
   }
-  // A sharing pod (num_gpu 1, gpu_milli < 1000) takes one whole GPU, because
-  // loom does not share GPUs; gpu_milli is only checked for sanity.
   job->num_gpus = gpus;
   double milli = 0;
   double deletion = 0;
   double scheduled = 0;
-  if (!ParseId(c, f, job, error) ||
-      (c.gpu_milli >= 0 && !TrimSpace(f[c.gpu_milli]).empty() &&
-       !ParseNumber(Name(c, c.gpu_milli), f[c.gpu_milli], &milli, error)) ||
+  double cpu = 0;
+  double memory = 0;
+  const auto optional_number = [&](int index, double* out) {
+    return index < 0 || TrimSpace(f[index]).empty() ||
+           ParseNumber(Name(c, index), f[index], out, error);
+  };
+  if (!ParseId(c, f, job, error) || !optional_number(c.gpu_milli, &milli) ||
+      !optional_number(c.cpu_milli, &cpu) ||
+      !optional_number(c.memory_mib, &memory) ||
       !ParseSeconds(Name(c, c.submit), f[c.submit], false, &job->submit_s,
                     error) ||
       !ParseSeconds(Name(c, c.deletion), f[c.deletion], false, &deletion,
@@ -634,11 +539,52 @@ RowOutcome ParseAlibabaRow(const Columns& c,
                     error)) {
     return RowOutcome::kBad;
   }
-  if (milli < 0 || milli > 1000) {
-    *error =
-        absl::StrCat(Name(c, c.gpu_milli), ": must be from 0 to 1000, got ",
-                     Quote(TrimSpace(f[c.gpu_milli])));
+  if (milli < 0 || milli > 1000 || milli != std::floor(milli)) {
+    *error = absl::StrCat(Name(c, c.gpu_milli),
+                          ": must be a whole number from 0 to 1000, got ",
+                          Quote(TrimSpace(f[c.gpu_milli])));
     return RowOutcome::kBad;
+  }
+  for (const auto& [index, value] :
+       {std::pair{c.cpu_milli, cpu}, std::pair{c.memory_mib, memory}}) {
+    if (value < 0 || value > 1e12) {
+      *error = absl::StrCat(Name(c, index), ": must be from 0 to 1e12, got ",
+                            Quote(TrimSpace(f[index])));
+      return RowOutcome::kBad;
+    }
+  }
+  // A sharing pod (num_gpu 1, gpu_milli 1..999) takes part of one GPU;
+  // gpu_milli 0 or 1000, or several GPUs, take whole GPUs.
+  if (gpus == 1 && milli > 0 && milli < 1000) {
+    job->gpu_milli = static_cast<int>(milli);
+  }
+  job->cpu_milli = static_cast<int64_t>(cpu);
+  job->memory_mib = static_cast<int64_t>(memory);
+  // gpu_spec: the models the pod may use, joined by `|`; empty: any.
+  if (c.gpu_spec >= 0 && !TrimSpace(f[c.gpu_spec]).empty()) {
+    std::vector<std::string> models;
+    for (const absl::string_view part :
+         absl::StrSplit(Av(TrimSpace(f[c.gpu_spec])), '|')) {
+      std::string model;
+      if (!ParseGpuModel(Name(c, c.gpu_spec),
+                         std::string_view(part.data(), part.size()), &model,
+                         error)) {
+        return RowOutcome::kBad;
+      }
+      if (model.empty()) {
+        *error = absl::StrCat(Name(c, c.gpu_spec), ": an empty model in ",
+                              Quote(TrimSpace(f[c.gpu_spec])));
+        return RowOutcome::kBad;
+      }
+      if (std::find(models.begin(), models.end(), model) == models.end()) {
+        models.push_back(std::move(model));
+      }
+    }
+    if (models.size() == 1) {
+      job->gpu_model = std::move(models[0]);
+    } else {
+      job->gpu_model_choices = std::move(models);
+    }
   }
   job->duration_s = deletion - scheduled;
   if (!(job->duration_s > 0)) {

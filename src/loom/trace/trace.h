@@ -10,6 +10,7 @@
 // The reader is a pure function of its input bytes: it keeps no state, so
 // it may be called from several threads at once.
 
+#include <cstdint>
 #include <istream>
 #include <optional>
 #include <string>
@@ -47,6 +48,18 @@ struct TraceJob {
   int num_gpus = 1;
   // The GPU model the job asks for, in lower case; "" means any model.
   std::string gpu_model;
+  // Several GPU models the job may use, in lower case, when the trace lists
+  // more than one (Alibaba's `gpu_spec` `V100M16|V100M32`); `gpu_model` is
+  // then "". Empty otherwise.
+  std::vector<std::string> gpu_model_choices;
+  // A job of one task on part of one GPU (Alibaba's sharing pods): its share
+  // in thousandths of a GPU, 1 to 999; `num_gpus` is then 1. 0: the job
+  // takes whole GPUs.
+  int gpu_milli = 0;
+  // CPU (thousandths of a core) and memory (MiB) of the whole job; 0 when
+  // the trace does not say. Only the Alibaba pod list gives them.
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
   // The project (team) the job belongs to; "" when the trace has none. For
   // Philly this is the `cluster` (virtual cluster) column.
   std::string project;

@@ -487,7 +487,7 @@ TEST(BadInputTest, ItpAndAlibabaBadLines) {
       ElementsAre(
           "line 2: deletion_time: must be after scheduled_time (run time 0 s)",
           "line 4: num_gpu: must be a whole number from 0 to 100000, got '-1'",
-          "line 5: gpu_milli: must be from 0 to 1000, got '1500'",
+          "line 5: gpu_milli: must be a whole number from 0 to 1000, got '1500'",
           "line 6: deletion_time: not a number: 'x'"));
 }
 
