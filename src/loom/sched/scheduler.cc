@@ -62,9 +62,12 @@ bool SpansNodes(const ClusterState& st, const Cluster& c, const JobShape& s) {
 // Whole GPUs, or parts of GPUs (slice_placement.h) for a slice shape.
 std::optional<Placement> Place(const ClusterState& state, const JobShape& shape,
                                const NodeMask* avoid, const NodeMask* prefer,
-                               PendingReason* why) {
+                               PendingReason* why,
+                               const SchedulerOptions& options) {
   if (shape.slice.partial()) {
-    return FindSlicePlacement(state, shape, avoid, why);
+    return FindSlicePlacement(
+        state, shape, avoid, why,
+        SliceScoring{options.slice_score, &options.target_workload});
   }
   return FindPlacement(state, shape, avoid, prefer, why);
 }
@@ -122,10 +125,10 @@ class Scheduler::Context : public SchedulingContext {
     // claimed for other jobs' preemptions are out of bounds too; a mask made
     // for this job alone is not remembered across jobs.
     avoid = AvoidFor(job, avoid);
+    avoid = AvoidWithoutNics(job, avoid);
     NodeMask scratch;
     avoid = s_->AvoidClaimed(job, avoid, &scratch);
     const bool own_mask = avoid == &scratch;
-    avoid = AvoidWithoutNics(job, avoid);
     ShapeKey key = KeyOf(shape, avoid);
     if (auto it = failed_.find(key); !own_mask && it != failed_.end()) {
       SetReason(id, it->second);
@@ -140,10 +143,10 @@ class Scheduler::Context : public SchedulingContext {
     // A replica of a spread group: away from the group's nodes first.
     NodeMask spread_scratch;
     if (const NodeMask* spread = s_->SpreadAvoid(job, avoid, &spread_scratch)) {
-      p = Place(*s_->state_, shape, spread, prefer, nullptr);
+      p = Place(*s_->state_, shape, spread, prefer, nullptr, s_->options_);
     }
     if (!p.has_value()) {
-      p = Place(*s_->state_, shape, avoid, prefer, &why);
+      p = Place(*s_->state_, shape, avoid, prefer, &why, s_->options_);
     }
     if (!p.has_value()) {
       if (job.selector != 0) why = SelectorReason(job);
@@ -188,9 +191,6 @@ class Scheduler::Context : public SchedulingContext {
     return &it->second;
   }
 
-  // Why a job with a node selector does not fit: no node matches it, or
-  // the matching ones (so many, so many of them schedulable) lack room.
-  PendingReason SelectorReason(const SchedJob& job) const {
   // `avoid` and, for a job whose tasks span nodes, the nodes without usable
   // NICs (either may be null). Lives as long as this pass.
   const NodeMask* AvoidWithoutNics(const SchedJob& job, const NodeMask* avoid) {
@@ -208,6 +208,9 @@ class Scheduler::Context : public SchedulingContext {
     return &it->second;
   }
 
+  // Why a job with a node selector does not fit: no node matches it, or
+  // the matching ones (so many, so many of them schedulable) lack room.
+  PendingReason SelectorReason(const SchedJob& job) const {
     PendingReason why;
     why.gpu_model = job.request.shape.gpu_model;
     const int matching = s_->node_labels_.Matching(job.selector);
@@ -245,10 +248,10 @@ class Scheduler::Context : public SchedulingContext {
   absl::flat_hash_map<ShapeKey, PendingReason> failed_;
   // (selector, policy's avoid) -> both combined (`AvoidFor`).
   absl::node_hash_map<std::pair<int, const NodeMask*>, NodeMask> combined_;
+  absl::node_hash_map<const NodeMask*, NodeMask> without_nics_;
 };
 
 Reservation Scheduler::Context::Reserve(JobId id) {
-  absl::node_hash_map<const NodeMask*, NodeMask> without_nics_;
   const SchedJob& job = s_->jobs_.at(id);
   const JobShape& shape = job.request.shape;
   const ClusterState& st = *s_->state_;
@@ -436,7 +439,7 @@ bool Scheduler::Context::PreemptFor(JobId for_job,
       st.Release(cand[idx]->request.id, cand[idx]->placement,
                  cand[idx]->request.shape);
     }
-    found = Place(st, shape, excluded, prefer, nullptr);
+    found = Place(st, shape, excluded, prefer, nullptr, s_->options_);
     if (found.has_value()) break;
   }
   // Undo the trial; victims keep their GPUs until they actually stop.
@@ -796,14 +799,14 @@ std::string Scheduler::ExplainPending(JobId id, absl::Time now) const {
     absl::StrAppend(&text, " (queued: no restart on hot spares, ",
                     job->recovery_fallback, ")");
   }
-  // Quotas are guaranteed shares, not caps: past its quota a project runs
-  // only on GPUs nobody else claims. Say so when that is why it waits.
-  const ProjectUsage& p = projects_[job->project];
   if (const int none = state_->NodesWithoutNics().Count();
       none > 0 && SpansNodes(*state_, *cluster_, job->request.shape)) {
     absl::StrAppend(&text, "; ", none, none == 1 ? " node has" : " nodes have",
                     " no usable RDMA NIC and take no job of several nodes");
   }
+  // Quotas are guaranteed shares, not caps: past its quota a project runs
+  // only on GPUs nobody else claims. Say so when that is why it waits.
+  const ProjectUsage& p = projects_[job->project];
   const int need = job->request.shape.TotalGpus();
   if (p.quota_gpus > 0 && p.running_gpus + need > p.quota_gpus) {
     absl::StrAppend(&text, "; project ", p.name, " holds ", p.running_gpus,

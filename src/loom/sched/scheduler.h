@@ -17,6 +17,7 @@
 #include "loom/sched/node_labels.h"
 #include "loom/sched/node_mask.h"
 #include "loom/sched/queue_policy.h"
+#include "loom/sched/slice_placement.h"
 
 namespace loom {
 
@@ -24,6 +25,13 @@ struct SchedulerOptions {
   // Fair-share accounting: GPU-seconds used by a project lose half their
   // weight after this long (Slurm's PriorityDecayHalfLife; default 7 days).
   absl::Duration usage_half_life = absl::Hours(24 * 7);
+  // Where shares of GPUs go (slice_placement.h): best fit (the default), or
+  // `kFgd`, where the expected fragmentation of `target_workload` grows
+  // least (the caller supplies the workload's task types; the simulator
+  // counts its trace's). Whole-GPU, gang and MIG placement are the same
+  // under both.
+  SliceScore slice_score = SliceScore::kBestFit;
+  TargetWorkload target_workload;
 };
 
 // The answer to "can this job run here?" at submit time.
@@ -217,6 +225,12 @@ class Scheduler {
   // (`NodeSpec::labels`). A node id out of range is ignored. Pure state:
   // nothing is scheduled until the next `Schedule`.
   void SetNodeLabels(int node, std::map<std::string, std::string> labels);
+  // The node's usable RDMA NICs as its agent reports them (-1: not known;
+  // until then the cluster spec's `nics` count, when it declares any). A
+  // job whose tasks must span nodes is not placed on a node with none, and
+  // `nics_per_task` counts against them (docs/scheduling.md "NICs"). A node
+  // id out of range is ignored.
+  void SetNodeNics(int node, int nics);
   const NodeLabels& node_labels() const { return node_labels_; }
 
   // Runs one scheduling pass at `now`.
@@ -225,12 +239,6 @@ class Scheduler {
   const SchedJob* Find(JobId id) const;
   // The pending reason of a pending job, as data and as text.
   PendingReason ReasonFor(const SchedJob& job) const;
-  // The node's usable RDMA NICs as its agent reports them (-1: not known;
-  // until then the cluster spec's `nics` count, when it declares any). A
-  // job whose tasks must span nodes is not placed on a node with none, and
-  // `nics_per_task` counts against them (docs/scheduling.md "NICs"). A node
-  // id out of range is ignored.
-  void SetNodeNics(int node, int nics);
   std::string ExplainPending(JobId id, absl::Time now) const;
 
   const ClusterState& state() const { return *state_; }

@@ -2,21 +2,24 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "loom/common/units.h"
+#include "loom/sched/placement.h"
 
 namespace loom {
 namespace {
 
-// A candidate GPU for one task, ranked by `key` (lower is better): the
-// class (0: a free instance or room on a shared GPU, 1: an idle MIG GPU
-// partitioned anew, 2: a free whole GPU converted), then the class's own
-// best-fit measure, then node and GPU ids for determinism.
+// A candidate GPU for one task, ranked by `key` (lower is better): the fgd
+// score (the growth of the expected fragmentation in millionths of a GPU;
+// 0 under best fit), the class (0: a free instance or room on a shared GPU,
+// 1: an idle MIG GPU partitioned anew, 2: a free whole GPU converted), then
+// the class's own best-fit measure, then node and GPU ids for determinism.
 struct Candidate {
-  std::array<int64_t, 4> key = {INT64_MAX, 0, 0, 0};
+  std::array<int64_t, 5> key = {INT64_MAX, 0, 0, 0, 0};
   TaskPlacement task;
   bool found() const { return key[0] != INT64_MAX; }
 };
@@ -32,21 +35,29 @@ int ProfileIndex(const std::vector<MigProfile>& profiles,
 class SliceSearch {
  public:
   SliceSearch(const ClusterState& state, const JobShape& shape,
-              const NodeMask* avoid)
-      : state_(state), shape_(shape), avoid_(avoid) {}
+              const NodeMask* avoid, const SliceScoring& scoring)
+      : state_(state),
+        shape_(shape),
+        avoid_(avoid),
+        fgd_(scoring.score == SliceScore::kFgd && scoring.workload != nullptr &&
+                     !scoring.workload->empty() && shape.slice.mig.empty()
+                 ? scoring.workload
+                 : nullptr) {}
 
   std::optional<Placement> Run() {
     Placement p;
     p.gpu_model = shape_.gpu_model;
     for (int t = 0; t < shape_.tasks; ++t) {
       Candidate best;
-      // Classes 0 and 1 live on nodes with partial GPUs only; a whole GPU
-      // (class 2) is looked for only when they have nothing.
+      fgd_node_ = -1;  // earlier tasks changed what is free
+      // Classes 0 and 1 live on nodes with partial GPUs only; under best
+      // fit a whole GPU (class 2) is looked for only when they have nothing,
+      // under fgd always.
       state_.PartNodes().ForEachUntil([&](int node) {
         ConsiderNode(node, /*whole=*/false, &best);
         return true;
       });
-      if (!best.found()) {
+      if (!best.found() || fgd_ != nullptr) {
         for (int node = 0; node < state_.num_nodes(); ++node) {
           ConsiderNode(node, /*whole=*/true, &best);
         }
@@ -125,7 +136,7 @@ class SliceSearch {
                       state_.GpuMemory(node) < shape_.slice.share_bytes) {
           continue;
         }
-        c.key = {2, free_whole, node, g};
+        c.key = {0, 2, free_whole, node, g};
       } else if (mig) {
         if (part.mode != GpuMode::kMig) continue;
         int free_left = -1, start = -1;
@@ -137,10 +148,10 @@ class SliceSearch {
           }
         }
         if (start >= 0) {
-          c.key = {0, free_left, node, g};
+          c.key = {0, 0, free_left, node, g};
           c.task.mig_start = start;
         } else if (part.tasks == 0 && state_.MigDynamic(node)) {
-          c.key = {1, free_whole, node, g};
+          c.key = {0, 1, free_whole, node, g};
         } else {
           continue;
         }
@@ -149,8 +160,9 @@ class SliceSearch {
         const int64_t left =
             part.capacity - part.used - shape_.slice.share_bytes;
         if (left < 0) continue;
-        c.key = {0, left, node, g};
+        c.key = {0, 0, left, node, g};
       }
+      if (fgd_ != nullptr) c.key[0] = FgdScore(node, g);
       if (mig) {
         c.task.mig_profile = profile;
         if (c.task.mig_start < 0) {
@@ -163,6 +175,47 @@ class SliceSearch {
     }
   }
 
+  // The growth of the node's expected fragmentation (in millionths of a
+  // GPU) when a share of this job takes GPU `g` (a shared one, or a free
+  // whole one turned shared). GPUs of a node with the same room score the same,
+  // so each node's score per room is computed once per task.
+  int64_t FgdScore(int node, int g) {
+    if (fgd_node_ != node) {
+      fgd_node_ = node;
+      fgd_memo_.clear();
+      fgd_free_ = NodeFreeOf(state_, node);
+      // Earlier tasks of this job placed on the node (not yet allocated).
+      for (const auto& [n, gpu] : taken_) {
+        if (n != node) continue;
+        fgd_free_.free[gpu] = std::max<int64_t>(
+            0, fgd_free_.free[gpu] - shape_.slice.share_bytes);
+      }
+      if (const std::pair<int64_t, int64_t>* u = UseOf(node)) {
+        fgd_free_.cpus_milli -= u->first;
+        fgd_free_.memory_bytes -= u->second;
+      }
+      fgd_before_ = ExpectedFragmentation(fgd_free_, *fgd_);
+    }
+    const int64_t room = fgd_free_.free[g];
+    for (const auto& [r, score] : fgd_memo_) {
+      if (r == room) return score;
+    }
+    NodeFree after = fgd_free_;
+    after.free[g] = room - shape_.slice.share_bytes;
+    after.cpus_milli -= shape_.cpus_milli_per_task;
+    after.memory_bytes -= shape_.memory_bytes_per_task;
+    const double delta = ExpectedFragmentation(after, *fgd_) - fgd_before_;
+    const int64_t score = static_cast<int64_t>(std::llround(delta * 1e6));
+    fgd_memo_.push_back({room, score});
+    return score;
+  }
+  const std::pair<int64_t, int64_t>* UseOf(int node) const {
+    for (const auto& [n, use] : use_) {
+      if (n == node) return &use;
+    }
+    return nullptr;
+  }
+
   GpuModelId chosen_model() const {
     return taken_.empty() ? shape_.gpu_model
                           : state_.NodeModel(taken_[0].first);
@@ -171,17 +224,36 @@ class SliceSearch {
   const ClusterState& state_;
   const JobShape& shape_;
   const NodeMask* avoid_;
+  const TargetWorkload* fgd_;  // null: best fit
+  // The fgd score's node being scored, its free state and expected
+  // fragmentation before the task, and scores by room.
+  int fgd_node_ = -1;
+  NodeFree fgd_free_;
+  double fgd_before_ = 0;
+  std::vector<std::pair<int64_t, int64_t>> fgd_memo_;
   std::vector<std::pair<int, int>> taken_;  // (node, GPU) of earlier tasks
   std::vector<std::pair<int, std::pair<int64_t, int64_t>>> use_;
 };
 
 }  // namespace
 
+absl::StatusOr<SliceScore> ParseSliceScore(std::string_view name) {
+  if (name == "best_fit") return SliceScore::kBestFit;
+  if (name == "fgd") return SliceScore::kFgd;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown slice score '", std::string(name), "' (use best_fit or fgd)"));
+}
+
+std::string_view SliceScoreName(SliceScore score) {
+  return score == SliceScore::kFgd ? "fgd" : "best_fit";
+}
+
 std::optional<Placement> FindSlicePlacement(const ClusterState& state,
                                             const JobShape& shape,
                                             const NodeMask* avoid,
-                                            PendingReason* why) {
-  std::optional<Placement> p = SliceSearch(state, shape, avoid).Run();
+                                            PendingReason* why,
+                                            const SliceScoring& scoring) {
+  std::optional<Placement> p = SliceSearch(state, shape, avoid, scoring).Run();
   if (p.has_value() || why == nullptr) return p;
   *why = PendingReason{};
   why->code = PendingReason::Code::kNoSliceFits;

@@ -15,26 +15,50 @@
 //   a shared one (again on the fullest node).
 // - The whole-GPU placement (placement.h) never sees MIG or shared GPUs:
 //   they are not free as whole GPUs.
+// - The `fgd` score (`SliceScore::kFgd`) places a share instead on the GPU
+//   (a shared one with room, or a free whole one of a pool that shares)
+//   where the expected fragmentation of a target workload grows least
+//   (frag_score.h, after FGD, ATC'23); ties go by best fit. MIG tasks and
+//   whole GPUs are placed as above under either score.
 // Pure: reads `state`, never modifies it.
 
 #include <optional>
 #include <string>
+#include <string_view>
 
+#include "absl/status/statusor.h"
 #include "loom/core/job.h"
 #include "loom/sched/cluster_state.h"
+#include "loom/sched/frag_score.h"
 #include "loom/sched/node_mask.h"
 #include "loom/sched/pending_reason.h"
 
 namespace loom {
 
+// How shares are placed: `kBestFit` (the default) or `kFgd`.
+enum class SliceScore { kBestFit, kFgd };
+
+// Parses `best_fit` or `fgd`; InvalidArgument naming the text otherwise.
+absl::StatusOr<SliceScore> ParseSliceScore(std::string_view name);
+std::string_view SliceScoreName(SliceScore score);
+
+// The score and, for `kFgd`, the target workload (not owned; must outlive
+// the call). `kFgd` with no workload or an empty one places by best fit.
+struct SliceScoring {
+  SliceScore score = SliceScore::kBestFit;
+  const TargetWorkload* workload = nullptr;
+};
+
 // Where the slice tasks of `shape` (`shape.slice.partial()`) fit now, or
 // nullopt with `*why` (if given) saying what is missing. Nodes in `avoid`
 // (may be null) are not used. A placement that changes a GPU's layout says
-// so through `ClusterState::LayoutFor` of its tasks.
+// so through `ClusterState::LayoutFor` of its tasks. Whether a placement
+// exists does not depend on `scoring`, only where it is.
 std::optional<Placement> FindSlicePlacement(const ClusterState& state,
                                             const JobShape& shape,
                                             const NodeMask* avoid,
-                                            PendingReason* why);
+                                            PendingReason* why,
+                                            const SliceScoring& scoring = {});
 
 // Whether the slice job could ever run on this cluster, every node up and
 // empty: a node of a usable model whose pool has the MIG profile (declared
