@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "loom/core/container_spec_yaml.h"
+#include "loom/core/dataset_spec_yaml.h"
 #include "loom/core/job_array.h"
 #include "loom/core/job_dependency_yaml.h"
 #include "loom/core/spec_reader.h"
@@ -392,7 +393,8 @@ absl::StatusOr<JobSpec> JobSpecParser::Parse(const YAML::Node& root) {
                             "cancel",      "hold",
                             "labels",      "node_selector",
                             "dependency",  "kill_on_invalid_dep",
-                            "array",       "spares"});
+                            "array",       "spares",
+                            "data"});
   if (!map.ok()) return map.status();
 
   JobSpec spec;
@@ -462,6 +464,12 @@ absl::StatusOr<JobSpec> JobSpecParser::Parse(const YAML::Node& root) {
                    "does not apply to a job in an image (it is a host "
                    "path); write container.workdir instead");
     }
+  }
+  if (const Field* f = map->Find("data"); f != nullptr) {
+    absl::StatusOr<std::vector<DatasetSpec>> data =
+        internal::ParseDataField(*this, *f);
+    if (!data.ok()) return data.status();
+    spec.data = *std::move(data);
   }
   if (const Field* f = map->Find("time_limit"); f != nullptr) {
     absl::StatusOr<absl::Duration> limit = ReadBoundedDuration(
@@ -724,6 +732,9 @@ std::string JobSpecToJson(const JobSpec& spec) {
   if (spec.container.has_value()) {
     j["container"] = internal::ContainerSpecJson(*spec.container);
   }
+  // Only when set, so that the canonical form of specs without datasets is
+  // what it was before them.
+  if (!spec.data.empty()) j["data"] = internal::DatasetSpecsJson(spec.data);
   if (spec.time_limit.has_value() &&
       *spec.time_limit != absl::InfiniteDuration()) {
     j["time_limit"] = FormatDurationExact(*spec.time_limit);

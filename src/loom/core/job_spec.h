@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "loom/core/cluster.h"
 #include "loom/core/container_spec.h"
+#include "loom/core/dataset_spec.h"
 #include "loom/core/job.h"
 #include "loom/core/job_name.h"
 
@@ -103,6 +104,9 @@ struct JobSpec {
   // The image every task runs in (docs/images.md); nullopt: a host process.
   // `command` is still required: it replaces the image's Cmd.
   std::optional<ContainerSpec> container;
+  // Datasets every task reads (docs/datasets.md): each seen read-only at its
+  // `mount`, one version on all of the job's nodes. Empty: none.
+  std::vector<DatasetSpec> data;
   std::optional<absl::Duration> time_limit;  // nullopt: none
   CheckpointSpec checkpoint;
   RestartSpec restart;

@@ -1,0 +1,197 @@
+#include "loom/core/dataset_spec.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "loom/common/digest.h"
+#include "loom/core/container_spec.h"
+#include "loom/core/dataset_spec_yaml.h"
+#include "yaml-cpp/yaml.h"
+
+namespace loom {
+namespace {
+
+absl::string_view DataAv(std::string_view s) { return {s.data(), s.size()}; }
+
+bool DataRemoteNameChar(char c) {
+  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' ||
+         c == '-' || c == '.' || c == '+' || c == '@' || c == ' ';
+}
+
+}  // namespace
+
+absl::Status CheckDatasetSource(std::string_view source) {
+  if (source.empty()) return absl::InvalidArgumentError("must not be empty");
+  if (source.size() > kMaxDatasetSourceLength) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "is longer than ", kMaxDatasetSourceLength, " characters"));
+  }
+  for (char c : source) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      return absl::InvalidArgumentError("must not contain control characters");
+    }
+  }
+  if (source[0] == '/') {
+    absl::StatusOr<std::string> p = NormalizeAbsolutePath(source);
+    return p.ok() ? absl::OkStatus() : p.status();
+  }
+  if (source[0] == ':') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", DataAv(source),
+        "' is an on-the-fly remote; name a remote of the cluster's rclone "
+        "config instead (credentials never go in job specs)"));
+  }
+  const size_t colon = source.find(':');
+  if (colon == std::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", DataAv(source),
+        "' is neither REMOTE:PATH (a remote of the cluster's rclone config) "
+        "nor an absolute path"));
+  }
+  const std::string_view remote = source.substr(0, colon);
+  if (remote.find(',') != std::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", DataAv(source),
+        "' sets backend options in a connection string; the cluster's rclone "
+        "config sets them (credentials never go in job specs)"));
+  }
+  if (remote[0] == '-' || remote[0] == ' ' || remote.back() == ' ' ||
+      !std::all_of(remote.begin(), remote.end(), DataRemoteNameChar)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", DataAv(remote),
+                     "' is not a remote name (letters, digits, '_', '-', "
+                     "'.', '+', '@', spaces inside)"));
+  }
+  return absl::OkStatus();
+}
+
+std::string DatasetVersion(std::vector<DatasetEntry> entries) {
+  std::sort(entries.begin(), entries.end(),
+            [](const DatasetEntry& a, const DatasetEntry& b) {
+              return a.path < b.path;
+            });
+  std::string text;
+  for (const DatasetEntry& e : entries) {
+    // NUL separates fields: no field can hold one.
+    text += e.path;
+    text.push_back('\0');
+    absl::StrAppend(&text, e.size);
+    text.push_back('\0');
+    text += e.hash.empty() ? e.modtime : e.hash;
+    text.push_back('\n');
+  }
+  return Sha256Hex(text).substr(0, 16);
+}
+
+bool IsDatasetVersion(std::string_view version) {
+  return version.size() == 16 &&
+         std::all_of(version.begin(), version.end(), [](char c) {
+           return absl::ascii_isdigit(static_cast<unsigned char>(c)) ||
+                  (c >= 'a' && c <= 'f');
+         });
+}
+
+namespace internal {
+namespace {
+
+using yaml::ChildPath;
+using yaml::ElementPath;
+using yaml::Field;
+using yaml::KindOf;
+using yaml::MapNode;
+
+absl::StatusOr<std::string> ReadDataText(const yaml::Reader& r,
+                                         const YAML::Node& node,
+                                         absl::string_view path) {
+  if (!node.IsScalar()) {
+    return r.Error(node, path,
+                   absl::StrCat("must be a string, got ", KindOf(node)));
+  }
+  std::string s = yaml::ScalarText(node);
+  if (s.find('\0') != std::string::npos) {
+    return r.Error(node, path, "must not contain NUL characters");
+  }
+  return s;
+}
+
+constexpr std::string_view kDataRuntimeDirs[] = {"/proc", "/sys", "/dev"};
+
+}  // namespace
+
+absl::StatusOr<std::vector<DatasetSpec>> ParseDataField(const yaml::Reader& r,
+                                                        const Field& field) {
+  const std::string& path = field.key;
+  absl::StatusOr<std::vector<YAML::Node>> items =
+      r.ReadList(field.value, path, /*allow_empty=*/true);
+  if (!items.ok()) return items.status();
+  if (items->size() > kMaxJobDatasets) {
+    return r.Error(field.value, path,
+                   absl::StrCat("has ", items->size(), " datasets; at most ",
+                                kMaxJobDatasets, " are allowed"));
+  }
+  std::vector<DatasetSpec> out;
+  for (size_t i = 0; i < items->size(); ++i) {
+    const YAML::Node& item = (*items)[i];
+    const std::string item_path = ElementPath(path, i);
+    absl::StatusOr<MapNode> map =
+        r.ReadMap(item, item_path, {"source", "mount"});
+    if (!map.ok()) return map.status();
+    DatasetSpec d;
+    absl::StatusOr<const Field*> source = r.Require(*map, "source");
+    if (!source.ok()) return source.status();
+    const std::string source_path = ChildPath(item_path, "source");
+    absl::StatusOr<std::string> text =
+        ReadDataText(r, (*source)->value, source_path);
+    if (!text.ok()) return text.status();
+    if (absl::Status st = CheckDatasetSource(*text); !st.ok()) {
+      return r.Error((*source)->value, source_path, st.message());
+    }
+    d.source = *std::move(text);
+    absl::StatusOr<const Field*> mount = r.Require(*map, "mount");
+    if (!mount.ok()) return mount.status();
+    const std::string mount_path = ChildPath(item_path, "mount");
+    absl::StatusOr<std::string> mtext =
+        ReadDataText(r, (*mount)->value, mount_path);
+    if (!mtext.ok()) return mtext.status();
+    absl::StatusOr<std::string> m = NormalizeAbsolutePath(*mtext);
+    if (!m.ok())
+      return r.Error((*mount)->value, mount_path, m.status().message());
+    if (*m == "/") {
+      return r.Error((*mount)->value, mount_path, "must not be '/'");
+    }
+    for (std::string_view dir : kDataRuntimeDirs) {
+      if (PathIsUnder(*m, dir)) {
+        return r.Error((*mount)->value, mount_path,
+                       absl::StrCat("'", *m, "' is under ", DataAv(dir),
+                                    ", which the runtime sets up itself"));
+      }
+    }
+    for (size_t k = 0; k < out.size(); ++k) {
+      if (PathIsUnder(*m, out[k].mount) || PathIsUnder(out[k].mount, *m)) {
+        return r.Error(
+            (*mount)->value, mount_path,
+            absl::StrCat("'", *m, "' overlaps the mount of ",
+                         ElementPath(path, k), " ('", out[k].mount, "')"));
+      }
+    }
+    d.mount = *std::move(m);
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+nlohmann::ordered_json DatasetSpecsJson(const std::vector<DatasetSpec>& data) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const DatasetSpec& d : data) {
+    out.push_back({{"source", d.source}, {"mount", d.mount}});
+  }
+  return out;
+}
+
+}  // namespace internal
+}  // namespace loom
