@@ -48,6 +48,10 @@ struct PoolSpec {
   GpuModelId gpu_model = 0;
   int gpus_per_node = 8;
   int64_t gpu_memory_bytes = 0;
+  // GPUs per PCIe switch or NVLink domain where a node's GPUs are not all
+  // joined (`gpu.domain`, e.g. 2 on an A100 PCIe node): GPUs 0..d-1 form
+  // one domain, d..2d-1 the next. 0: all-to-all (NVSwitch).
+  int gpu_domain = 0;
   int64_t cpus_milli = 0;  // CPU cores x 1000
   int64_t memory_bytes = 0;
   int64_t nvme_bytes = 0;

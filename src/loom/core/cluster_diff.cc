@@ -191,6 +191,8 @@ std::vector<ClusterDiffLine> DiffClusters(const Cluster& from,
                   [](int n) { return absl::StrCat(n); });
         DiffField(d, "gpu.memory", a.gpu_memory_bytes, b.gpu_memory_bytes,
                   FormatBytes);
+        DiffField(d, "gpu.domain", a.gpu_domain, b.gpu_domain,
+                  [](int n) { return absl::StrCat(n); });
         DiffField(d, "cpus", a.cpus_milli, b.cpus_milli, CpusText);
         DiffField(d, "memory", a.memory_bytes, b.memory_bytes, FormatBytes);
         DiffField(d, "nvme", a.nvme_bytes, b.nvme_bytes, FormatBytes);

@@ -358,8 +358,9 @@ absl::Status SpecParser::ParsePools(const Field& field,
 
     f = Require(*map, "gpu");
     if (!f.ok()) return f.status();
-    absl::StatusOr<MapNode> gpu = ReadMap(
-        (*f)->value, ChildPath(map->path, "gpu"), {"model", "count", "memory"});
+    absl::StatusOr<MapNode> gpu =
+        ReadMap((*f)->value, ChildPath(map->path, "gpu"),
+                {"model", "count", "memory", "domain"});
     if (!gpu.ok()) return gpu.status();
     f = Require(*gpu, "model");
     if (!f.ok()) return f.status();
@@ -401,6 +402,19 @@ absl::Status SpecParser::ParsePools(const Field& field,
           ReadBytes(mem->value, ChildPath(gpu->path, "memory"), 1);
       if (!bytes.ok()) return bytes.status();
       pool.gpu_memory_bytes = *bytes;
+    }
+    if (const Field* d = gpu->Find("domain"); d != nullptr) {
+      const std::string path = ChildPath(gpu->path, "domain");
+      absl::StatusOr<int64_t> size =
+          ReadInt(d->value, path, 1, kMaxGpusPerNode);
+      if (!size.ok()) return size.status();
+      if (pool.gpus_per_node % *size != 0) {
+        return Error(d->value, path,
+                     absl::StrCat("must divide the node's ", pool.gpus_per_node,
+                                  " GPUs into equal domains"));
+      }
+      pool.gpu_domain =
+          *size == pool.gpus_per_node ? 0 : static_cast<int>(*size);
     }
 
     f = Require(*map, "cpus");

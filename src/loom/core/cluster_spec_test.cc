@@ -764,3 +764,27 @@ TEST(ParseClusterSpec, BadMigLayoutsNameTheEntry) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+TEST(ParseClusterSpec, GpuDomains) {
+  const std::string base = R"(pools:
+  - name: a100
+    nodes: 1
+    gpu: {model: a100, count: 8, domain: )";
+  const std::string rest = "}\n    cpus: 96\n    memory: 1Ti\n";
+  absl::StatusOr<Cluster> c = ParseClusterSpec(base + "2" + rest, "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->pools[0].gpu_domain, 2);
+  c = ParseClusterSpec(base + "8" + rest, "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->pools[0].gpu_domain, 0) << "one domain of all: all-to-all";
+  c = ParseClusterSpec(base + "3" + rest, "c.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()),
+              HasSubstr("pools[0].gpu.domain: must divide the node's 8 GPUs"));
+}
+
+}  // namespace
+}  // namespace loom

@@ -68,6 +68,7 @@ ClusterState::ClusterState(const Cluster& cluster, bool track_ready_times)
       n.pool = spec.pool;
       if (pool.gpu_memory_bytes > 0) n.gpu_memory = pool.gpu_memory_bytes;
       n.sharing = pool.sharing;
+      n.gpu_domain = pool.gpu_domain;
       const bool mig = !pool_profiles_[spec.pool].empty();
       n.mig_dynamic = mig && pool.mig.dynamic;
       for (int g = 0; mig && g < std::min(pool.mig.gpus, spec.gpus); ++g) {

@@ -195,6 +195,9 @@ class ClusterState {
   bool MigDynamic(int node) const { return nodes_[node].mig_dynamic; }
   bool Sharing(int node) const { return nodes_[node].sharing; }
   int64_t GpuMemory(int node) const { return nodes_[node].gpu_memory; }
+  // GPUs per PCIe switch or NVLink domain of the node (`PoolSpec::
+  // gpu_domain`); 0: all-to-all.
+  int GpuDomain(int node) const { return nodes_[node].gpu_domain; }
   // The MIG layout a slice task at `t` leaves its GPU with: the existing one
   // when it has the instance free, else the GPU partitioned anew (all
   // instances of the task's profile, the task's first; instances in use
@@ -250,6 +253,7 @@ class ClusterState {
     std::vector<absl::Time> ready;  // [g] as inserted in ready_; empty: none
     std::vector<GpuPart> parts;     // [gpu]
     uint32_t part_mask = 0;         // GPUs whose part is not kWhole
+    int gpu_domain = 0;
     int nics = -1;                  // -1: not known
     int free_nics = 0;
     int pool = -1;

@@ -1,6 +1,7 @@
 #include "loom/sched/placement.h"
 
 #include <algorithm>
+#include <bit>
 #include <numeric>
 #include <span>
 #include <tuple>
@@ -12,14 +13,44 @@ namespace loom {
 namespace {
 
 // Takes `count` runs of `g` free GPUs from `mask`, lowest first; appends one
-// TaskPlacement per task.
-void TakeGpus(int node, uint32_t mask, int g, int count,
+// TaskPlacement per task. On a node whose GPUs form domains of `domain`
+// (PCIe switches; 0: all-to-all), a task that fits one domain takes its
+// GPUs from one: the domain with the fewest free GPUs that still has `g`
+// (best fit), lowest first; a task of several whole domains takes whole free
+// domains; only when there are none does it span domains as it may.
+void TakeGpus(int node, uint32_t mask, int g, int count, int domain,
               std::vector<TaskPlacement>* out) {
   for (int t = 0; t < count; ++t) {
+    uint32_t pool = mask;
+    const uint32_t whole = domain >= 32 ? ~0u : ((1u << domain) - 1);
+    if (domain > 0 && g > domain && g % domain == 0) {
+      // Whole domains, as many as it needs, when that many are free.
+      uint32_t free_domains = 0;
+      int n = 0;
+      for (int start = 0; start < kMaxGpusPerNode && n < g / domain;
+           start += domain) {
+        if ((mask & (whole << start)) == (whole << start)) {
+          free_domains |= whole << start;
+          ++n;
+        }
+      }
+      if (n == g / domain) pool = free_domains;
+    } else if (domain > 0) {
+      int best_free = kMaxGpusPerNode + 1;
+      for (int start = 0; start < kMaxGpusPerNode; start += domain) {
+        const uint32_t d = mask & (whole << start);
+        const int free = std::popcount(d);
+        if (free >= g && free < best_free) {
+          best_free = free;
+          pool = d;
+        }
+      }
+    }
     uint32_t task_mask = 0;
     for (int taken = 0; taken < g; ++taken) {
-      uint32_t bit = mask & (~mask + 1);  // lowest set bit
+      uint32_t bit = pool & (~pool + 1);  // lowest set bit
       task_mask |= bit;
+      pool &= ~bit;
       mask &= ~bit;
     }
     out->push_back({node, task_mask});
@@ -100,7 +131,7 @@ std::optional<Placement> PlaceOnOneNode(const ClusterState& state,
   Placement p;
   p.gpu_model = model;
   TakeGpus(chosen, state.FreeMask(chosen), shape.gpus_per_task, shape.tasks,
-           &p.tasks);
+           state.GpuDomain(chosen), &p.tasks);
   p.switch_level = 0;
   p.switch_index = -1;
   p.nodes = 1;
@@ -181,7 +212,8 @@ std::optional<Placement> PlaceUnderSwitch(const ClusterState& state, int sw,
     for (const auto& [neg_room, not_preferred, node] : nodes) {
       if (left == 0) break;
       int take = std::min(left, -neg_room);
-      TakeGpus(node, state.FreeMask(node), shape.gpus_per_task, take, &p.tasks);
+      TakeGpus(node, state.FreeMask(node), shape.gpus_per_task, take,
+               state.GpuDomain(node), &p.tasks);
       left -= take;
       ++p.nodes;
     }

@@ -421,3 +421,45 @@ TEST(Placement, CouldEverRun) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// A node whose GPUs hang off PCIe switches in pairs (`gpu.domain: 2`): a
+// task of 2 GPUs takes both of one switch, best fit, and a 1-GPU task the
+// switch whose other GPU is taken.
+TEST(Placement, TasksStayUnderOnePcieSwitch) {
+  Cluster c = testing::MakeCluster({{1, 1}}, 4, 4);
+  c.pools[0].gpu_domain = 2;
+  ClusterState state(c, false);
+  JobShape one;
+  one.gpus_per_task = 1;
+  std::optional<Placement> p =
+      FindPlacement(state, one, nullptr, nullptr, nullptr);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->tasks[0].gpu_mask, 0x1u);
+  state.Allocate(1, *p, one, absl::InfiniteFuture());
+  JobShape two;
+  two.gpus_per_task = 2;
+  p = FindPlacement(state, two, nullptr, nullptr, nullptr);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->tasks[0].gpu_mask, 0xCu) << "GPUs 2 and 3, not 1 and 2";
+  state.Allocate(2, *p, two, absl::InfiniteFuture());
+  p = FindPlacement(state, one, nullptr, nullptr, nullptr);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->tasks[0].gpu_mask, 0x2u) << "GPU 1, beside GPU 0";
+  JobShape four;
+  four.gpus_per_task = 4;
+  p = FindPlacement(state, four, nullptr, nullptr, nullptr);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->tasks[0].gpu_mask, 0xF0u) << "two whole switches, not GPU 1";
+  p = FindPlacement(state, one, nullptr, nullptr, nullptr);
+  state.Allocate(3, *p, one, absl::InfiniteFuture());
+  p = FindPlacement(state, four, nullptr, nullptr, nullptr);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->tasks[0].gpu_mask, 0xF0u);
+  EXPECT_TRUE(state.CheckInvariants().ok());
+}
+
+}  // namespace
+}  // namespace loom
