@@ -28,7 +28,15 @@ Controller::Controller(Cluster cluster, StateStore* store,
       cluster_(std::make_shared<const Cluster>(std::move(cluster))),
       target_(cluster_),
       requests_(options.idempotency_key_lifetime),
-      checkpoint_throttle_(options.checkpoint_write_interval) {}
+      checkpoint_throttle_(options.checkpoint_write_interval) {
+  DatasetLister* lister = options.dataset_lister;
+  if (lister == nullptr) {
+    default_lister_ = std::make_unique<RcloneDatasetLister>("");
+    lister = default_lister_.get();
+  }
+  dataset_resolver_ =
+      std::make_unique<DatasetResolver>(lister, options.dataset_list_timeout);
+}
 
 absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
     Cluster cluster, StateStore* store, ControllerOptions options,

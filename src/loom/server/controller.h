@@ -24,6 +24,8 @@
 #include "loom/core/job_spec.h"
 #include "loom/core/service_spec.h"
 #include "loom/sched/scheduler.h"
+#include "loom/server/dataset_lister.h"
+#include "loom/server/dataset_resolver.h"
 #include "loom/server/gateway_report.h"
 #include "loom/server/idempotency_keys.h"
 #include "loom/server/job_events_store.h"
@@ -85,6 +87,12 @@ struct ControllerOptions {
   // written as revision 1 when the store has none; empty: none is written
   // and the first `ApplyCluster` makes revision 1.
   ClusterSpecText cluster_spec;
+  // Lists the sources of jobs' datasets to find their versions
+  // (docs/datasets.md); not owned, must outlive the controller. nullptr:
+  // `rclone lsjson` with rclone's default config. A listing that takes
+  // longer than `dataset_list_timeout` counts as a store that is down.
+  DatasetLister* dataset_lister = nullptr;
+  absl::Duration dataset_list_timeout = absl::Seconds(60);
 };
 
 // Something the controller wants an agent to do. The server carries these
@@ -288,6 +296,9 @@ class Controller {
 
   // One round of liveness checks and scheduling at `now`.
   void Tick(absl::Time now);
+  // Blocks until the dataset listings asked for so far have answered; the
+  // next `Tick` applies them (tests).
+  void WaitForDatasetListings();
   // Takes the agent actions produced since the last call.
   std::vector<AgentAction> TakeActions();
 
@@ -484,6 +495,25 @@ class Controller {
   // cancels) those whose dependency never will be.
   void StepDependencies(absl::Time now, std::vector<const JobRecord*>* dirty)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Datasets (controller_datasets.cc, docs/datasets.md). A job with `data`
+  // is queued only once its sources are listed for this run: true when
+  // `QueueJob` must hold it back for that (the listing is asked for).
+  bool HoldForDatasets(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // From `Tick`: applies the listings that answered (the job is queued with
+  // its versions, or waits with the reason and is asked again after a
+  // backoff) and asks again for those whose backoff is over.
+  void StepDatasets(absl::Time now, std::vector<const JobRecord*>* dirty)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The launch's `data` for task `t`: each dataset's version and the agents
+  // of the job's other nodes, its peers.
+  nlohmann::json DataLaunchJson(const JobRecord& job, const TaskRecord& t) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A pending job that waits for its datasets to be listed.
+  bool WaitsForDatasets(JobId id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return data_waiting_.contains(id);
+  }
+  // Forgets a job's listing state (cancelled, ended).
+  void ForgetDatasets(JobId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Arrays (controller_arrays.cc, docs/scheduling.md "Arrays"). An array
   // job is one record; its elements exist (as records of their own, IDs
   // `array + 1 + position`) only from when they are queued, a window at a
@@ -802,6 +832,21 @@ class Controller {
   // those waiting for it to start or end; the waiting jobs to check at the
   // next tick; and the unfinished jobs by (user, name), for `singleton`.
   absl::flat_hash_set<JobId> dep_waiting_ ABSL_GUARDED_BY(mu_);
+  // Datasets (not persisted: a pending job is listed again on load). The
+  // lister (the options' or the default) and its resolver, constant after
+  // construction; pending jobs waiting for their listing; those listed and
+  // about to be queued; and those whose store was down: asked again at
+  // `retry_at`, after `delay`.
+  std::unique_ptr<DatasetLister> default_lister_;
+  std::unique_ptr<DatasetResolver> dataset_resolver_;
+  absl::flat_hash_set<JobId> data_waiting_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<JobId> data_ready_ ABSL_GUARDED_BY(mu_);
+  struct DataRetry {
+    absl::Time retry_at;
+    absl::Duration delay;
+    bool asked = false;  // asked again, not answered yet
+  };
+  std::map<JobId, DataRetry> data_retry_ ABSL_GUARDED_BY(mu_);
   std::map<JobId, std::vector<JobId>> dep_waiters_ ABSL_GUARDED_BY(mu_);
   std::set<JobId> dep_recheck_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<std::string, std::string>, std::set<JobId>>

@@ -91,6 +91,7 @@ absl::StatusOr<SubmitOutcome> Controller::QueueJob(const JobRecord& job,
     arrays_to_feed_.insert(job.id);
     return SubmitOutcome{};
   }
+  if (HoldForDatasets(job)) return SubmitOutcome{};
   return scheduler_->Submit(req, now);
 }
 

@@ -233,6 +233,7 @@ absl::Status Controller::CancelLocked(JobRecord& job, absl::Time now,
     }
     backoff_.erase(id);
     dep_waiting_.erase(id);
+    ForgetDatasets(id);
     job.not_before.reset();
     job.state = JobState::kCancelled;
     job.reason = "cancelled while pending";
@@ -518,6 +519,8 @@ nlohmann::json Controller::JobJson(const JobRecord& job, absl::Time now) const {
   if (job.state == JobState::kPending && job.not_before) {
     reason = absl::StrCat(job.reason, "; queued again at ",
                           FormatTimestamp(*job.not_before));
+  } else if (job.state == JobState::kPending && WaitsForDatasets(job.id)) {
+    reason = job.reason.empty() ? "listing its datasets" : job.reason;
   } else if (job.state == JobState::kPending && dep_waiting_.contains(job.id)) {
     reason = CheckDependency(job).reason;
     if (reason.empty())

@@ -153,6 +153,7 @@ void Controller::ForgetJob(JobId id) {
   dep_waiters_.erase(id);
   dep_recheck_.erase(id);
   dep_waiting_.erase(id);
+  ForgetDatasets(id);
   backoff_.erase(id);
   failed_at_.erase(id);
   unsaved_.erase(id);

@@ -157,6 +157,7 @@ AgentAction Controller::LaunchAction(const JobRecord& job,
     a.body["container"] = ContainerLaunchJson(*job.spec.container);
   }
   if (t.slice) a.body["slice"] = SliceJson(*t.slice);
+  if (!job.data_versions.empty()) a.body["data"] = DataLaunchJson(job, t);
   // A service replica: its port and probes (docs/services.md).
   nlohmann::json extras = LaunchExtras(job);
   for (auto& [key, value] : extras.items()) a.body[key] = std::move(value);

@@ -49,6 +49,8 @@ void Controller::Tick(absl::Time now) {
   StepMaintenances(now, &dirty);
   // Jobs whose dependency is now met join the queue before this pass.
   StepDependencies(now, &dirty);
+  // Jobs whose datasets are listed join the queue; stores down are retried.
+  StepDatasets(now, &dirty);
   // Arrays: their next elements join the queue; finished arrays end.
   FeedArrays(now, &dirty);
   // Services: replicas started, drained, stopped, replaced; autoscaling.

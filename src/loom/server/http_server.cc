@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "httplib.h"
+#include "loom/common/dataset_token.h"
 #include "loom/common/job_id.h"
 #include "loom/server/agent_probe.h"
 #include "loom/server/redact.h"
@@ -483,6 +484,20 @@ void HttpServer::DispatchLoop() {
       // The job's own token, for `loom checkpoint` inside the task. Added
       // here, not in the controller, so that it is never stored.
       a.body["env"]["LOOM_TOKEN"] = options_.auth->JobToken(a.job, a.run);
+    }
+    if (a.kind == AgentAction::Kind::kLaunch && options_.auth != nullptr &&
+        a.body.contains("data") && a.body["data"].is_array()) {
+      // What a peer asks of this task's node for a dataset version: a
+      // token that node derives from its own key (docs/datasets.md).
+      for (nlohmann::json& d : a.body["data"]) {
+        if (!d.is_object() || !d.contains("peers")) continue;
+        const std::string version = d.value("version", "");
+        for (nlohmann::json& p : d["peers"]) {
+          if (!p.is_object()) continue;
+          const std::string key = options_.auth->AgentKey(p.value("node", ""));
+          if (!key.empty()) p["token"] = DatasetPeerToken(key, version);
+        }
+      }
     }
     // An agent answers a launch once the task's processes are exec'd, or
     // at once with 202 when it pulls the task's image first.

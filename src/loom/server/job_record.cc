@@ -176,6 +176,17 @@ nlohmann::json JobRecordToJson(const JobRecord& j) {
   if (j.recovery) out["recovery"] = RecoveryToJson(*j.recovery);
   if (!j.spare_nodes.empty()) out["spare_nodes"] = j.spare_nodes;
   if (!j.last_nodes.empty()) out["last_nodes"] = j.last_nodes;
+  if (!j.data_versions.empty()) {
+    nlohmann::json data = nlohmann::json::array();
+    for (const JobDataVersion& d : j.data_versions) {
+      data.push_back({{"source", d.source},
+                      {"mount", d.mount},
+                      {"version", d.version},
+                      {"files", d.files},
+                      {"bytes", d.bytes}});
+    }
+    out["data_versions"] = std::move(data);
+  }
   if (!j.service.empty()) {
     out["service"] = j.service;
     out["revision"] = j.revision;
@@ -269,6 +280,18 @@ absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& in) {
     }
     j.spare_nodes = in.value("spare_nodes", std::vector<std::string>{});
     j.last_nodes = in.value("last_nodes", std::vector<std::string>{});
+    if (auto d = in.find("data_versions"); d != in.end() && d->is_array()) {
+      for (const nlohmann::json& v : *d) {
+        if (!v.is_object()) continue;
+        JobDataVersion dv;
+        dv.source = v.value("source", "");
+        dv.mount = v.value("mount", "");
+        dv.version = v.value("version", "");
+        dv.files = v.value("files", int64_t{0});
+        dv.bytes = v.value("bytes", int64_t{0});
+        j.data_versions.push_back(std::move(dv));
+      }
+    }
     j.service = in.value("service", std::string());
     j.revision = in.value("revision", std::string());
     if (auto p = in.find("replica_probes"); p != in.end() && p->is_object()) {

@@ -97,6 +97,16 @@ struct GpuSpan {
 
 // Everything the controller persists about a job (as JSON under
 // /jobs/<id>); the source of truth across restarts.
+// The version of one dataset of a job's current run (docs/datasets.md):
+// listed before the run is queued, sent to every task in its launch.
+struct JobDataVersion {
+  std::string source;
+  std::string mount;
+  std::string version;
+  int64_t files = 0;
+  int64_t bytes = 0;
+};
+
 struct JobRecord {
   JobId id = 0;
   JobSpec spec;
@@ -172,6 +182,9 @@ struct JobRecord {
   // `spare_nodes`), so the next run starts on the survivors and spares.
   std::vector<std::string> spare_nodes;
   std::vector<std::string> last_nodes;
+  // The versions of `spec.data` for the current run, one per dataset;
+  // listed again each time the job is queued.
+  std::vector<JobDataVersion> data_versions;
   // A replica of a service (docs/services.md): the service's name, the
   // revision it runs (`ReplicaTemplateDigest`), the probes its launch
   // carries, and since when it is drained from the balancer.

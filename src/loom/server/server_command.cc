@@ -29,6 +29,7 @@
 #include "loom/core/job_spec.h"
 #include "loom/server/auth.h"
 #include "loom/server/controller.h"
+#include "loom/server/dataset_lister.h"
 #include "loom/server/http_server.h"
 #include "loom/server/image_resolver.h"
 #include "loom/server/server_secrets.h"
@@ -300,6 +301,11 @@ CLI::App* AddServerCommand(CLI::App& app, ServerFlags* f) {
                   "LOOM_CHECKPOINT_DIR of jobs whose spec names none: "
                   "ROOT/<job id>, on a filesystem all nodes share (default: "
                   "none; each agent gives the job a directory of its own)");
+  cmd->add_option("--rclone-config", f->rclone_config,
+                  "rclone config FILE naming the remotes that jobs' datasets "
+                  "read from (docs/datasets.md); each agent gets its own "
+                  "copy through `loom agent --rclone-config`. Default: "
+                  "rclone's own");
   cmd->add_option("--insecure-registry", f->insecure_registries,
                   "HOST[:PORT] of a registry to resolve job images at over "
                   "plain http, not https (a loopback test registry; "
@@ -403,6 +409,12 @@ int RunServer(const ServerFlags& f) {
   }
   copts.job_retention = *retention;
   copts.checkpoint_root = f.checkpoint_root;  // "": the agents' default
+  if (!f.rclone_config.empty() &&
+      ::access(f.rclone_config.c_str(), R_OK) != 0) {
+    return Fail(absl::StrCat("--rclone-config: cannot read ", f.rclone_config));
+  }
+  RcloneDatasetLister dataset_lister(f.rclone_config);
+  copts.dataset_lister = &dataset_lister;
   HttpServerOptions hopts;
   hopts.host = f.listen.substr(0, colon);
   hopts.port = port;

@@ -19,6 +19,7 @@ struct ServerFlags {
   double suspect_after_s = -1;  // -1: 3 s, at most half the timeout
   double fence_after_s = -1;    // -1: 80% of the heartbeat timeout
   std::string checkpoint_root;
+  std::string rclone_config;  // --rclone-config: datasets (docs/datasets.md)
   // Unfinished jobs (held, pending, running, stopping) per user; 0: no
   // limit (as Slurm's MaxSubmitJobs).
   int64_t max_jobs_per_user = 10'000;

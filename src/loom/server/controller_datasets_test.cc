@@ -1,0 +1,198 @@
+// Datasets on the server (controller_datasets.cc, docs/datasets.md): a job
+// with `data` is listed before it is queued; every task of the run gets the
+// same versions and its peers in its launch; a store that cannot be listed
+// keeps the job pending with that reason (the nodes stay up) and is asked
+// again; a changed source gives the next run a new version.
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "loom/sched/test_util.h"
+#include "loom/server/controller.h"
+#include "loom/server/controller_test_util.h"
+#include "loom/server/dataset_lister.h"
+#include "loom/store/memory_state_store.h"
+
+namespace loom {
+namespace {
+
+using testing::EmulatedNode;
+using testing::MakeCluster;
+using testing::Spec;
+using testing::T;
+
+// Answers from a map of source -> files; a source mapped to nothing is a
+// store that is down.
+class FakeDatasetLister : public DatasetLister {
+ public:
+  absl::StatusOr<std::vector<DatasetEntry>> List(
+      const std::string& source, absl::Duration timeout) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++calls_;
+    auto it = files_.find(source);
+    if (it == files_.end()) {
+      return absl::UnavailableError("connection refused");
+    }
+    return it->second;
+  }
+  void Set(const std::string& source, std::vector<DatasetEntry> files) {
+    std::lock_guard<std::mutex> lock(mu_);
+    files_[source] = std::move(files);
+  }
+  void Down(const std::string& source) {
+    std::lock_guard<std::mutex> lock(mu_);
+    files_.erase(source);
+  }
+  int calls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::vector<DatasetEntry>> files_;
+  int calls_ = 0;
+};
+
+class DatasetsTest : public ::testing::Test {
+ protected:
+  DatasetsTest() : cluster_(MakeCluster({{2, 0}}, 4, 8)) {
+    ControllerOptions options;
+    options.dataset_lister = &lister_;
+    auto c = Controller::Create(cluster_, &store_, options, T(0));
+    EXPECT_TRUE(c.ok()) << c.status();
+    c_ = *std::move(c);
+    for (int n = 0; n < 2; ++n) {
+      auto r = c_->Register(
+          EmulatedNode("h200-" + std::to_string(n),
+                       "127.0.0." + std::to_string(n + 2) + ":7100",
+                       nlohmann::json::array()),
+          T(1));
+      EXPECT_TRUE(r.ok()) << r.status();
+    }
+  }
+  std::vector<AgentAction> Launches() {
+    std::vector<AgentAction> out;
+    for (AgentAction& a : c_->TakeActions()) {
+      if (a.kind == AgentAction::Kind::kLaunch) out.push_back(std::move(a));
+    }
+    return out;
+  }
+  // Lets the listings answer and applies them.
+  void Settle(double t) {
+    c_->WaitForDatasetListings();
+    c_->Tick(T(t));
+  }
+  nlohmann::json Job(JobId id, double t) { return *c_->GetJob(id, T(t)); }
+
+  static constexpr char kSpec[] =
+      "name: read\ncommand: [cat]\ntasks: 2\n"
+      "resources: {gpus_per_task: 8}\n"
+      "data: [{source: 'cold:sets/a', mount: /data/a}]\n";
+
+  FakeDatasetLister lister_;
+  Cluster cluster_;
+  MemoryStateStore store_;
+  std::unique_ptr<Controller> c_;
+};
+
+TEST_F(DatasetsTest, EveryTaskGetsTheSameVersionAndItsPeers) {
+  lister_.Set("cold:sets/a", {{"x.bin", 100, "", "2026-01-01T00:00:00Z"},
+                              {"y.bin", 20, "md5:ab", ""}});
+  ASSERT_TRUE(c_->Submit(Spec(kSpec), "alice", T(1)).ok());
+  c_->Tick(T(1));
+  EXPECT_TRUE(Launches().empty());  // not queued before it is listed
+  EXPECT_EQ(Job(1, 1)["reason"], "listing its datasets");
+  Settle(1.1);
+  std::vector<AgentAction> launches = Launches();
+  ASSERT_EQ(launches.size(), 2u);
+  const std::string version =
+      DatasetVersion({{"x.bin", 100, "", "2026-01-01T00:00:00Z"},
+                      {"y.bin", 20, "md5:ab", ""}});
+  for (const AgentAction& a : launches) {
+    ASSERT_TRUE(a.body.contains("data")) << a.body.dump();
+    const nlohmann::json& d = a.body["data"][0];
+    EXPECT_EQ(d["source"], "cold:sets/a");
+    EXPECT_EQ(d["mount"], "/data/a");
+    EXPECT_EQ(d["version"], version);
+    EXPECT_EQ(d["files"], 2);
+    EXPECT_EQ(d["bytes"], 120);
+    ASSERT_EQ(d["peers"].size(), 1u) << d.dump();
+    EXPECT_NE(d["peers"][0]["node"], a.node);
+    EXPECT_EQ(d["peers"][0]["address"],
+              a.node == "h200-0" ? "127.0.0.3:7100" : "127.0.0.2:7100");
+  }
+  // A job without datasets has no `data` and is never listed.
+  const int calls = lister_.calls();
+  ASSERT_TRUE(
+      c_->Submit(Spec("name: plain\ncommand: [cat]\n"), "alice", T(2)).ok());
+  EXPECT_EQ(lister_.calls(), calls);
+}
+
+TEST_F(DatasetsTest, StoreDownKeepsTheJobPendingWithTheReason) {
+  ASSERT_TRUE(c_->Submit(Spec(kSpec), "alice", T(1)).ok());
+  Settle(1.1);
+  EXPECT_TRUE(Launches().empty());
+  nlohmann::json job = Job(1, 1.1);
+  EXPECT_EQ(job["state"], "pending");
+  EXPECT_EQ(job["reason"],
+            "dataset cold:sets/a: cold store unreachable: connection refused");
+  // Asked again after the backoff; the store is back: it starts.
+  lister_.Set("cold:sets/a", {{"x.bin", 1, "", "t"}});
+  c_->Tick(T(1.5));  // before the backoff: not asked
+  Settle(1.6);
+  EXPECT_TRUE(Launches().empty());
+  c_->Tick(T(3.2));  // asks again
+  Settle(3.3);
+  EXPECT_EQ(Launches().size(), 2u);
+  EXPECT_EQ(Job(1, 3.3)["state"], "running");
+}
+
+TEST_F(DatasetsTest, CancelWhileListing) {
+  ASSERT_TRUE(c_->Submit(Spec(kSpec), "alice", T(1)).ok());
+  ASSERT_TRUE(c_->Cancel(1, T(1.05)).ok());
+  lister_.Set("cold:sets/a", {{"x.bin", 1, "", "t"}});
+  Settle(1.1);
+  EXPECT_TRUE(Launches().empty());
+  EXPECT_EQ(Job(1, 1.1)["state"], "cancelled");
+}
+
+TEST(DatasetListerTest, ParsesRcloneLsjson) {
+  absl::StatusOr<std::vector<DatasetEntry>> e = ParseRcloneLsjson(
+      R"([{"Path":"d","Name":"d","Size":-1,"IsDir":true},
+          {"Path":"d/a.bin","Name":"a.bin","Size":5,"ModTime":"2026-01-01T00:00:00Z","IsDir":false},
+          {"Path":"b","Size":7,"ModTime":"x","IsDir":false,"Hashes":{"md5":"ff","sha1":"aa"}}])");
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_EQ(e->size(), 2u);
+  EXPECT_EQ((*e)[0].path, "d/a.bin");
+  EXPECT_EQ((*e)[0].size, 5);
+  EXPECT_EQ((*e)[0].modtime, "2026-01-01T00:00:00Z");
+  EXPECT_EQ((*e)[1].hash, "md5:ff");
+  DatasetListing l = SummarizeListing(*e);
+  EXPECT_EQ(l.files, 2);
+  EXPECT_EQ(l.bytes, 12);
+  EXPECT_FALSE(ParseRcloneLsjson("{").ok());
+  EXPECT_FALSE(ParseRcloneLsjson(R"([{"Size":1}])").ok());
+  EXPECT_FALSE(ParseRcloneLsjson(R"([1])").ok());
+}
+
+TEST(DatasetListerTest, RunForOutputReportsFailuresAndTimeouts) {
+  absl::StatusOr<std::string> ok =
+      RunForOutput({"sh", "-c", "echo hi"}, absl::Seconds(10), 1024);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(*ok, "hi\n");
+  absl::StatusOr<std::string> bad =
+      RunForOutput({"sh", "-c", "echo one >&2; echo 'no route' >&2; exit 3"},
+                   absl::Seconds(10), 1024);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(bad.status().message(), "no route");
+  absl::StatusOr<std::string> slow =
+      RunForOutput({"sleep", "10"}, absl::Milliseconds(200), 1024);
+  EXPECT_EQ(slow.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_FALSE(RunForOutput({"/nonexistent/x"}, absl::Seconds(5), 1024).ok());
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,72 @@
+#pragma once
+
+// Listing a dataset's source to find its version (docs/datasets.md): the
+// `DatasetLister` interface, `RcloneDatasetLister` (`rclone lsjson -R` with
+// the operator's rclone config) and the pure pieces around it.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "loom/core/dataset_spec.h"
+
+namespace loom {
+
+// What the server knows of one dataset of a job's run.
+struct DatasetListing {
+  std::string version;  // `DatasetVersion` of the listing
+  int64_t files = 0;
+  int64_t bytes = 0;
+};
+
+// Lists a source (REMOTE:PATH or an absolute path). Implementations are
+// thread-safe; `List` may block up to `timeout` and is never called under
+// the controller's lock. An unreachable or failing store is Unavailable
+// (DeadlineExceeded when it did not answer in time) with what the store
+// said; a listing that cannot be read is Internal.
+class DatasetLister {
+ public:
+  virtual ~DatasetLister() = default;
+  virtual absl::StatusOr<std::vector<DatasetEntry>> List(
+      const std::string& source, absl::Duration timeout) = 0;
+};
+
+// Runs `rclone lsjson -R --files-only --config CONFIG SOURCE` (no
+// `--config` when `config` is empty: rclone's default), with few retries
+// so that a store that is down fails fast.
+class RcloneDatasetLister : public DatasetLister {
+ public:
+  explicit RcloneDatasetLister(std::string config,
+                               std::string rclone = "rclone")
+      : config_(std::move(config)), rclone_(std::move(rclone)) {}
+  absl::StatusOr<std::vector<DatasetEntry>> List(
+      const std::string& source, absl::Duration timeout) override;
+
+ private:
+  const std::string config_;
+  const std::string rclone_;
+};
+
+// Parses `rclone lsjson` output: a JSON array of {Path, Size, ModTime,
+// IsDir, Hashes}. Directories are skipped; a file's hash is the first of
+// its `Hashes` as "NAME:HEX" (names sorted). InvalidArgument for anything
+// else.
+absl::StatusOr<std::vector<DatasetEntry>> ParseRcloneLsjson(
+    std::string_view text);
+
+// The version, file count and bytes of a listing.
+DatasetListing SummarizeListing(const std::vector<DatasetEntry>& entries);
+
+// Runs `argv` (argv[0] looked up in PATH) with stdin from /dev/null and
+// returns its stdout, or Unavailable with the last line of its stderr when
+// it exits non-zero, DeadlineExceeded when it runs past `timeout` (it is
+// killed). At most `max_output` bytes of stdout are kept (more is
+// ResourceExhausted).
+absl::StatusOr<std::string> RunForOutput(const std::vector<std::string>& argv,
+                                         absl::Duration timeout,
+                                         size_t max_output);
+
+}  // namespace loom
