@@ -17,6 +17,7 @@
 #include "loom/common/units.h"
 #include "loom/core/cluster_spec.h"
 #include "loom/report/plot.h"
+#include "loom/sim/openb_cluster.h"
 #include "loom/sim/report.h"
 #include "loom/sim/simulator.h"
 #include "loom/sim/workload.h"
@@ -52,7 +53,8 @@ CLI::App* AddSimCommand(CLI::App& app, SimFlags* f) {
       "policies side by side");
   sim->footer(PresetHelp());
   sim->add_option("--cluster", f->cluster,
-                  "Preset name (small, large) or cluster spec YAML file")
+                  "Preset name (small, large), cluster spec YAML file, or a "
+                  "node list CSV (Alibaba openb_node_list_gpu_node.csv)")
       ->capture_default_str();
   sim->add_option("--trace", f->trace, "Job trace file (CSV)")->required();
   sim->add_option("--format", f->format,
@@ -119,6 +121,14 @@ CLI::App* AddSimCommand(CLI::App& app, SimFlags* f) {
   sim->add_option("--half-life", f->half_life_s,
                   "fair: half-life of project usage, seconds")
       ->capture_default_str();
+  sim->add_option("--slice-score", f->slice_scores,
+                  "Comma-separated placement scores for GPU shares, each run "
+                  "side by side with every policy: best_fit, fgd "
+                  "(fragmentation gradient descent, ATC'23)")
+      ->capture_default_str();
+  sim->add_flag("--no-departures", f->no_departures,
+                "The FGD paper's experiment: jobs never end, and a job that "
+                "cannot start on arrival is dropped");
   sim->add_option("--json", f->json, "Write the results as JSON to FILE");
   sim->add_option("--plot", f->plot,
                   "Write a plot to FILE (.html or .svg): utilisation and "
@@ -133,7 +143,7 @@ CLI::App* AddSimCommand(CLI::App& app, SimFlags* f) {
 
 int RunSim(const SimFlags& f) {
   const auto wall_start = std::chrono::steady_clock::now();
-  absl::StatusOr<Cluster> cluster = LoadCluster(f.cluster);
+  absl::StatusOr<Cluster> cluster = LoadSimCluster(f.cluster);
   if (!cluster.ok()) {
     return Fail(fmt::format("--cluster: {}", cluster.status().message()));
   }
@@ -190,6 +200,14 @@ int RunSim(const SimFlags& f) {
                       std::string(part)));
     }
     popts.las_thresholds.push_back(hours * 3600);
+  }
+  std::vector<SliceScore> scores;
+  for (absl::string_view part : absl::StrSplit(f.slice_scores, ',')) {
+    absl::StatusOr<SliceScore> s = ParseSliceScore(std::string(part));
+    if (!s.ok()) {
+      return Fail(fmt::format("--slice-score: {}", s.status().message()));
+    }
+    scores.push_back(*s);
   }
   std::vector<std::string> policies;
   for (absl::string_view part : absl::StrSplit(f.policies, ',')) {
@@ -267,15 +285,35 @@ int RunSim(const SimFlags& f) {
                                           std::max(1, report.cluster_gpus))));
   }
 
-  // One simulation per policy, in parallel.
-  const size_t n = policies.size();
+  // One simulation per policy and slice score, in parallel.
+  bool shares = false;
+  for (const SimJob& j : workload.jobs) {
+    shares = shares || j.request.shape.slice.partial();
+  }
+  report.capacity_rows = shares || scores.size() > 1 || f.no_departures;
+  report.no_departures = f.no_departures;
+  const TargetWorkload target = TargetWorkloadOf(workload.jobs);
+  std::vector<std::string> labels;
+  std::vector<std::pair<std::string, SliceScore>> runs;
+  for (const std::string& p : policies) {
+    for (SliceScore sc : scores) {
+      runs.push_back({p, sc});
+      labels.push_back(
+          scores.size() > 1 ? fmt::format("{}/{}", p, SliceScoreName(sc)) : p);
+    }
+  }
+  const size_t n = runs.size();
   std::vector<std::atomic<int64_t>> progress(n);
   std::vector<absl::StatusOr<SimResult>> results(n, absl::UnknownError(""));
   std::vector<SimOptions> options(n);
   for (size_t i = 0; i < n; ++i) {
-    options[i].policy = policies[i];
+    options[i].policy = runs[i].first;
     options[i].policy_options = popts;
     options[i].scheduler_options.usage_half_life = absl::Seconds(f.half_life_s);
+    options[i].scheduler_options.slice_score = runs[i].second;
+    // The fgd score places by it; every run measures fragmentation for it.
+    options[i].scheduler_options.target_workload = target;
+    options[i].no_departures = f.no_departures;
     options[i].seed = f.seed;
     options[i].fail_mtbf_s = model ? model->gpu_mtbf_s : f.fail_mtbf_s;
     options[i].fail_mtbf_per_gpu = model.has_value();
@@ -316,7 +354,7 @@ int RunSim(const SimFlags& f) {
     last_print = now;
     std::string line = fmt::format("[{:5.1f}s]", elapsed);
     for (size_t i = 0; i < n; ++i) {
-      line += fmt::format(" {} {:.0f}%", policies[i],
+      line += fmt::format(" {} {:.0f}%", labels[i],
                           100.0 * progress[i].load() / workload.jobs.size());
     }
     std::cerr << (tty ? "\r" : "") << line << (tty ? "" : "\n") << std::flush;
@@ -326,9 +364,10 @@ int RunSim(const SimFlags& f) {
   if (printed && tty) std::cerr << "\n";
   for (size_t i = 0; i < n; ++i) {
     if (!results[i].ok()) {
-      return Fail(fmt::format("{}: {}", policies[i],
+      return Fail(fmt::format("{}: {}", labels[i],
                               std::string(results[i].status().message())));
     }
+    results[i]->policy = labels[i];
     report.results.push_back(*std::move(results[i]));
   }
   report.wall_seconds = std::chrono::duration<double>(

@@ -14,6 +14,8 @@ struct SimFlags {
   std::string trace;
   std::string format = "auto";
   std::string policies = "fair";
+  std::string slice_scores = "best_fit";
+  bool no_departures = false;
   double arrival_scale = 1.0;
   int64_t limit = 0;
   uint64_t seed = 1;

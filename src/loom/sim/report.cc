@@ -69,6 +69,35 @@ std::string FormatSimTable(const SimReport& r) {
     return fmt::format("{:.1f}% ({:.0f} GPUs)", 100 * s.fragmentation_mean,
                        s.fragmentation_mean_gpus);
   });
+  if (r.capacity_rows) {
+    row("GPU allocation mean (arrivals)", [](const SimResult& s) {
+      return fmt::format("{:.1f}%", 100 * s.gpu_allocation_mean);
+    });
+    row("GPU allocation at arrivals' end", [&](const SimResult& s) {
+      return fmt::format("{:.1f}% ({:.0f} GPUs unallocated)",
+                         100 * s.gpu_allocation_end,
+                         r.cluster_gpus * (1 - s.gpu_allocation_end));
+    });
+    row("FGD fragmentation mean (arrivals)", [&](const SimResult& s) {
+      return fmt::format(
+          "{:.1f}% ({:.0f} GPUs)",
+          100 * s.frag_fgd_mean_gpus / std::max(1, r.cluster_gpus),
+          s.frag_fgd_mean_gpus);
+    });
+    row("FGD fragmentation at arrivals' end", [&](const SimResult& s) {
+      return fmt::format(
+          "{:.1f}% ({:.0f} GPUs)",
+          100 * s.frag_fgd_end_gpus / std::max(1, r.cluster_gpus),
+          s.frag_fgd_end_gpus);
+    });
+    row("arrived workload", [](const SimResult& s) {
+      return fmt::format("{:.1f}% of the GPUs", 100 * s.arrived_demand);
+    });
+    if (r.no_departures) {
+      row("jobs dropped (no room on arrival)",
+          [](const SimResult& s) { return Count(s.dropped); });
+    }
+  }
   row("preemptions", [](const SimResult& s) { return Count(s.preemptions); });
   if (std::any_of(r.results.begin(), r.results.end(),
                   [](const SimResult& s) { return s.spare_reclaims > 0; })) {
@@ -184,6 +213,7 @@ nlohmann::json SimReportJson(const SimReport& r) {
                 {"bad_lines", r.trace_issues},
                 {"skipped", r.trace_skipped}};
   j["arrival_scale"] = r.arrival_scale;
+  j["no_departures"] = r.no_departures;
   j["offered_load"] = r.offered.mean_load;
   j["peak_load"] = r.offered.peak_load;
   j["offered_demand_gpus_mean"] = r.offered.mean_demand_gpus;
@@ -194,6 +224,7 @@ nlohmann::json SimReportJson(const SimReport& r) {
   for (const SimResult& s : r.results) {
     nlohmann::json p;
     p["name"] = s.policy;
+    p["slice_score"] = s.slice_score;
     p["jobs_finished"] = s.finished;
     p["jobs_infeasible"] = s.infeasible;
     p["jobs_unfinished"] = s.unfinished;
@@ -208,6 +239,13 @@ nlohmann::json SimReportJson(const SimReport& r) {
     p["gpu_utilization"] = s.gpu_utilization;
     p["fragmentation_mean"] = s.fragmentation_mean;
     p["fragmentation_mean_gpus"] = s.fragmentation_mean_gpus;
+    p["gpu_allocation_mean"] = s.gpu_allocation_mean;
+    p["gpu_allocation_end"] = s.gpu_allocation_end;
+    p["unallocated_gpus_end"] = r.cluster_gpus * (1 - s.gpu_allocation_end);
+    p["fgd_fragmentation_mean_gpus"] = s.frag_fgd_mean_gpus;
+    p["fgd_fragmentation_end_gpus"] = s.frag_fgd_end_gpus;
+    p["arrived_workload"] = s.arrived_demand;
+    p["jobs_dropped"] = s.dropped;
     p["gpu_hours_allocated"] = s.gpu_hours_allocated;
     p["gpu_hours_lost"] = s.gpu_hours_lost;
     p["goodput"] = s.goodput;

@@ -21,6 +21,10 @@ struct SimReport {
   int64_t trace_skipped = 0;  // lines skipped on purpose
   double arrival_scale = 1.0;
   OfferedLoad offered;
+  // Show the GPU capacity rows (allocation and FGD fragmentation): the
+  // workload has shares of GPUs, or several slice scores are compared.
+  bool capacity_rows = false;
+  bool no_departures = false;
   std::vector<SimResult> results;
   double wall_seconds = 0;
 };

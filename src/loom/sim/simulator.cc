@@ -1,6 +1,7 @@
 #include "loom/sim/simulator.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -9,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "loom/core/retry.h"
+#include "loom/sched/frag_score.h"
 #include "loom/sched/placement.h"
 
 namespace loom {
@@ -52,6 +54,7 @@ struct JobRun {
   int node_losses = 0;
   bool recovering = false;  // pending with a recovery placement
   int extra = -1;           // index into `Engine::extras_`, or -1
+  double capacity = 0;      // GPUs of capacity held by the current run
 };
 
 // What only jobs with spares and `--gang` jobs need (kept apart so that
@@ -97,7 +100,18 @@ class Engine {
         rng_(options.seed),
         total_gpus_(cluster.TotalGpus()),
         pending_demand_(cluster.gpu_models.size() + 1),
-        node_up_(cluster.nodes.size(), true) {
+        node_up_(cluster.nodes.size(), true),
+        target_(options.scheduler_options.target_workload),
+        node_frag_(cluster.nodes.size(), 0.0),
+        dirty_(cluster.nodes.size(), false) {
+    double smallest = 0;
+    for (const GpuModel& m : cluster.gpu_models) {
+      if (m.memory_bytes > 0 && (smallest == 0 || m.memory_bytes < smallest)) {
+        smallest = static_cast<double>(m.memory_bytes);
+      }
+    }
+    share_unit_ =
+        smallest > 0 ? smallest : static_cast<double>(int64_t{80} << 30);
     for (size_t i = 0; i < jobs.size(); ++i) {
       if (jobs[i].gang || jobs[i].request.spares > 0) {
         runs_[i].extra = static_cast<int>(extras_.size());
@@ -125,6 +139,18 @@ class Engine {
   void RepairNode(int node, double t);
   void AddDemand(size_t i, int sign);
   void Record(double t);
+  // The fragmentation measure: nodes whose free resources changed are
+  // marked, and their expected fragmentation recomputed at the end of the
+  // step.
+  void MarkNodes(size_t i);
+  void MarkNode(int node) {
+    if (!dirty_[node]) {
+      dirty_[node] = true;
+      dirty_list_.push_back(node);
+    }
+  }
+  void RefreshFragmentation();
+  double CapacityOf(const Placement& p) const;
   double NodeMtbf(int node) const {
     return options_.fail_mtbf_per_gpu
                ? options_.fail_mtbf_s / std::max(1, cluster_.nodes[node].gpus)
@@ -151,6 +177,16 @@ class Engine {
   // Pending jobs' GPU demand per model class (last entry: any model).
   std::vector<std::map<int, int>> pending_demand_;
   std::vector<bool> node_up_;
+  const TargetWorkload& target_;
+  std::vector<double> node_frag_;
+  double frag_total_ = 0;
+  std::vector<bool> dirty_;
+  std::vector<int> dirty_list_;
+  double capacity_allocated_ = 0;  // GPUs of capacity held
+  double capacity_area_window_ = 0;
+  double frag_fgd_area_window_ = 0;
+  double arrived_capacity_ = 0;
+  bool end_recorded_ = false;
 
   SimResult result_;
   double window_start_ = 0, window_end_ = 0;
@@ -168,6 +204,9 @@ class Engine {
   double last_progress_ = 0;  // last submit or finish
   double give_up_after_ = 0;
   int64_t waiting_ = 0;  // jobs waiting out a restart backoff
+  // One GPU's memory for counting arrived shares in GPUs (the smallest
+  // model's; shares are sized against it, loom/sim/workload.h).
+  double share_unit_ = 1;
 };
 
 void Engine::AddDemand(size_t i, int sign) {
@@ -187,6 +226,8 @@ void Engine::Advance(double t) {
   const double b = std::clamp(t, window_start_, window_end_);
   if (b > a) {
     alloc_area_window_ += allocated_ * (b - a);
+    capacity_area_window_ += capacity_allocated_ * (b - a);
+    frag_fgd_area_window_ += frag_total_ * (b - a);
     // GPUs idle while a pending job that could use that many waits.
     double frag = 0;
     const auto& any = pending_demand_.back();
@@ -254,9 +295,46 @@ void Engine::Start(size_t i, double t) {
   r.speed = cluster_.gpu_models[sj->placement.gpu_model].speed;
   if (r.first_start < 0) r.first_start = t;
   const double runtime = r.overhead + r.remaining_work / r.speed;
-  Push(t + runtime, EventType::kFinish, static_cast<int64_t>(i), r.run);
   allocated_ += jobs_[i].request.shape.TotalGpus();
+  r.capacity = CapacityOf(sj->placement);
+  capacity_allocated_ += r.capacity;
+  MarkNodes(i);
   AddDemand(i, -1);
+  if (options_.no_departures) return;
+  Push(t + runtime, EventType::kFinish, static_cast<int64_t>(i), r.run);
+}
+
+double Engine::CapacityOf(const Placement& p) const {
+  const ClusterState& st = sched_.state();
+  double c = 0;
+  for (const TaskPlacement& t : p.tasks) {
+    if (!t.partial()) {
+      c += std::popcount(t.gpu_mask);
+    } else if (t.share_bytes > 0) {
+      c += static_cast<double>(t.share_bytes) /
+           std::max<int64_t>(1, st.GpuMemory(t.node));
+    } else if (t.mig_profile >= 0) {
+      c += st.MigProfilesOn(t.node)[t.mig_profile].memory_slices / 8.0;
+    }
+  }
+  return c;
+}
+
+void Engine::MarkNodes(size_t i) {
+  if (const SchedJob* sj = sched_.Find(jobs_[i].request.id)) {
+    for (const TaskPlacement& t : sj->placement.tasks) MarkNode(t.node);
+  }
+}
+
+void Engine::RefreshFragmentation() {
+  for (int node : dirty_list_) {
+    dirty_[node] = false;
+    const double f =
+        ExpectedFragmentation(NodeFreeOf(sched_.state(), node), target_);
+    frag_total_ += f - node_frag_[node];
+    node_frag_[node] = f;
+  }
+  dirty_list_.clear();
 }
 
 void Engine::Finish(size_t i, double t) {
@@ -268,6 +346,8 @@ void Engine::Finish(size_t i, double t) {
   useful_gpu_s_ += gpus * std::max(0.0, elapsed - r.overhead);
   result_.gpu_hours_by_project[job.request.project] += gpus * elapsed / 3600;
   allocated_ -= gpus;
+  capacity_allocated_ -= r.capacity;
+  MarkNodes(i);
   r.running = false;
   r.finish = t;
   if (ExtraRun* x = Extra(i); x != nullptr) {
@@ -304,6 +384,8 @@ void Engine::Interrupt(size_t i, double t, Stop how) {
   useful_gpu_s_ += gpus * kept;
   result_.gpu_hours_by_project[job.request.project] += gpus * elapsed / 3600;
   allocated_ -= gpus;
+  capacity_allocated_ -= r.capacity;
+  MarkNodes(i);
   r.running = false;
   if (ExtraRun* x = Extra(i); x != nullptr) {
     x->useful_s += kept;
@@ -387,6 +469,7 @@ void Engine::Resubmit(size_t i, double t) {
 void Engine::FailNode(int node, double t) {
   if (!node_up_[node]) return;
   node_up_[node] = false;
+  MarkNode(node);
   result_.node_failures += 1;
   sched_.SetNodeSchedulable(node, false);
   for (JobId id : sched_.JobsOnNode(node)) {
@@ -397,6 +480,7 @@ void Engine::FailNode(int node, double t) {
 
 void Engine::RepairNode(int node, double t) {
   node_up_[node] = true;
+  MarkNode(node);
   sched_.SetNodeSchedulable(node, true);
   Push(t + Exp(NodeMtbf(node)), EventType::kFail, node);
 }
@@ -459,6 +543,13 @@ GangResult Engine::GangStats(size_t i, double end) const {
 SimResult Engine::Run() {
   const auto wall_start = std::chrono::steady_clock::now();
   result_.policy = std::string(sched_.policy().name());
+  result_.slice_score =
+      std::string(SliceScoreName(options_.scheduler_options.slice_score));
+  // Initial fragmentation: every node.
+  for (int n = 0; n < static_cast<int>(cluster_.nodes.size()); ++n) {
+    MarkNode(n);
+  }
+  RefreshFragmentation();
   result_.jobs = static_cast<int64_t>(jobs_.size());
   if (!jobs_.empty()) {
     window_start_ = jobs_.front().submit_s;
@@ -518,8 +609,17 @@ SimResult Engine::Run() {
           break;
       }
     }
+    const size_t first_new = next_submit;
     while (next_submit < jobs_.size() && jobs_[next_submit].submit_s <= t) {
-      Submit(next_submit++, t);
+      const size_t i = next_submit++;
+      arrived_capacity_ +=
+          jobs_[i].request.shape.slice.share_bytes > 0
+              ? jobs_[i].request.shape.tasks *
+                    static_cast<double>(
+                        jobs_[i].request.shape.slice.share_bytes) /
+                    share_unit_
+              : jobs_[i].request.shape.TotalGpus();
+      Submit(i, t);
     }
     // Preempted jobs stop at once here (their checkpoint is instant), so
     // the jobs they made room for start in a second pass at the same time.
@@ -536,6 +636,23 @@ SimResult Engine::Run() {
         result_.spare_reclaims += p.immediate ? 1 : 0;
       }
       if (pass.preempted.empty()) break;
+    }
+    if (options_.no_departures) {
+      // The FGD experiment: a job that did not start on arrival is dropped.
+      for (size_t i = first_new; i < next_submit; ++i) {
+        if (!runs_[i].queued) continue;
+        (void)sched_.Cancel(jobs_[i].request.id, At(t));
+        runs_[i].queued = false;
+        AddDemand(i, -1);
+        result_.dropped += 1;
+      }
+    }
+    RefreshFragmentation();
+    if (!end_recorded_ && next_submit == jobs_.size()) {
+      end_recorded_ = true;
+      result_.gpu_allocation_end = capacity_allocated_ / total_gpus_;
+      result_.frag_fgd_end_gpus = frag_total_;
+      result_.arrived_demand = arrived_capacity_ / total_gpus_;
     }
     Record(t);
   }
@@ -564,6 +681,13 @@ SimResult Engine::Run() {
     result_.gpu_utilization = alloc_area_window_ / (window * total_gpus_);
     result_.fragmentation_mean_gpus = frag_area_window_ / window;
     result_.fragmentation_mean = result_.fragmentation_mean_gpus / total_gpus_;
+    result_.gpu_allocation_mean =
+        capacity_area_window_ / (window * total_gpus_);
+    result_.frag_fgd_mean_gpus = frag_fgd_area_window_ / window;
+  } else if (total_gpus_ > 0) {
+    // All arrivals at one instant: the state after them.
+    result_.gpu_allocation_mean = result_.gpu_allocation_end;
+    result_.frag_fgd_mean_gpus = result_.frag_fgd_end_gpus;
   }
   result_.gpu_hours_allocated = allocated_gpu_s_ / 3600;
   result_.gpu_hours_lost = lost_gpu_s_ / 3600;

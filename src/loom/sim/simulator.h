@@ -38,6 +38,9 @@ absl::StatusOr<FailureModel> FindFailureModel(std::string_view name);
 
 struct SimOptions {
   std::string policy = "fair";
+  // `scheduler_options.target_workload` is also the workload the
+  // fragmentation measure (`SimResult::frag_fgd_*`) is taken for, whatever
+  // the slice score; empty: those figures are 0.
   PolicyOptions policy_options;
   SchedulerOptions scheduler_options;
   uint64_t seed = 1;
@@ -64,6 +67,10 @@ struct SimOptions {
   // A job out of retries ends failed.
   RestartSpec restart{-1, absl::ZeroDuration()};
   RestartSpec requeue{-1, absl::ZeroDuration()};
+  // The FGD paper's experiment (docs/simulator.md): jobs never end, and a
+  // job that does not start in the pass at its arrival is dropped (counted
+  // in `SimResult::dropped`), so arrivals fill the cluster once.
+  bool no_departures = false;
   // Updated with the number of jobs that have finished, for progress lines.
   std::atomic<int64_t>* progress = nullptr;
 };
@@ -92,6 +99,7 @@ struct GangResult {
 
 struct SimResult {
   std::string policy;
+  std::string slice_score;  // "best_fit" or "fgd"
   int64_t jobs = 0;
   int64_t finished = 0;
   int64_t infeasible = 0;
@@ -105,6 +113,20 @@ struct SimResult {
   double gpu_utilization = 0;  // over the arrival window
   double fragmentation_mean_gpus = 0;
   double fragmentation_mean = 0;  // as a fraction of the cluster's GPUs
+  // GPU capacity (docs/simulator.md "GPU sharing"): allocated capacity in
+  // GPUs (a share counts its fraction of the GPU's memory, a MIG instance
+  // its memory slices over 8) over the cluster's GPUs, time-weighted over
+  // the arrival window and at its end (after the last arrival's pass); the
+  // fragmentation of the free capacity for the workload's own task types
+  // (loom/sched/frag_score.h), in GPUs, the same two ways.
+  double gpu_allocation_mean = 0;
+  double gpu_allocation_end = 0;
+  double frag_fgd_mean_gpus = 0;
+  double frag_fgd_end_gpus = 0;
+  // GPUs the arrivals asked for up to the window's end (capacity units),
+  // over the cluster's GPUs ("arrived workload" in the FGD paper).
+  double arrived_demand = 0;
+  int64_t dropped = 0;  // `no_departures`: jobs that did not start
   double gpu_hours_allocated = 0;
   double gpu_hours_lost = 0;  // work thrown away by failures
   double goodput = 1.0;       // useful GPU-hours / allocated GPU-hours

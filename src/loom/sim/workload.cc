@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "loom/sched/placement.h"
 
@@ -36,6 +37,9 @@ absl::StatusOr<TimeLimitMode> ParseTimeLimitMode(std::string_view text) {
 
 namespace {
 
+// A GPU's memory when the cluster's models declare none.
+constexpr int64_t kSliceFallbackGpuMemory = int64_t{80} << 30;
+
 // Splits `total` GPUs into equal tasks that each fit a node of `per_node`.
 JobShape ShapeFor(int total, int per_node) {
   absl::StatusOr<JobShape> s = ShapeFromTotalGpus(total, per_node);
@@ -64,6 +68,14 @@ Workload BuildWorkload(const Trace& trace, const Cluster& cluster,
     slowest_any = std::min(slowest_any, cluster.gpu_models[n.gpu_model].speed);
   }
   const PriorityClass* normal = cluster.FindPriorityClass("normal");
+  int64_t smallest_memory = 0;
+  for (const GpuModel& m : cluster.gpu_models) {
+    if (m.memory_bytes > 0 &&
+        (smallest_memory == 0 || m.memory_bytes < smallest_memory)) {
+      smallest_memory = m.memory_bytes;
+    }
+  }
+  if (smallest_memory == 0) smallest_memory = kSliceFallbackGpuMemory;
   JobId next_id = 1;
   for (const TraceJob& t : trace.jobs) {
     if (options.limit > 0 &&
@@ -78,7 +90,24 @@ Workload BuildWorkload(const Trace& trace, const Cluster& cluster,
     r.user = t.user.empty() ? r.project : t.user;
     r.kind = JobKind::kTrain;
     GpuModelId model = kAnyGpuModel;
-    if (!t.gpu_model.empty() && t.gpu_model != "any") {
+    if (!t.gpu_model_choices.empty()) {
+      // Several models allowed: the one the cluster has, or any model when
+      // it has several of them (a job shape names one model or any).
+      std::vector<GpuModelId> have;
+      for (const std::string& name : t.gpu_model_choices) {
+        if (GpuModelId m = cluster.FindGpuModel(name); m >= 0) {
+          have.push_back(m);
+        }
+      }
+      if (have.empty()) {
+        w.issues.push_back(
+            {t.line,
+             absl::StrCat("gpu_model: the cluster has none of '",
+                          absl::StrJoin(t.gpu_model_choices, "|"), "'")});
+        continue;
+      }
+      model = have.size() == 1 ? have[0] : kAnyGpuModel;
+    } else if (!t.gpu_model.empty() && t.gpu_model != "any") {
       model = cluster.FindGpuModel(t.gpu_model);
       if (model < 0) {
         w.issues.push_back(
@@ -102,6 +131,22 @@ Workload BuildWorkload(const Trace& trace, const Cluster& cluster,
     const int per_node = model == kAnyGpuModel ? max_node : model_max[model];
     r.shape = ShapeFor(t.num_gpus, std::max(per_node, 1));
     r.shape.gpu_model = model;
+    if (t.gpu_milli > 0) {
+      // A share of one GPU: that fraction of the GPU's memory (of the
+      // smallest GPU the job may land on; 1000 MiB on a node-list cluster,
+      // so gpu_milli MiB).
+      const int64_t memory = model == kAnyGpuModel
+                                 ? smallest_memory
+                                 : cluster.gpu_models[model].memory_bytes;
+      r.shape.slice.share_bytes =
+          std::max<int64_t>(1, memory / 1000 * t.gpu_milli);
+    }
+    if (t.cpu_milli > 0) {
+      r.shape.cpus_milli_per_task = t.cpu_milli / r.shape.tasks;
+    }
+    if (t.memory_mib > 0) {
+      r.shape.memory_bytes_per_task = (t.memory_mib << 20) / r.shape.tasks;
+    }
     job.submit_s = t.submit_s * options.arrival_scale;
     job.duration_s = t.duration_s;
     job.trace_id = t.id;
@@ -123,6 +168,25 @@ Workload BuildWorkload(const Trace& trace, const Cluster& cluster,
     ++next_id;
   }
   return w;
+}
+
+TargetWorkload TargetWorkloadOf(const std::vector<SimJob>& jobs) {
+  std::vector<TaskType> counted;
+  counted.reserve(jobs.size());
+  for (const SimJob& j : jobs) {
+    if (j.gang) continue;
+    const JobShape& s = j.request.shape;
+    TaskType t;
+    t.gpu_model = s.gpu_model;
+    t.gpus = s.slice.share_bytes > 0 ? 0 : s.gpus_per_task;
+    t.share_bytes = s.slice.share_bytes;
+    t.cpus_milli = s.cpus_milli_per_task;
+    t.memory_bytes = s.memory_bytes_per_task;
+    t.popularity = s.tasks;
+    if (!s.slice.mig.empty()) continue;  // MIG is not in the measure
+    counted.push_back(t);
+  }
+  return MakeTargetWorkload(counted);
 }
 
 absl::StatusOr<GangSpec> ParseGangSpec(std::string_view text) {

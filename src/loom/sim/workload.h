@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "loom/core/cluster.h"
 #include "loom/core/job.h"
+#include "loom/sched/frag_score.h"
 #include "loom/trace/trace.h"
 
 namespace loom {
@@ -74,6 +75,12 @@ struct Workload {
 // value ("" = normal). Deterministic for a given seed.
 Workload BuildWorkload(const Trace& trace, const Cluster& cluster,
                        const WorkloadOptions& options);
+
+// The task types of `jobs` (not `--gang` ones) weighted by how many tasks
+// each has, for the fgd slice score and the fragmentation measure
+// (loom/sched/frag_score.h): GPU model, whole GPUs or share, CPU and memory
+// per task; the 64 most common types.
+TargetWorkload TargetWorkloadOf(const std::vector<SimJob>& jobs);
 
 // The load a workload offers a cluster, with unlimited capacity: GPUs that
 // would be busy if every job started on arrival. Jobs that could never run on
