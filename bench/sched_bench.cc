@@ -64,7 +64,14 @@ struct BenchOptions {
   int placement_samples = 2000;
   uint64_t seed = 1;
   std::string json_path;
+  // The share of 1-GPU jobs that ask for part of one GPU instead (10% to
+  // 90% of its memory, uniform in steps of 10%), and how shares are placed.
+  double shares = 0;
+  SliceScore slice_score = SliceScore::kBestFit;
 };
+
+// The share sizes the stream draws from, in tenths of a GPU.
+constexpr int kShareTenths[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
 
 // Nearest-rank percentiles of a sample, in the sample's unit.
 struct Summary {
@@ -132,8 +139,11 @@ MachineInfo ProbeMachine() {
 // minutes); half are preemptible. Projects p0..p9, uniform.
 class JobStream {
  public:
-  JobStream(uint64_t seed, int gpus_per_node)
-      : rng_(seed), gpus_per_node_(gpus_per_node) {}
+  JobStream(uint64_t seed, int gpus_per_node, double shares, int64_t gpu_memory)
+      : rng_(seed),
+        gpus_per_node_(gpus_per_node),
+        shares_(shares),
+        gpu_memory_(gpu_memory) {}
 
   struct Generated {
     JobRequest request;
@@ -167,6 +177,12 @@ class JobStream {
     absl::StatusOr<JobShape> shape = ShapeFromTotalGpus(gpus, gpus_per_node_);
     if (!shape.ok()) return shape.status();
     r.shape = *shape;
+    // Only drawn with --shares, so that the default stream is unchanged.
+    if (gpus == 1 && shares_ > 0 && Uniform(0, 1) < shares_) {
+      const int tenths = kShareTenths[std::uniform_int_distribution<int>(
+          0, std::size(kShareTenths) - 1)(rng_)];
+      r.shape.slice.share_bytes = gpu_memory_ / 10 * tenths;
+    }
     const double seconds =
         std::exp(Uniform(std::log(600.0), std::log(43200.0)));
     g.duration = absl::Seconds(std::round(seconds));
@@ -187,6 +203,8 @@ class JobStream {
 
   std::mt19937_64 rng_;
   const int gpus_per_node_;
+  const double shares_;
+  const int64_t gpu_memory_;
   JobId next_id_ = 1;
 };
 
@@ -229,8 +247,33 @@ class Driver {
          const BenchOptions& options)
       : cluster_(cluster),
         options_(options),
-        scheduler_(cluster, std::move(policy)),
-        stream_(options.seed, cluster.nodes.front().gpus) {}
+        scheduler_(cluster, std::move(policy), MakeOptions(cluster, options)),
+        stream_(options.seed, cluster.nodes.front().gpus, options.shares,
+                cluster.pools.front().gpu_memory_bytes) {}
+
+  // The slice score, and for fgd the stream's own mix as the workload.
+  static SchedulerOptions MakeOptions(const Cluster& cluster,
+                                      const BenchOptions& o) {
+    SchedulerOptions s;
+    s.slice_score = o.slice_score;
+    std::vector<TaskType> types;
+    TaskType whole;
+    whole.gpus = 1;
+    whole.popularity = 0.80 * (1 - o.shares);
+    types.push_back(whole);
+    whole.gpus = cluster.nodes.front().gpus;
+    whole.popularity = 0.12;
+    types.push_back(whole);
+    for (int tenths : kShareTenths) {
+      TaskType share;
+      share.gpus = 0;
+      share.share_bytes = cluster.pools.front().gpu_memory_bytes / 10 * tenths;
+      share.popularity = 0.80 * o.shares / std::size(kShareTenths);
+      types.push_back(share);
+    }
+    s.target_workload = MakeTargetWorkload(types);
+    return s;
+  }
 
   Scheduler& scheduler() { return scheduler_; }
   absl::Time now() const { return now_; }
@@ -489,7 +532,11 @@ void PrintHeader(const MachineInfo& m, const Cluster& cluster,
       o.pending, o.warmup_steps, o.steps, o.seed);
   fmt::print(
       "mix: 80% 1 GPU, 8% 2-4 GPUs, 7% 8 GPUs, 5% gangs of 16-256 GPUs; "
-      "half with time limits, half preemptible, projects p0..p9\n\n");
+      "half with time limits, half preemptible, projects p0..p9\n");
+  fmt::print(
+      "shares: {:.0f}% of the 1-GPU jobs ask 10-90% of one GPU's memory; "
+      "slice score {}\n\n",
+      100 * o.shares, SliceScoreName(o.slice_score));
 }
 
 void PrintPassTable(const std::vector<PolicyResult>& results) {
@@ -610,7 +657,20 @@ int Main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "seed of the job stream")
       ->capture_default_str();
   app.add_option("--json", o.json_path, "also write the figures as JSON here");
+  app.add_option("--shares", o.shares,
+                 "fraction of the 1-GPU jobs that ask part of one GPU")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  std::string score = "best_fit";
+  app.add_option("--slice-score", score, "best_fit or fgd")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (absl::StatusOr<SliceScore> s = ParseSliceScore(score); s.ok()) {
+    o.slice_score = *s;
+  } else {
+    std::cerr << "sched_bench: --slice-score: " << s.status().message() << "\n";
+    return 2;
+  }
 
   if (o.policies.empty() ||
       (o.policies.size() == 1 && o.policies[0] == "all")) {
