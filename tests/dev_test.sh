@@ -59,7 +59,11 @@ done
 grep -q '"a100"' "$W/nodes.json" || fail "no A100 node"
 "$LOOM" run -g 2 --gpu-model a100 --wait -- sh -c 'echo gpus=$CUDA_VISIBLE_DEVICES' > "$W/run.out" 2>&1 ||
   fail "job on the dev cluster: $(cat "$W/run.out")"
-echo "ok: four nodes up, a job ran"
+# The A100 pool partitions a free GPU for a MIG job (docs/scheduling.md).
+"$LOOM" run --mig 1g.10gb --wait -- sh -c 'echo cvd=$CUDA_VISIBLE_DEVICES' > "$W/mig.out" 2>&1 ||
+  fail "MIG job on the dev cluster: $(cat "$W/mig.out")"
+grep -q 'cvd=MIG-' "$W/mig.out" || fail "MIG job's CUDA_VISIBLE_DEVICES: $(cat "$W/mig.out")"
+echo "ok: four nodes up, a job ran, a MIG job ran on its instance"
 stop_dev
 echo "ok: SIGINT stopped loom dev and its children"
 

@@ -86,7 +86,7 @@ std::string ClusterYaml(const DevFlags& f) {
   if (f.a100_nodes > 0) {
     absl::StrAppend(&y, "  - {name: a100, nodes: ", f.a100_nodes,
                     ", gpu: {model: a100, count: 8, memory: 80Gi}, cpus: 96, "
-                    "memory: 1Ti}\n");
+                    "memory: 1Ti, mig: {gpus: 0, dynamic: true}}\n");
   }
   absl::StrAppend(&y,
                   "network: {nodes_per_leaf: 2, leaves_per_spine: 4}\n"
