@@ -57,10 +57,12 @@ class SliceSearch {
         ConsiderNode(node, /*whole=*/false, &best);
         return true;
       });
-      if (!best.found() || fgd_ != nullptr) {
+      if (fgd_ != nullptr || (!best.found() && shape_.tasks > 1)) {
         for (int node = 0; node < state_.num_nodes(); ++node) {
           ConsiderNode(node, /*whole=*/true, &best);
         }
+      } else if (!best.found()) {
+        ConsiderWholeByIndex(&best);
       }
       if (!best.found()) return std::nullopt;
       const TaskPlacement& c = best.task;
@@ -92,6 +94,42 @@ class SliceSearch {
     }
     u->first += shape_.cpus_milli_per_task;
     u->second += shape_.memory_bytes_per_task;
+  }
+
+  // Best fit for a free whole GPU (class 2) through the state's indexes
+  // instead of a scan of every node: per usable model, the partly used
+  // nodes with the fewest free GPUs first (in id order: the first usable one
+  // is that model's best), else an idle node of the leaf with the fewest
+  // idle nodes, as whole-GPU placement takes them. For one task; the
+  // models' best candidates are compared by key.
+  void ConsiderWholeByIndex(Candidate* best) {
+    const GpuModelId chosen = chosen_model();
+    for (GpuModelId model = 0; model < state_.num_models(); ++model) {
+      if (chosen != kAnyGpuModel && model != chosen) continue;
+      Candidate local;
+      bool found = false;
+      auto consider = [&](int node) {
+        ConsiderNode(node, /*whole=*/true, &local);
+        found = local.found();
+        return !found;
+      };
+      for (int f = 1; f <= kMaxGpusPerNode && !found; ++f) {
+        if (state_.PartialCount(model, f) > 0) {
+          state_.PartialNodes(model, f).ForEachUntil(consider);
+        }
+      }
+      const Topology& topo = state_.topology();
+      for (const auto& [count, leaf] : state_.LeavesByIdle(model)) {
+        if (found) break;
+        for (int node : topo.sw(leaf).nodes) {
+          if (state_.NodeModel(node) == model && state_.IsIdle(node) &&
+              !consider(node)) {
+            break;
+          }
+        }
+      }
+      if (local.found() && local.key < best->key) *best = local;
+    }
   }
 
   bool NodeUsable(int node, GpuModelId model) const {
