@@ -100,6 +100,10 @@ CLI::App* AddSimCommand(CLI::App& app, SimFlags* f) {
                   "Seconds a job spends restoring when it starts again after "
                   "preemption or failure (default 30, or the failure "
                   "model's)");
+  sim->add_option("--mig-repartition-delay", f->mig_repartition_s,
+                  "Seconds a job waits when its MIG slice needs its GPU "
+                  "partitioned anew (the agent's NVML calls)")
+      ->capture_default_str();
   sim->add_option("--restart-max", f->restart_max,
                   "Restart policy of every job: restarts after failures "
                   "(-1: no limit; a job out of restarts fails)")
@@ -178,10 +182,12 @@ int RunSim(const SimFlags& f) {
     gangs.push_back(*g);
   }
   if (f.fail_mtbf_s < 0 || f.checkpoint_interval_s < 0 || repair_s < 0 ||
-      restart_cost_s < 0 || f.starvation_age_s < 0 || !(f.half_life_s > 0)) {
+      restart_cost_s < 0 || f.mig_repartition_s < 0 || f.starvation_age_s < 0 ||
+      !(f.half_life_s > 0)) {
     return Fail(
         "--fail-mtbf, --checkpoint-interval, --repair-time, --restart-cost, "
-        "--starvation-age must not be negative; --half-life must be positive");
+        "--mig-repartition-delay, --starvation-age must not be negative; "
+        "--half-life must be positive");
   }
   if (f.restart_max < -1 || f.requeue_max < -1 || f.restart_backoff_s < 0) {
     return Fail(
@@ -320,6 +326,7 @@ int RunSim(const SimFlags& f) {
     options[i].repair_s = repair_s;
     options[i].checkpoint_interval_s = f.checkpoint_interval_s;
     options[i].restart_cost_s = restart_cost_s;
+    options[i].mig_repartition_s = f.mig_repartition_s;
     options[i].restart = {f.restart_max, absl::Seconds(f.restart_backoff_s)};
     options[i].requeue = {f.requeue_max, absl::ZeroDuration()};
     options[i].progress = &progress[i];

@@ -25,6 +25,7 @@ struct SimFlags {
   // -1: the default (3600 s and 30 s, or the failure model's).
   double repair_s = -1;
   double restart_cost_s = -1;
+  double mig_repartition_s = 15;
   std::string failure_model = "none";
   std::vector<std::string> gangs;  // NODES:HOURS[:SPARES] each
   int restart_max = -1;            // -1: no limit

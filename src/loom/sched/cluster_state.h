@@ -26,6 +26,10 @@ struct TaskPlacement {
   int mig_profile = -1;
   int mig_start = -1;
   int64_t share_bytes = 0;
+  // The MIG task's GPU gets a new layout when it starts (an idle MIG GPU
+  // partitioned anew, or a whole GPU turned MIG): the agent's NVML calls
+  // take a while (the simulator's `mig_repartition_s`).
+  bool repartition = false;
   bool partial() const { return slice_gpu >= 0; }
 };
 
@@ -254,7 +258,7 @@ class ClusterState {
     std::vector<GpuPart> parts;     // [gpu]
     uint32_t part_mask = 0;         // GPUs whose part is not kWhole
     int gpu_domain = 0;
-    int nics = -1;                  // -1: not known
+    int nics = -1;  // -1: not known
     int free_nics = 0;
     int pool = -1;
     bool mig_dynamic = false;

@@ -175,6 +175,7 @@ class SliceSearch {
           continue;
         }
         c.key = {0, 2, free_whole, node, g};
+        c.task.repartition = mig;
       } else if (mig) {
         if (part.mode != GpuMode::kMig) continue;
         int free_left = -1, start = -1;
@@ -190,6 +191,7 @@ class SliceSearch {
           c.task.mig_start = start;
         } else if (part.tasks == 0 && state_.MigDynamic(node)) {
           c.key = {0, 1, free_whole, node, g};
+          c.task.repartition = true;
         } else {
           continue;
         }

@@ -252,6 +252,7 @@ nlohmann::json SimReportJson(const SimReport& r) {
     p["preemptions"] = s.preemptions;
     p["node_failures"] = s.node_failures;
     p["restarts"] = s.restarts;
+    p["mig_repartitions"] = s.mig_repartitions;
     p["spare_reclaims"] = s.spare_reclaims;
     nlohmann::json gangs = nlohmann::json::array();
     for (const GangResult& g : s.gangs) {

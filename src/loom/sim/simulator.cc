@@ -280,6 +280,13 @@ void Engine::Start(size_t i, double t) {
   r.queued = false;
   r.run_start = t;
   r.overhead = r.run > 1 ? options_.restart_cost_s : 0.0;
+  for (const TaskPlacement& task : sj->placement.tasks) {
+    if (task.repartition) {
+      r.overhead += options_.mig_repartition_s;
+      result_.mig_repartitions += 1;
+      break;
+    }
+  }
   if (r.run > 1) result_.restarts += 1;
   if (ExtraRun* x = Extra(i); x != nullptr) {
     if (x->interrupted_at >= 0) {

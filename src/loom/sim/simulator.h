@@ -62,6 +62,10 @@ struct SimOptions {
   // A job that starts again after preemption or failure spends this long
   // restoring before it makes progress.
   double restart_cost_s = 30;
+  // A job one of whose MIG tasks needs its GPU partitioned anew
+  // (`TaskPlacement::repartition`) starts this much later: the agent
+  // destroys and creates GPU and compute instances through NVML first.
+  double mig_repartition_s = 15;
   // The restart policy every job gets (the server's code, `DecideRetry`):
   // `restart` after failures, `requeue` after preemptions. max -1: no limit.
   // A job out of retries ends failed.
@@ -133,7 +137,8 @@ struct SimResult {
   int64_t preemptions = 0;
   int64_t node_failures = 0;
   int64_t restarts = 0;
-  int64_t spare_reclaims = 0;  // jobs stopped at once on a reclaimed spare
+  int64_t mig_repartitions = 0;  // jobs started on a GPU partitioned anew
+  int64_t spare_reclaims = 0;    // jobs stopped at once on a reclaimed spare
   int64_t passes = 0;
   std::vector<GangResult> gangs;
   std::map<std::string, double> gpu_hours_by_project;

@@ -334,3 +334,37 @@ TEST(Simulator, RecoveryAfterABackoffResubmitsWithTheNodesItHeld) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// A MIG job that needs its GPU partitioned anew starts after the
+// repartition delay (SimOptions::mig_repartition_s); one that finds a free
+// instance does not.
+TEST(Simulator, AMigRepartitionDelaysItsJob) {
+  Cluster c = testing::MakeCluster({{1, 0}}, 2, 8);
+  c.pools[0].gpu_memory_bytes = int64_t{141} * 1000 * 1000 * 1000;
+  c.pools[0].mig.gpus = 1;
+  c.pools[0].mig.dynamic = true;
+  for (int i = 0; i < 7; ++i) c.pools[0].mig.layout.push_back({0, i});
+  std::vector<SimJob> jobs(2);
+  for (int i = 0; i < 2; ++i) {
+    jobs[i].request = testing::MakeJob(i + 1, 1, 1);
+    jobs[i].submit_s = 0;
+    jobs[i].duration_s = 100;
+  }
+  jobs[0].request.shape.slice.mig = "1g.18gb";  // declared: no change
+  jobs[1].request.shape.slice.mig = "2g.35gb";  // a whole GPU turned MIG
+  SimOptions o;
+  o.policy = "fifo";
+  o.mig_repartition_s = 20;
+  absl::StatusOr<SimResult> r = RunSimulation(c, jobs, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->finished, 2);
+  EXPECT_EQ(r->mig_repartitions, 1);
+  EXPECT_DOUBLE_EQ(r->makespan_s, 120);
+  EXPECT_DOUBLE_EQ(r->jct_mean_s, (100 + 120) / 2.0);
+}
+
+}  // namespace
+}  // namespace loom
