@@ -89,6 +89,13 @@ struct JobRequest {
   // (`Scheduler::SetNodeImages`), a soft preference that never changes the
   // fit or the topology of the placement.
   std::string image;
+  // The dataset versions the job reads, each a stable id or "name@version"
+  // (the server fills them from the job's `data:`). Placement prefers nodes
+  // whose cache holds all of them complete (`Scheduler::SetNodeDatasets`),
+  // a soft preference like `image` and ranked above it; a backfill
+  // reservation reports the reserved nodes that lack them
+  // (`PassResult::prefetch`).
+  std::vector<std::string> datasets;
   // Only nodes whose labels match this (`MatchesSelector`,
   // loom/core/labels.h; `Scheduler::SetNodeLabels`); empty: any node.
   std::map<std::string, std::string> node_selector;

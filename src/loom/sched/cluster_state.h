@@ -65,6 +65,9 @@ struct Placement {
   // Tasks placed on nodes of the `prefer` mask given to `FindPlacement`
   // (nodes that hold the job's image); 0 when there was none.
   int preferred_tasks = 0;
+  // Tasks placed on nodes that hold all of the job's datasets
+  // (`NodePreference::data`); 0 when there was no such preference.
+  int data_tasks = 0;
 };
 
 // An entry of the reservation index: the time at which `node` will have

@@ -195,6 +195,12 @@ absl::StatusOr<Scheduler::ClusterChange> Scheduler::UpdateCluster(
       images.emplace_back(from.nodes[i].name, node_images_[i]);
     }
   }
+  std::vector<std::pair<std::string, std::vector<std::string>>> datasets;
+  for (size_t i = 0; i < node_datasets_.size(); ++i) {
+    if (!node_datasets_[i].empty()) {
+      datasets.emplace_back(from.nodes[i].name, node_datasets_[i]);
+    }
+  }
 
   // Recovery placements on hot spares are node ids of the old numbering:
   // those jobs join the queue (as pending jobs, below).
@@ -273,6 +279,9 @@ absl::StatusOr<Scheduler::ClusterChange> Scheduler::UpdateCluster(
 
   node_images_.clear();
   image_nodes_.clear();
+  node_datasets_.clear();
+  dataset_nodes_.clear();
+  prefetched_.clear();  // node ids of the old numbering
   absl::flat_hash_map<std::string, int> node_by_name;
   for (size_t i = 0; i < cluster_->nodes.size(); ++i) {
     node_by_name.emplace(cluster_->nodes[i].name, static_cast<int>(i));
@@ -280,6 +289,11 @@ absl::StatusOr<Scheduler::ClusterChange> Scheduler::UpdateCluster(
   for (const auto& [name, digests] : images) {
     if (auto it = node_by_name.find(name); it != node_by_name.end()) {
       SetNodeImages(it->second, digests);
+    }
+  }
+  for (const auto& [name, held] : datasets) {
+    if (auto it = node_by_name.find(name); it != node_by_name.end()) {
+      SetNodeDatasets(it->second, held);
     }
   }
   return change;

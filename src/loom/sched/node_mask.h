@@ -30,6 +30,13 @@ class NodeMask {
     const size_t n = std::min(words_.size(), other.words_.size());
     for (size_t w = 0; w < n; ++w) words_[w] |= other.words_[w];
   }
+  // Keeps only the members of `other` (of the same size).
+  void IntersectWith(const NodeMask& other) {
+    const size_t n = std::min(words_.size(), other.words_.size());
+    for (size_t w = 0; w < n; ++w) words_[w] &= other.words_[w];
+    std::fill(words_.begin() + n, words_.end(), 0);
+  }
+  bool operator==(const NodeMask&) const = default;
   int Count() const {
     int c = 0;
     for (uint64_t w : words_) c += std::popcount(w);

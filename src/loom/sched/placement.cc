@@ -61,18 +61,14 @@ bool Avoided(const NodeMask* avoid, int node) {
   return avoid != nullptr && avoid->Contains(node);
 }
 
-bool Preferred(const NodeMask* prefer, int node) {
-  return prefer != nullptr && prefer->Contains(node);
-}
-
 // Single-node placement: best fit over partly used nodes, then an idle node
-// from the leaf with the fewest idle nodes. Nodes in `prefer` win ties only:
-// among the partly used nodes with the chosen free GPU count, or among the
-// idle nodes of the chosen leaf.
+// from the leaf with the fewest idle nodes. Nodes of a higher rank in
+// `prefer` win ties only: among the partly used nodes with the chosen free
+// GPU count, or among the idle nodes of the chosen leaf.
 std::optional<Placement> PlaceOnOneNode(const ClusterState& state,
                                         GpuModelId model, const JobShape& shape,
                                         const NodeMask* avoid,
-                                        const NodeMask* prefer) {
+                                        const NodePreference& prefer) {
   const int need = shape.TotalGpus();
   JobShape s = shape;
   s.gpu_model = model;
@@ -92,17 +88,24 @@ std::optional<Placement> PlaceOnOneNode(const ClusterState& state,
       return true;
     });
   }
-  if (chosen >= 0 && prefer != nullptr && !prefer->Contains(chosen)) {
+  const int top = prefer.Top();
+  if (chosen >= 0 && prefer.Rank(chosen) < top) {
     // The same best-fit key: the other partly used nodes with as many free
-    // GPUs. One word operation per 64 nodes of the bucket.
-    state.PartialNodes(model, chosen_free)
-        .ForEachInBothUntil(*prefer, [&](int node) {
-          if (fits(node)) {
-            chosen = node;
-            return false;
-          }
-          return true;
-        });
+    // GPUs. One word operation per 64 nodes of the bucket and mask: the
+    // data nodes first (ranks 3 and 2), then, when none fits, the image's.
+    const NodeMask& bucket = state.PartialNodes(model, chosen_free);
+    int best = prefer.Rank(chosen);
+    for (const NodeMask* m : {prefer.data, prefer.image}) {
+      if (m == nullptr || best >= 2) continue;
+      bucket.ForEachInBothUntil(*m, [&](int node) {
+        const int rank = prefer.Rank(node);
+        if (rank > best && fits(node)) {
+          best = rank;
+          chosen = node;
+        }
+        return best < top;
+      });
+    }
   }
   if (chosen < 0) {
     const Topology& topo = state.topology();
@@ -115,13 +118,13 @@ std::optional<Placement> PlaceOnOneNode(const ClusterState& state,
       while (i < nodes.size() && !idle_fits(nodes[i])) ++i;
       if (i == nodes.size()) continue;
       chosen = nodes[i];
-      if (prefer != nullptr && !prefer->Contains(chosen)) {
-        // The same leaf: its first idle node that holds the image, if any.
-        for (size_t j = i + 1; j < nodes.size(); ++j) {
-          if (prefer->Contains(nodes[j]) && idle_fits(nodes[j])) {
-            chosen = nodes[j];
-            break;
-          }
+      // The same leaf: its first idle node of the best rank, if better.
+      int best = prefer.Rank(chosen);
+      for (size_t j = i + 1; j < nodes.size() && best < top; ++j) {
+        const int rank = prefer.Rank(nodes[j]);
+        if (rank > best && idle_fits(nodes[j])) {
+          best = rank;
+          chosen = nodes[j];
         }
       }
       break;
@@ -156,13 +159,13 @@ struct LeafRoom {
 
 // Picks nodes below switch `sw` for `shape.tasks` tasks: fewest leaves (most
 // room first, last one best-fit), then fewest nodes; among nodes of a leaf
-// with equal room, those in `prefer` first. Returns nullopt when CPU, memory
-// or `avoid` leave too little room.
+// with equal room, those of a higher rank in `prefer` first. Returns nullopt
+// when CPU, memory or `avoid` leave too little room.
 std::optional<Placement> PlaceUnderSwitch(const ClusterState& state, int sw,
                                           GpuModelId model,
                                           const JobShape& shape,
                                           const NodeMask* avoid,
-                                          const NodeMask* prefer) {
+                                          const NodePreference& prefer) {
   const Topology& topo = state.topology();
   JobShape s = shape;
   s.gpu_model = model;
@@ -200,16 +203,16 @@ std::optional<Placement> PlaceUnderSwitch(const ClusterState& state, int sw,
   int left = shape.tasks;
   for (size_t i = 0; i < k && left > 0; ++i) {
     // Within a leaf: nodes with the most room first (fewest nodes), then
-    // those in `prefer`, then by id. Equal room, so the order among them
-    // changes which nodes are used, not how many.
-    std::vector<std::tuple<int, bool, int>> nodes;  // (-room, !pref, node)
+    // the highest rank in `prefer`, then by id. Equal room, so the order
+    // among them changes which nodes are used, not how many.
+    std::vector<std::tuple<int, int, int>> nodes;  // (-room, -rank, node)
     for (int node : topo.sw(leaves[i].leaf).nodes) {
       if (Avoided(avoid, node)) continue;
       int room = s.TasksPerNode(state.TasksThatFit(node, s));
-      if (room > 0) nodes.emplace_back(-room, !Preferred(prefer, node), node);
+      if (room > 0) nodes.emplace_back(-room, -prefer.Rank(node), node);
     }
     std::sort(nodes.begin(), nodes.end());
-    for (const auto& [neg_room, not_preferred, node] : nodes) {
+    for (const auto& [neg_room, neg_rank, node] : nodes) {
       if (left == 0) break;
       int take = std::min(left, -neg_room);
       TakeGpus(node, state.FreeMask(node), shape.gpus_per_task, take,
@@ -227,7 +230,7 @@ std::optional<Placement> PlaceUnderSwitch(const ClusterState& state, int sw,
 std::optional<Placement> PlaceMultiNode(const ClusterState& state,
                                         GpuModelId model, const JobShape& shape,
                                         const NodeMask* avoid,
-                                        const NodeMask* prefer) {
+                                        const NodePreference& prefer) {
   const Topology& topo = state.topology();
   const int g = shape.gpus_per_task;
   if (state.Slots(topo.root(), model, g) < shape.tasks) return std::nullopt;
@@ -312,6 +315,15 @@ std::optional<Placement> FindPlacement(const ClusterState& state,
                                        const NodeMask* avoid,
                                        const NodeMask* prefer,
                                        PendingReason* why) {
+  return FindPlacement(state, shape, avoid, NodePreference{nullptr, prefer},
+                       why);
+}
+
+std::optional<Placement> FindPlacement(const ClusterState& state,
+                                       const JobShape& shape,
+                                       const NodeMask* avoid,
+                                       const NodePreference& prefer,
+                                       PendingReason* why) {
   std::optional<GpuModelId> first_usable;
   const GpuModelId only[1] = {shape.gpu_model};
   const std::span<const GpuModelId> models =
@@ -328,9 +340,11 @@ std::optional<Placement> FindPlacement(const ClusterState& state,
             ? PlaceOnOneNode(state, model, shape, avoid, prefer)
             : PlaceMultiNode(state, model, shape, avoid, prefer);
     if (p.has_value()) {
-      if (prefer != nullptr) {
+      if (!prefer.empty()) {
         for (const TaskPlacement& t : p->tasks) {
-          p->preferred_tasks += prefer->Contains(t.node) ? 1 : 0;
+          const int rank = prefer.Rank(t.node);
+          p->preferred_tasks += rank & 1;
+          p->data_tasks += rank >> 1;
         }
       }
       return p;

@@ -45,6 +45,35 @@ std::optional<Placement> FindPlacement(const ClusterState& state,
                                        const NodeMask* prefer,
                                        PendingReason* why);
 
+// Data and image locality together. Each mask may be null. Where the rules
+// above leave a choice between equally good nodes, a node's rank decides:
+// nodes holding the job's datasets and its image first, then those holding
+// the datasets, then those holding the image, then the rest. Datasets rank
+// above the image because they are usually far larger (tens of GB to TB
+// against a few GB) and a cache miss costs a fill from the cold store.
+// Like `prefer` above, the ranks never change whether a placement is found,
+// its fit or its topology.
+struct NodePreference {
+  const NodeMask* data = nullptr;   // nodes holding all the job's datasets
+  const NodeMask* image = nullptr;  // nodes holding the job's image
+
+  bool empty() const { return data == nullptr && image == nullptr; }
+  int Rank(int node) const {
+    return (data != nullptr && data->Contains(node) ? 2 : 0) +
+           (image != nullptr && image->Contains(node) ? 1 : 0);
+  }
+  // The best rank a node can have.
+  int Top() const { return (data != nullptr ? 2 : 0) + (image != nullptr); }
+};
+
+// As above, with both preferences: `preferred_tasks` counts the tasks on
+// `prefer.image`, `data_tasks` those on `prefer.data`.
+std::optional<Placement> FindPlacement(const ClusterState& state,
+                                       const JobShape& shape,
+                                       const NodeMask* avoid,
+                                       const NodePreference& prefer,
+                                       PendingReason* why);
+
 // Whether the gang could ever run on this cluster if it were empty and every
 // node up: the "could it ever run" question (for tasks on parts of GPUs,
 // `CouldSliceEverRun`). Returns false with a reason in

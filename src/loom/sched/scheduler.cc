@@ -61,8 +61,8 @@ bool SpansNodes(const ClusterState& st, const Cluster& c, const JobShape& s) {
 
 // Whole GPUs, or parts of GPUs (slice_placement.h) for a slice shape.
 std::optional<Placement> Place(const ClusterState& state, const JobShape& shape,
-                               const NodeMask* avoid, const NodeMask* prefer,
-                               PendingReason* why,
+                               const NodeMask* avoid,
+                               const NodePreference& prefer, PendingReason* why,
                                const SchedulerOptions& options) {
   if (shape.slice.partial()) {
     return FindSlicePlacement(
@@ -70,6 +70,17 @@ std::optional<Placement> Place(const ClusterState& state, const JobShape& shape,
         SliceScoring{options.slice_score, &options.target_workload});
   }
   return FindPlacement(state, shape, avoid, prefer, why);
+}
+
+// The locality preference of `request`: nodes holding its datasets (when
+// `data_locality` is on; an intersection goes to `*scratch`) and its image.
+NodePreference PreferenceFor(const Scheduler& s, const JobRequest& request,
+                             bool data_locality, NodeMask* scratch) {
+  NodePreference prefer;
+  prefer.image = s.NodesWithImage(request.image);
+  if (data_locality)
+    prefer.data = s.NodesWithDatasets(request.datasets, scratch);
+  return prefer;
 }
 
 bool Overlaps(const Placement& a, const Placement& b) {
@@ -136,9 +147,11 @@ class Scheduler::Context : public SchedulingContext {
       return false;
     }
     PendingReason why;
-    // The image preference never changes whether a shape fits, so the
-    // failure memo above stays keyed by shape alone.
-    const NodeMask* prefer = s_->NodesWithImage(job.request.image);
+    // The image and data preferences never change whether a shape fits, so
+    // the failure memo above stays keyed by shape alone.
+    NodeMask data_scratch;
+    const NodePreference prefer = PreferenceFor(
+        *s_, job.request, s_->options_.data_locality, &data_scratch);
     std::optional<Placement> p;
     // A replica of a spread group: away from the group's nodes first.
     NodeMask spread_scratch;
@@ -337,6 +350,9 @@ Reservation Scheduler::Context::Reserve(JobId id) {
       why.spare_nodes_idle = job.reason.spare_nodes_idle;
     }
     SetReason(id, why);
+    if (!job.request.datasets.empty()) {
+      s_->NotePrefetch(job, best, result_);
+    }
   }
   return best;
 }
@@ -358,7 +374,9 @@ bool Scheduler::Context::PreemptFor(JobId for_job,
   const SchedJob& for_sj = s_->jobs_.at(for_job);
   const JobRequest& request = for_sj.request;
   const JobShape& shape = request.shape;
-  const NodeMask* prefer = s_->NodesWithImage(request.image);
+  NodeMask data_scratch;
+  const NodePreference prefer =
+      PreferenceFor(*s_, request, s_->options_.data_locality, &data_scratch);
   // Nodes its selector rules out, nodes held for a recovery and (for a
   // non-preemptible job) hot spares: not to be freed for it.
   NodeMask scratch;
@@ -516,6 +534,7 @@ void Scheduler::StartJob(SchedJob& job, Placement placement, absl::Time now,
                          PassResult* result) {
   const JobId id = job.request.id;
   claims_.erase(id);
+  prefetched_.erase(id);
   Accrue(job.project, now);
   job.placement = std::move(placement);
   job.phase = JobPhase::kRunning;
@@ -639,6 +658,7 @@ absl::Status Scheduler::Cancel(JobId id, absl::Time now) {
     return absl::NotFoundError(absl::StrCat("job ", id, " is not live"));
   }
   claims_.erase(id);
+  prefetched_.erase(id);
   if (it->second.phase == JobPhase::kPending) {
     if (it->second.recovering()) {
       recovering_.erase(id);

@@ -32,6 +32,11 @@ struct SchedulerOptions {
   // under both.
   SliceScore slice_score = SliceScore::kBestFit;
   TargetWorkload target_workload;
+  // Data locality (docs/scheduling.md "Data locality"): placement prefers
+  // nodes that hold a job's datasets (`SetNodeDatasets`). Off, the datasets
+  // are still used for prefetch (`PassResult::prefetch`); for the
+  // simulator's with/without comparison.
+  bool data_locality = true;
 };
 
 // The answer to "can this job run here?" at submit time.
@@ -59,6 +64,18 @@ struct Preemption {
 struct PassResult {
   std::vector<JobId> started;
   std::vector<Preemption> preempted;
+  // Prefetch: the pass gave pending `job` a backfill reservation on nodes
+  // that lack some of its datasets (`JobRequest::datasets`, as far as
+  // `SetNodeDatasets` says); the caller may start filling `datasets` on
+  // `nodes` (sorted) before the job starts there. Each (job, node, dataset)
+  // is reported once while the job's reserved nodes stay the same; a
+  // reservation on other nodes reports the new ones.
+  struct Prefetch {
+    JobId job = 0;
+    std::vector<int> nodes;
+    std::vector<std::string> datasets;
+  };
+  std::vector<Prefetch> prefetch;
 };
 
 // Per-project accounting: GPU-seconds, plain and decayed.
@@ -173,6 +190,18 @@ class Scheduler {
   // The nodes that hold image `digest`, or null when none does (or the
   // digest is empty). Valid until the next `SetNodeImages`.
   const NodeMask* NodesWithImage(const std::string& digest) const;
+  // The dataset versions whose copy in node `node`'s cache is complete
+  // ("name@version" or stable ids, as in `JobRequest::datasets`); replaces
+  // the node's previous set, like `SetNodeImages`. Placement then prefers
+  // nodes holding all of a job's datasets (ranked above the image,
+  // `NodePreference`), and prefetch skips them. Pure state.
+  void SetNodeDatasets(int node, const std::vector<std::string>& datasets);
+  // The nodes that hold every one of `datasets`, or null when none does or
+  // the list is empty. A single dataset's mask is the scheduler's own (valid
+  // until the next `SetNodeDatasets`); the intersection for several goes to
+  // `*scratch`.
+  const NodeMask* NodesWithDatasets(const std::vector<std::string>& datasets,
+                                    NodeMask* scratch) const;
   // For a job of a spread group (`JobRequest::spread_group`): `avoid` (may
   // be null) plus the nodes of the group's running and stopping jobs (with
   // `spread_leaf`, every node under their leaves), in `*scratch`; null
@@ -341,6 +370,20 @@ class Scheduler {
   // holds), and per node its digests, sorted and unique.
   absl::flat_hash_map<std::string, NodeMask> image_nodes_;
   std::vector<std::vector<std::string>> node_images_;
+  // Data locality: the same for dataset versions (`SetNodeDatasets`), and
+  // per pending job with a reservation its reserved nodes and the (node,
+  // dataset) pairs already reported for prefetch.
+  absl::flat_hash_map<std::string, NodeMask> dataset_nodes_;
+  std::vector<std::vector<std::string>> node_datasets_;
+  struct Prefetched {
+    NodeMask nodes;
+    std::set<std::pair<int, std::string>> reported;
+  };
+  std::map<JobId, Prefetched> prefetched_;
+  // Reports in `result` the nodes of `reservation` that lack the job's
+  // datasets (`PassResult::prefetch`).
+  void NotePrefetch(const SchedJob& job, const Reservation& reservation,
+                    PassResult* result);
   // Per node its labels (indexed by node id), and the node selectors of
   // live jobs (`SchedJob::selector`) with the nodes each rules out.
   NodeLabels node_labels_;

@@ -1,7 +1,9 @@
-// The scheduler's per-node state: schedulable flags, images, labels.
+// The scheduler's per-node state: schedulable flags, images, datasets,
+// labels; prefetch for reserved jobs.
 
 #include <algorithm>
 #include <bit>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,32 +26,99 @@ void Scheduler::SetNodeSchedulable(int node, bool schedulable) {
   state_->SetSchedulable(node, schedulable);
 }
 
-void Scheduler::SetNodeImages(int node,
-                              const std::vector<std::string>& digests) {
-  if (node < 0 || node >= state_->num_nodes()) return;
-  if (node_images_.empty()) node_images_.resize(state_->num_nodes());
+namespace {
+
+// Replaces the keys (image digests, dataset versions) node `node` holds in
+// `per_node` and keeps `masks` (per key, the nodes holding it; only keys
+// some node holds) in step.
+void SetNodeKeys(int node, int num_nodes, const std::vector<std::string>& keys,
+                 std::vector<std::vector<std::string>>* per_node,
+                 absl::flat_hash_map<std::string, NodeMask>* masks) {
+  if (node < 0 || node >= num_nodes) return;
+  if (per_node->empty()) per_node->resize(num_nodes);
   std::vector<std::string> next;
-  next.reserve(digests.size());
-  for (const std::string& d : digests) {
-    if (!d.empty()) next.push_back(d);
+  next.reserve(keys.size());
+  for (const std::string& k : keys) {
+    if (!k.empty()) next.push_back(k);
   }
   std::sort(next.begin(), next.end());
   next.erase(std::unique(next.begin(), next.end()), next.end());
-  std::vector<std::string>& held = node_images_[node];
+  std::vector<std::string>& held = (*per_node)[node];
   if (held == next) return;
-  for (const std::string& d : held) {
-    if (std::binary_search(next.begin(), next.end(), d)) continue;
-    auto it = image_nodes_.find(d);
-    if (it == image_nodes_.end()) continue;
+  for (const std::string& k : held) {
+    if (std::binary_search(next.begin(), next.end(), k)) continue;
+    auto it = masks->find(k);
+    if (it == masks->end()) continue;
     it->second.Erase(node);
-    if (it->second.Empty()) image_nodes_.erase(it);
+    if (it->second.Empty()) masks->erase(it);
   }
-  for (const std::string& d : next) {
-    auto [it, inserted] = image_nodes_.try_emplace(d);
-    if (inserted) it->second = NodeMask(state_->num_nodes());
+  for (const std::string& k : next) {
+    auto [it, inserted] = masks->try_emplace(k);
+    if (inserted) it->second = NodeMask(num_nodes);
     it->second.Insert(node);
   }
   held = std::move(next);
+}
+
+}  // namespace
+
+void Scheduler::SetNodeImages(int node,
+                              const std::vector<std::string>& digests) {
+  SetNodeKeys(node, state_->num_nodes(), digests, &node_images_, &image_nodes_);
+}
+
+void Scheduler::SetNodeDatasets(int node,
+                                const std::vector<std::string>& datasets) {
+  SetNodeKeys(node, state_->num_nodes(), datasets, &node_datasets_,
+              &dataset_nodes_);
+}
+
+const NodeMask* Scheduler::NodesWithDatasets(
+    const std::vector<std::string>& datasets, NodeMask* scratch) const {
+  if (datasets.empty() || dataset_nodes_.empty()) return nullptr;
+  const NodeMask* first = nullptr;
+  for (const std::string& d : datasets) {
+    auto it = dataset_nodes_.find(d);
+    if (it == dataset_nodes_.end()) return nullptr;
+    if (first == nullptr) {
+      first = &it->second;
+    } else if (first != &it->second) {
+      if (first != scratch) {
+        *scratch = *first;
+        first = scratch;
+      }
+      scratch->IntersectWith(it->second);
+    }
+  }
+  return first == scratch && scratch->Empty() ? nullptr : first;
+}
+
+void Scheduler::NotePrefetch(const SchedJob& job,
+                             const Reservation& reservation,
+                             PassResult* result) {
+  const JobId id = job.request.id;
+  Prefetched& p = prefetched_[id];
+  if (p.nodes != reservation.nodes) {
+    // A reservation on other nodes: report afresh.
+    p.nodes = reservation.nodes;
+    p.reported.clear();
+  }
+  // Per node the datasets it lacks that were not reported yet; nodes with
+  // the same list go into one entry.
+  std::map<std::vector<std::string>, std::vector<int>> lacking;
+  reservation.nodes.ForEachUntil([&](int node) {
+    std::vector<std::string> missing;
+    for (const std::string& d : job.request.datasets) {
+      auto it = dataset_nodes_.find(d);
+      if (it != dataset_nodes_.end() && it->second.Contains(node)) continue;
+      if (p.reported.emplace(node, d).second) missing.push_back(d);
+    }
+    if (!missing.empty()) lacking[std::move(missing)].push_back(node);
+    return true;
+  });
+  for (auto& [datasets, nodes] : lacking) {
+    result->prefetch.push_back({id, std::move(nodes), datasets});
+  }
 }
 
 void Scheduler::SetNodeNics(int node, int nics) {
