@@ -17,6 +17,7 @@
 #include "loom/common/units.h"
 #include "loom/core/cluster_spec.h"
 #include "loom/report/plot.h"
+#include "loom/sim/data_cache.h"
 #include "loom/sim/openb_cluster.h"
 #include "loom/sim/report.h"
 #include "loom/sim/simulator.h"
@@ -133,6 +134,30 @@ CLI::App* AddSimCommand(CLI::App& app, SimFlags* f) {
   sim->add_flag("--no-departures", f->no_departures,
                 "The FGD paper's experiment: jobs never end, and a job that "
                 "cannot start on arrival is dropped");
+  sim->add_option("--datasets", f->datasets,
+                  "D: every job reads one of D datasets, Zipf popularity "
+                  "(docs/simulator.md \"Datasets\"); 0: no data model")
+      ->capture_default_str();
+  sim->add_option("--dataset-sizes", f->dataset_sizes,
+                  "MIN:MAX dataset sizes, log-uniform")
+      ->capture_default_str();
+  sim->add_option("--dataset-zipf", f->dataset_zipf,
+                  "Zipf exponent of dataset popularity")
+      ->capture_default_str();
+  sim->add_option("--node-cache", f->node_cache,
+                  "Per-node dataset cache size(s), comma-separated, each run "
+                  "side by side (0: unlimited)")
+      ->capture_default_str();
+  sim->add_option("--cold-store-bw", f->cold_store_bw,
+                  "Cold store egress, bytes/s, cluster-wide (10G = 10 GB/s)")
+      ->capture_default_str();
+  sim->add_option("--node-link-bw", f->node_link_bw,
+                  "Node link, bytes/s (50G = 400 Gb/s)")
+      ->capture_default_str();
+  sim->add_option("--data-mode", f->data_modes,
+                  "Comma-separated, each run side by side: both (locality "
+                  "and prefetch), locality, prefetch, none")
+      ->capture_default_str();
   sim->add_option("--json", f->json, "Write the results as JSON to FILE");
   sim->add_option("--plot", f->plot,
                   "Write a plot to FILE (.html or .svg): utilisation and "
@@ -215,6 +240,64 @@ int RunSim(const SimFlags& f) {
     }
     scores.push_back(*s);
   }
+  // Datasets: one run per data mode and cache size.
+  DataOptions data;
+  struct DataRun {
+    std::string label;
+    bool locality = true, prefetch = true;
+    int64_t cache = 0;
+  };
+  std::vector<DataRun> data_runs = {{}};
+  if (f.datasets < 0) return Fail("--datasets: must not be negative");
+  if (f.datasets > 0) {
+    data.datasets = f.datasets;
+    data.zipf_s = f.dataset_zipf;
+    absl::StatusOr<std::pair<int64_t, int64_t>> sizes =
+        ParseSizeRange(f.dataset_sizes);
+    if (!sizes.ok()) {
+      return Fail(fmt::format("--dataset-sizes: {}", sizes.status().message()));
+    }
+    data.size_min = sizes->first;
+    data.size_max = sizes->second;
+    absl::StatusOr<int64_t> cold = ParseBytes(f.cold_store_bw);
+    absl::StatusOr<int64_t> link = ParseBytes(f.node_link_bw);
+    if (!cold.ok() || !link.ok() || *cold <= 0 || *link <= 0 ||
+        !(f.dataset_zipf >= 0)) {
+      return Fail(
+          "--cold-store-bw and --node-link-bw must be positive byte rates "
+          "(10G, 50G); --dataset-zipf must not be negative");
+    }
+    data.cold_store_bps = static_cast<double>(*cold);
+    data.node_link_bps = static_cast<double>(*link);
+    std::vector<std::pair<std::string, int64_t>> caches;
+    for (absl::string_view part : absl::StrSplit(f.node_cache, ',')) {
+      absl::StatusOr<int64_t> b = ParseBytes(std::string(part));
+      if (!b.ok()) {
+        return Fail(fmt::format("--node-cache: {}", b.status().message()));
+      }
+      caches.push_back({std::string(part), *b});
+    }
+    std::vector<std::string> modes = absl::StrSplit(f.data_modes, ',');
+    data_runs.clear();
+    for (const std::string& mode : modes) {
+      if (mode != "both" && mode != "locality" && mode != "prefetch" &&
+          mode != "none") {
+        return Fail(fmt::format(
+            "--data-mode: '{}' is not both, locality, prefetch or none", mode));
+      }
+      for (const auto& [text, bytes] : caches) {
+        DataRun d;
+        d.locality = mode == "both" || mode == "locality";
+        d.prefetch = mode == "both" || mode == "prefetch";
+        d.cache = bytes;
+        if (modes.size() > 1) d.label = mode;
+        if (caches.size() > 1) {
+          d.label += (d.label.empty() ? "" : "/") + text;
+        }
+        data_runs.push_back(d);
+      }
+    }
+  }
   std::vector<std::string> policies;
   for (absl::string_view part : absl::StrSplit(f.policies, ',')) {
     std::string name(part);
@@ -264,6 +347,7 @@ int RunSim(const SimFlags& f) {
               << " (skipped)\n";
   }
   if (workload.jobs.empty()) return Fail(f.trace + ": no jobs to replay");
+  AssignDatasets(f.seed, &data, &workload.jobs);
 
   SimReport report;
   report.cluster = cluster->name;
@@ -300,12 +384,21 @@ int RunSim(const SimFlags& f) {
   report.no_departures = f.no_departures;
   const TargetWorkload target = TargetWorkloadOf(workload.jobs);
   std::vector<std::string> labels;
-  std::vector<std::pair<std::string, SliceScore>> runs;
+  struct Run {
+    std::string policy;
+    SliceScore score;
+    DataRun data;
+  };
+  std::vector<Run> runs;
   for (const std::string& p : policies) {
     for (SliceScore sc : scores) {
-      runs.push_back({p, sc});
-      labels.push_back(
-          scores.size() > 1 ? fmt::format("{}/{}", p, SliceScoreName(sc)) : p);
+      for (const DataRun& d : data_runs) {
+        runs.push_back({p, sc, d});
+        std::string label =
+            scores.size() > 1 ? fmt::format("{}/{}", p, SliceScoreName(sc)) : p;
+        if (!d.label.empty()) label += "/" + d.label;
+        labels.push_back(label);
+      }
     }
   }
   const size_t n = runs.size();
@@ -313,10 +406,14 @@ int RunSim(const SimFlags& f) {
   std::vector<absl::StatusOr<SimResult>> results(n, absl::UnknownError(""));
   std::vector<SimOptions> options(n);
   for (size_t i = 0; i < n; ++i) {
-    options[i].policy = runs[i].first;
+    options[i].policy = runs[i].policy;
     options[i].policy_options = popts;
     options[i].scheduler_options.usage_half_life = absl::Seconds(f.half_life_s);
-    options[i].scheduler_options.slice_score = runs[i].second;
+    options[i].scheduler_options.slice_score = runs[i].score;
+    options[i].data = data;
+    options[i].data.locality = runs[i].data.locality;
+    options[i].data.prefetch = runs[i].data.prefetch;
+    options[i].data.node_cache_bytes = runs[i].data.cache;
     // The fgd score places by it; every run measures fragmentation for it.
     options[i].scheduler_options.target_workload = target;
     options[i].no_departures = f.no_departures;

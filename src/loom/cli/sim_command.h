@@ -34,6 +34,14 @@ struct SimFlags {
   double starvation_age_s = 3600;
   std::string las_thresholds = "1,10";
   double half_life_s = 7 * 86400;
+  // Datasets (docs/simulator.md "Datasets"); 0 datasets: no data model.
+  int datasets = 0;
+  std::string dataset_sizes = "1Gi:256Gi";
+  double dataset_zipf = 1.0;
+  std::string node_cache = "0";       // comma-separated sizes; 0: unlimited
+  std::string cold_store_bw = "10G";  // bytes per second, cluster-wide
+  std::string node_link_bw = "50G";   // bytes per second (400 Gb/s)
+  std::string data_modes = "both";    // both, locality, prefetch, none
   std::string json;
   std::string plot;
   bool strict = false;

@@ -112,6 +112,33 @@ std::string FormatSimTable(const SimReport& r) {
   row("goodput", [](const SimResult& s) {
     return fmt::format("{:.1f}%", 100 * s.goodput);
   });
+  // Datasets (docs/simulator.md "Datasets").
+  if (std::any_of(r.results.begin(), r.results.end(),
+                  [](const SimResult& s) { return s.data.enabled; })) {
+    row("data: cache hit rate (bytes)", [](const SimResult& s) {
+      return fmt::format("{:.1f}%", 100 * s.data.hit_rate_bytes());
+    });
+    row("data: not from the cold store", [](const SimResult& s) {
+      return fmt::format("{:.1f}%", 100 * s.data.layer_hit_rate());
+    });
+    row("data: cache hit rate (jobs)", [](const SimResult& s) {
+      return fmt::format("{:.1f}%", 100 * s.data.hit_rate_jobs());
+    });
+    row("data: start delay mean", [](const SimResult& s) {
+      return fmt::format("{:.1f}s", s.data.delay_mean_s);
+    });
+    row("data: start delay p95", [](const SimResult& s) {
+      return fmt::format("{:.1f}s", s.data.delay_p95_s);
+    });
+    row("data: cold-store bytes", [](const SimResult& s) {
+      return fmt::format("{:.1f} TB", s.data.cold_bytes / 1e12);
+    });
+    row("data: prefetched bytes", [](const SimResult& s) {
+      return fmt::format("{:.1f} TB", s.data.prefetch_bytes / 1e12);
+    });
+    row("data: evictions",
+        [](const SimResult& s) { return Count(s.data.evictions); });
+  }
   // The --gang jobs, each on its own lines (every policy has the same).
   const size_t gangs = r.results.empty() ? 0 : r.results[0].gangs.size();
   for (size_t g = 0; g < gangs; ++g) {
@@ -254,6 +281,21 @@ nlohmann::json SimReportJson(const SimReport& r) {
     p["restarts"] = s.restarts;
     p["mig_repartitions"] = s.mig_repartitions;
     p["spare_reclaims"] = s.spare_reclaims;
+    if (s.data.enabled) {
+      p["data"] = {{"starts", s.data.starts},
+                   {"hit_starts", s.data.hit_starts},
+                   {"hit_rate_bytes", s.data.hit_rate_bytes()},
+                   {"hit_rate_jobs", s.data.hit_rate_jobs()},
+                   {"cache_layer_hit_rate", s.data.layer_hit_rate()},
+                   {"bytes", s.data.bytes},
+                   {"hit_bytes", s.data.hit_bytes},
+                   {"cold_store_bytes", s.data.cold_bytes},
+                   {"prefetch_bytes", s.data.prefetch_bytes},
+                   {"prefetches", s.data.prefetches},
+                   {"evictions", s.data.evictions},
+                   {"start_delay_mean_s", s.data.delay_mean_s},
+                   {"start_delay_p95_s", s.data.delay_p95_s}};
+    }
     nlohmann::json gangs = nlohmann::json::array();
     for (const GangResult& g : s.gangs) {
       gangs.push_back({{"name", g.name},

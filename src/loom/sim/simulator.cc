@@ -88,6 +88,13 @@ double Percentile(const std::vector<double>& sorted, double q) {
   return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo);
 }
 
+// The scheduler's options for a run: with datasets, locality on or off.
+SchedulerOptions SchedulerOptionsOf(const SimOptions& options) {
+  SchedulerOptions s = options.scheduler_options;
+  if (options.data.datasets > 0) s.data_locality = options.data.locality;
+  return s;
+}
+
 class Engine {
  public:
   Engine(const Cluster& cluster, const std::vector<SimJob>& jobs,
@@ -95,7 +102,7 @@ class Engine {
       : cluster_(cluster),
         jobs_(jobs),
         options_(options),
-        sched_(cluster, std::move(policy), options.scheduler_options),
+        sched_(cluster, std::move(policy), SchedulerOptionsOf(options)),
         runs_(jobs.size()),
         rng_(options.seed),
         total_gpus_(cluster.TotalGpus()),
@@ -104,6 +111,9 @@ class Engine {
         target_(options.scheduler_options.target_workload),
         node_frag_(cluster.nodes.size(), 0.0),
         dirty_(cluster.nodes.size(), false) {
+    if (options.data.datasets > 0 && !options.data.sizes.empty()) {
+      data_ = std::make_unique<DataCache>(cluster, options.data);
+    }
     double smallest = 0;
     for (const GpuModel& m : cluster.gpu_models) {
       if (m.memory_bytes > 0 && (smallest == 0 || m.memory_bytes < smallest)) {
@@ -164,8 +174,18 @@ class Engine {
     return std::exponential_distribution<double>(1.0 / mean)(rng_);
   }
 
+  // Datasets: the job's data is on its nodes; returns the delay before it
+  // is (`Start`), and tells the scheduler which nodes hold what.
+  double AcquireData(size_t i, const Placement& p, double t);
+  void ReleaseData(size_t i) {
+    if (data_ != nullptr) data_->Release(static_cast<int64_t>(i));
+  }
+  void PrefetchData(const PassResult& pass, double t);
+  void SyncDatasets();
+
   const Cluster& cluster_;
   const std::vector<SimJob>& jobs_;
+  std::unique_ptr<DataCache> data_;  // null: no data model
   const SimOptions& options_;
   Scheduler sched_;
   std::vector<JobRun> runs_;
@@ -287,6 +307,7 @@ void Engine::Start(size_t i, double t) {
       break;
     }
   }
+  r.overhead += AcquireData(i, sj->placement, t);
   if (r.run > 1) result_.restarts += 1;
   if (ExtraRun* x = Extra(i); x != nullptr) {
     if (x->interrupted_at >= 0) {
@@ -309,6 +330,33 @@ void Engine::Start(size_t i, double t) {
   AddDemand(i, -1);
   if (options_.no_departures) return;
   Push(t + runtime, EventType::kFinish, static_cast<int64_t>(i), r.run);
+}
+
+double Engine::AcquireData(size_t i, const Placement& p, double t) {
+  if (data_ == nullptr || jobs_[i].dataset < 0) return 0;
+  std::vector<int> nodes;
+  nodes.reserve(p.tasks.size());
+  for (const TaskPlacement& task : p.tasks) nodes.push_back(task.node);
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  const double ready =
+      data_->Acquire(static_cast<int64_t>(i), jobs_[i].dataset, nodes, t);
+  return ready - t;
+}
+
+void Engine::PrefetchData(const PassResult& pass, double t) {
+  if (data_ == nullptr || !options_.data.prefetch) return;
+  for (const PassResult::Prefetch& p : pass.prefetch) {
+    const int dataset = jobs_[static_cast<size_t>(p.job - 1)].dataset;
+    if (dataset >= 0) data_->Prefetch(dataset, p.nodes, t);
+  }
+}
+
+void Engine::SyncDatasets() {
+  if (data_ == nullptr) return;
+  for (int node : data_->TakeChanged()) {
+    sched_.SetNodeDatasets(node, data_->Held(node));
+  }
 }
 
 double Engine::CapacityOf(const Placement& p) const {
@@ -355,6 +403,7 @@ void Engine::Finish(size_t i, double t) {
   allocated_ -= gpus;
   capacity_allocated_ -= r.capacity;
   MarkNodes(i);
+  ReleaseData(i);
   r.running = false;
   r.finish = t;
   if (ExtraRun* x = Extra(i); x != nullptr) {
@@ -393,6 +442,7 @@ void Engine::Interrupt(size_t i, double t, Stop how) {
   allocated_ -= gpus;
   capacity_allocated_ -= r.capacity;
   MarkNodes(i);
+  ReleaseData(i);
   r.running = false;
   if (ExtraRun* x = Extra(i); x != nullptr) {
     x->useful_s += kept;
@@ -634,6 +684,8 @@ SimResult Engine::Run() {
       PassResult pass = sched_.Schedule(At(t));
       result_.passes += 1;
       for (JobId id : pass.started) Start(static_cast<size_t>(id - 1), t);
+      PrefetchData(pass, t);
+      SyncDatasets();
       for (const Preemption& p : pass.preempted) {
         // A reclaimed spare is killed at once and loses its work since
         // the last checkpoint; other victims checkpoint first.
@@ -700,6 +752,7 @@ SimResult Engine::Run() {
   result_.gpu_hours_lost = lost_gpu_s_ / 3600;
   result_.goodput = allocated_gpu_s_ > 0 ? useful_gpu_s_ / allocated_gpu_s_ : 1;
   result_.jct_s = std::move(jct_);
+  if (data_ != nullptr) result_.data = data_->Stats();
   result_.wall_seconds = std::chrono::duration<double>(
                              std::chrono::steady_clock::now() - wall_start)
                              .count();
@@ -750,6 +803,15 @@ absl::StatusOr<SimResult> RunSimulation(const Cluster& cluster,
       return absl::InvalidArgumentError(
           "jobs must be sorted by submit time and numbered from 1");
     }
+  }
+  if (options.data.datasets > 0 &&
+      (static_cast<int>(options.data.sizes.size()) != options.data.datasets ||
+       !(options.data.cold_store_bps > 0) ||
+       !(options.data.node_link_bps > 0) ||
+       options.data.node_cache_bytes < 0)) {
+    return absl::InvalidArgumentError(
+        "datasets: sizes must be assigned (AssignDatasets), bandwidths "
+        "positive and the cache size not negative");
   }
   Engine engine(cluster, jobs, options, *std::move(policy));
   return engine.Run();

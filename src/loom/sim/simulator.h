@@ -13,6 +13,7 @@
 #include "loom/core/job_spec.h"
 #include "loom/sched/queue_policy.h"
 #include "loom/sched/scheduler.h"
+#include "loom/sim/data_cache.h"
 #include "loom/sim/workload.h"
 
 namespace loom {
@@ -75,6 +76,10 @@ struct SimOptions {
   // job that does not start in the pass at its arrival is dropped (counted
   // in `SimResult::dropped`), so arrivals fill the cluster once.
   bool no_departures = false;
+  // Datasets (docs/simulator.md "Datasets"): with `data.datasets` > 0 and
+  // `data.sizes` filled (`AssignDatasets`), the jobs' `dataset`s are read
+  // through the node caches, and a start waits for its data.
+  DataOptions data;
   // Updated with the number of jobs that have finished, for progress lines.
   std::atomic<int64_t>* progress = nullptr;
 };
@@ -140,6 +145,7 @@ struct SimResult {
   int64_t mig_repartitions = 0;  // jobs started on a GPU partitioned anew
   int64_t spare_reclaims = 0;    // jobs stopped at once on a reclaimed spare
   int64_t passes = 0;
+  DataStats data;  // `data.enabled` when the run modelled datasets
   std::vector<GangResult> gangs;
   std::map<std::string, double> gpu_hours_by_project;
   // For plots: (seconds since the first submit, value), step functions.

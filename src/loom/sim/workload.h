@@ -32,6 +32,9 @@ struct SimJob {
   double duration_s = 0;  // true run time at GPU speed 1.0
   std::string trace_id;
   bool gang = false;  // a `--gang` job: the report gives it its own lines
+  // The dataset it reads (`AssignDatasets`, loom/sim/data_cache.h); -1:
+  // none.
+  int dataset = -1;
 };
 
 // `--gang NODES:HOURS[:SPARES]`: one long pre-training gang of NODES whole
