@@ -10,6 +10,7 @@
 #include "loom/common/digest.h"
 #include "loom/core/container_spec.h"
 #include "loom/core/dataset_spec_yaml.h"
+#include "nlohmann/json.hpp"
 #include "yaml-cpp/yaml.h"
 
 namespace loom {
@@ -88,12 +89,74 @@ std::string DatasetVersion(std::vector<DatasetEntry> entries) {
   return Sha256Hex(text).substr(0, 16);
 }
 
+std::string RcloneErrorText(std::string_view line) {
+  // "YYYY/MM/DD HH:MM:SS " then an optional level ("ERROR : ", "NOTICE: ").
+  auto digits = [&](size_t at, size_t n) {
+    if (line.size() < at + n) return false;
+    for (size_t i = at; i < at + n; ++i) {
+      if (!absl::ascii_isdigit(static_cast<unsigned char>(line[i]))) {
+        return false;
+      }
+    }
+    return true;
+  };
+  if (digits(0, 4) && line.size() > 20 && line[4] == '/' && line[7] == '/' &&
+      line[10] == ' ' && line[13] == ':' && line[16] == ':' &&
+      line[19] == ' ') {
+    line.remove_prefix(20);
+    for (std::string_view level : {"ERROR : ", "NOTICE: ", "INFO  : "}) {
+      if (line.substr(0, level.size()) == level)
+        line.remove_prefix(level.size());
+    }
+  }
+  return std::string(line);
+}
+
 bool IsDatasetVersion(std::string_view version) {
   return version.size() == 16 &&
          std::all_of(version.begin(), version.end(), [](char c) {
            return absl::ascii_isdigit(static_cast<unsigned char>(c)) ||
                   (c >= 'a' && c <= 'f');
          });
+}
+
+absl::StatusOr<std::vector<DatasetEntry>> ParseRcloneLsjson(
+    std::string_view text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_array()) {
+    return absl::InvalidArgumentError("listing is not a JSON array");
+  }
+  std::vector<DatasetEntry> out;
+  for (const nlohmann::json& e : j) {
+    if (!e.is_object()) {
+      return absl::InvalidArgumentError("listing entry is not an object");
+    }
+    if (e.value("IsDir", false)) continue;
+    auto path = e.find("Path");
+    auto size = e.find("Size");
+    if (path == e.end() || !path->is_string() || size == e.end() ||
+        !size->is_number_integer()) {
+      return absl::InvalidArgumentError(
+          "listing entry without a Path or a Size");
+    }
+    DatasetEntry d;
+    d.path = path->get<std::string>();
+    d.size = size->get<int64_t>();
+    if (auto m = e.find("ModTime"); m != e.end() && m->is_string()) {
+      d.modtime = m->get<std::string>();
+    }
+    if (auto h = e.find("Hashes"); h != e.end() && h->is_object()) {
+      // nlohmann's object keeps keys sorted: the first is the same each time.
+      for (auto& [name, value] : h->items()) {
+        if (value.is_string() && !value.get<std::string>().empty()) {
+          d.hash = absl::StrCat(name, ":", value.get<std::string>());
+          break;
+        }
+      }
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
 }
 
 namespace internal {

@@ -57,6 +57,18 @@ struct DatasetEntry {
 // any order; a changed size, checksum or modtime gives another one.
 std::string DatasetVersion(std::vector<DatasetEntry> entries);
 
+// Parses `rclone lsjson` output: a JSON array of {Path, Size, ModTime,
+// IsDir, Hashes}. Directories are skipped; a file's hash is the first of
+// its `Hashes` as "NAME:HEX" (names sorted). InvalidArgument for anything
+// else.
+absl::StatusOr<std::vector<DatasetEntry>> ParseRcloneLsjson(
+    std::string_view text);
+
+// An rclone error line without rclone's log prefix ("2026/01/02 03:04:05
+// ERROR : " or "... Failed to ..."'s date): what rclone said, for a
+// reason a person reads.
+std::string RcloneErrorText(std::string_view line);
+
 // True for what `DatasetVersion` returns (16 lower-case hex digits), so that
 // a version can name a directory.
 bool IsDatasetVersion(std::string_view version);

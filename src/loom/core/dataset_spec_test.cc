@@ -102,6 +102,14 @@ TEST(DatasetSpecTest, SourcesNeverCarryCredentials) {
   EXPECT_FALSE(CheckDatasetSource(std::string(2000, 'a') + ":").ok());
 }
 
+TEST(DatasetSpecTest, RcloneErrorTextDropsTheLogPrefix) {
+  EXPECT_EQ(RcloneErrorText("2026/12/07 01:03:01 Failed to lsjson: x"),
+            "Failed to lsjson: x");
+  EXPECT_EQ(RcloneErrorText("2026/12/07 01:03:01 ERROR : a: b"), "a: b");
+  EXPECT_EQ(RcloneErrorText("plain"), "plain");
+  EXPECT_EQ(RcloneErrorText(""), "");
+}
+
 TEST(DatasetVersionTest, DependsOnTheFilesNotTheirOrder) {
   std::vector<DatasetEntry> a = {{"x/1.bin", 10, "", "2026-01-01T00:00:00Z"},
                                  {"x/0.bin", 20, "md5:abc", "2026-01-02"}};

@@ -331,8 +331,17 @@ bool Controller::NotePull(JobRecord& job, TaskRecord& task,
     }
   }
   if (first) {
-    job.AddEvent(now, absl::StrCat("task ", task.index, ": node ", task.node,
-                                   " pulls image ", task.pull->image));
+    // Before its processes start a task pulls its image, fills its
+    // dataset cache (docs/datasets.md), or both.
+    std::string what;
+    if (job.spec.container)
+      what = absl::StrCat(" pulls image ", task.pull->image);
+    if (!job.spec.data.empty()) {
+      absl::StrAppend(&what, what.empty() ? "" : " and",
+                      " fills its dataset cache");
+    }
+    job.AddEvent(now,
+                 absl::StrCat("task ", task.index, ": node ", task.node, what));
   }
   return first;
 }

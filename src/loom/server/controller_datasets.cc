@@ -104,7 +104,10 @@ void Controller::StepDatasets(absl::Time now,
 
 nlohmann::json Controller::DataLaunchJson(const JobRecord& job,
                                           const TaskRecord& t) const {
-  // The agents of the job's other nodes, once each.
+  // The agents of the job's other nodes, once each, the first task's node
+  // first: it fills from the cold store, the others wait for it and copy
+  // from it (one cold-store read per version, not per node).
+  const std::string& leader = job.tasks.empty() ? t.node : job.tasks[0].node;
   nlohmann::json peers = nlohmann::json::array();
   std::set<std::string> seen = {t.node};
   for (const TaskRecord& other : job.tasks) {
@@ -120,6 +123,7 @@ nlohmann::json Controller::DataLaunchJson(const JobRecord& job,
                    {"version", d.version},
                    {"files", d.files},
                    {"bytes", d.bytes},
+                   {"fill_from_store", t.node == leader},
                    {"peers", peers}});
   }
   return out;

@@ -3,6 +3,7 @@
 // same versions and its peers in its launch; a store that cannot be listed
 // keeps the job pending with that reason (the nodes stay up) and is asked
 // again; a changed source gives the next run a new version.
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <string>
@@ -29,7 +30,8 @@ class FakeDatasetLister : public DatasetLister {
  public:
   absl::StatusOr<std::vector<DatasetEntry>> List(
       const std::string& source, absl::Duration timeout) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return open_; });
     ++calls_;
     auto it = files_.find(source);
     if (it == files_.end()) {
@@ -40,6 +42,18 @@ class FakeDatasetLister : public DatasetLister {
   void Set(const std::string& source, std::vector<DatasetEntry> files) {
     std::lock_guard<std::mutex> lock(mu_);
     files_[source] = std::move(files);
+  }
+  // While closed, listings wait (as a slow store would).
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = false;
+  }
+  void Open() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
   }
   void Down(const std::string& source) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -52,6 +66,8 @@ class FakeDatasetLister : public DatasetLister {
 
  private:
   std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = true;
   std::map<std::string, std::vector<DatasetEntry>> files_;
   int calls_ = 0;
 };
@@ -101,16 +117,19 @@ class DatasetsTest : public ::testing::Test {
 TEST_F(DatasetsTest, EveryTaskGetsTheSameVersionAndItsPeers) {
   lister_.Set("cold:sets/a", {{"x.bin", 100, "", "2026-01-01T00:00:00Z"},
                               {"y.bin", 20, "md5:ab", ""}});
+  lister_.Close();
   ASSERT_TRUE(c_->Submit(Spec(kSpec), "alice", T(1)).ok());
   c_->Tick(T(1));
   EXPECT_TRUE(Launches().empty());  // not queued before it is listed
   EXPECT_EQ(Job(1, 1)["reason"], "listing its datasets");
+  lister_.Open();
   Settle(1.1);
   std::vector<AgentAction> launches = Launches();
   ASSERT_EQ(launches.size(), 2u);
   const std::string version =
       DatasetVersion({{"x.bin", 100, "", "2026-01-01T00:00:00Z"},
                       {"y.bin", 20, "md5:ab", ""}});
+  int fillers = 0;  // nodes that read the cold store: one
   for (const AgentAction& a : launches) {
     ASSERT_TRUE(a.body.contains("data")) << a.body.dump();
     const nlohmann::json& d = a.body["data"][0];
@@ -123,7 +142,29 @@ TEST_F(DatasetsTest, EveryTaskGetsTheSameVersionAndItsPeers) {
     EXPECT_NE(d["peers"][0]["node"], a.node);
     EXPECT_EQ(d["peers"][0]["address"],
               a.node == "h200-0" ? "127.0.0.3:7100" : "127.0.0.2:7100");
+    fillers += d["fill_from_store"].get<bool>() ? 1 : 0;
   }
+  EXPECT_EQ(fillers, 1);
+  // A node fills its cache: `loom show` says so, with the bytes.
+  for (const AgentAction& a : launches) {
+    c_->ActionDone(a, absl::OkStatus(), T(1.2), /*started=*/false);
+  }
+  auto r = c_->Heartbeat({{"name", launches[0].node},
+                          {"tasks",
+                           {{{"task_id", launches[0].task_id},
+                             {"state", "pulling"},
+                             {"pull",
+                              {{"phase", "dataset"},
+                               {"bytes_done", 60},
+                               {"bytes_total", 120}}}}}}},
+                         T(1.3));
+  ASSERT_TRUE(r.ok()) << r.status();
+  nlohmann::json job = Job(1, 1.3);
+  EXPECT_EQ(job["reason"].get<std::string>().rfind(
+                "filling dataset cache: 60 of 120 B on " + launches[0].node, 0),
+            0u)
+      << job.dump(1);
+  EXPECT_NE(job.dump().find("fills its dataset cache"), std::string::npos);
   // A job without datasets has no `data` and is never listed.
   const int calls = lister_.calls();
   ASSERT_TRUE(

@@ -545,7 +545,9 @@ nlohmann::json Controller::JobJson(const JobRecord& job, absl::Time now) const {
     if (slowest != nullptr) {
       const TaskPull& p = *slowest->pull;
       reason = absl::StrCat(
-          p.phase == "unpacking" ? "unpacking image" : "pulling image",
+          p.phase == "dataset" || !job.spec.container ? "filling dataset cache"
+          : p.phase == "unpacking"                    ? "unpacking image"
+                                                      : "pulling image",
           p.bytes_total > 0
               ? absl::StrCat(": ", FormatBytesOf(p.bytes_done, p.bytes_total))
               : "",

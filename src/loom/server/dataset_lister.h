@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "loom/common/run_command.h"
 #include "loom/core/dataset_spec.h"
 
 namespace loom {
@@ -50,23 +51,7 @@ class RcloneDatasetLister : public DatasetLister {
   const std::string rclone_;
 };
 
-// Parses `rclone lsjson` output: a JSON array of {Path, Size, ModTime,
-// IsDir, Hashes}. Directories are skipped; a file's hash is the first of
-// its `Hashes` as "NAME:HEX" (names sorted). InvalidArgument for anything
-// else.
-absl::StatusOr<std::vector<DatasetEntry>> ParseRcloneLsjson(
-    std::string_view text);
-
 // The version, file count and bytes of a listing.
 DatasetListing SummarizeListing(const std::vector<DatasetEntry>& entries);
-
-// Runs `argv` (argv[0] looked up in PATH) with stdin from /dev/null and
-// returns its stdout, or Unavailable with the last line of its stderr when
-// it exits non-zero, DeadlineExceeded when it runs past `timeout` (it is
-// killed). At most `max_output` bytes of stdout are kept (more is
-// ResourceExhausted).
-absl::StatusOr<std::string> RunForOutput(const std::vector<std::string>& argv,
-                                         absl::Duration timeout,
-                                         size_t max_output);
 
 }  // namespace loom
