@@ -341,6 +341,8 @@ absl::Status Agent::Impl::Init() {
     }
     table.image_budget_bytes = options_.image_budget_bytes;
   }
+  table.dataset_cache_bytes = options_.dataset_cache_bytes;
+  table.rclone_config = options_.rclone_config;
   absl::StatusOr<std::unique_ptr<NodeTable>> nodes =
       NodeTable::Create(table, options_.node_names, host, real_gpus, log_);
   if (!nodes.ok()) return nodes.status();

@@ -95,6 +95,10 @@ struct AgentOptions {
   // request.
   image::RegistryCredentials registry_credentials;
   int64_t image_budget_bytes = 0;
+  // Each node's dataset cache (docs/datasets.md): its budget, and the
+  // rclone config with the remotes it fills from ("": rclone's default).
+  int64_t dataset_cache_bytes = int64_t{100} << 30;
+  std::string rclone_config;
   std::string runc = "runc";
   // CDI spec directories, later ones winning, for the GPU driver files of
   // container tasks (gpu_driver_files.h; `--cdi-dir`). Unset: /etc/cdi and

@@ -129,6 +129,11 @@ void AgentApi::InstallRoutes() {
   server_->Get(R"(/v1/tasks/([^/]+))", secured(&AgentApi::HandleGet));
   server_->Post("/v1/images/pull", secured(&AgentApi::HandleImagePull));
   server_->Get("/v1/images", secured(&AgentApi::HandleImages));
+  // Peers, with a dataset token instead of the server's key.
+  server_->Get(R"(/v1/datasets/([0-9a-f]{16})/manifest)",
+               route(&AgentApi::HandleDatasetManifest));
+  server_->Get(R"(/v1/datasets/([0-9a-f]{16})/files/(.+))",
+               route(&AgentApi::HandleDatasetFile));
   server_->Post("/v1/maintenance", secured(&AgentApi::HandleMaintenanceStart));
   server_->Get("/v1/maintenance", secured(&AgentApi::HandleMaintenanceGet));
   server_->Post("/v1/faults", secured(&AgentApi::HandleFaults));

@@ -76,6 +76,11 @@ class AgentApi {
   void HandleFaults(const httplib::Request& req, httplib::Response& res);
   void HandleImagePull(const httplib::Request& req, httplib::Response& res);
   void HandleImages(const httplib::Request& req, httplib::Response& res);
+  // dataset_route.cc: a cached dataset version, for peers.
+  void HandleDatasetManifest(const httplib::Request& req,
+                             httplib::Response& res);
+  void HandleDatasetFile(const httplib::Request& req, httplib::Response& res);
+  AgentNode* DatasetNode(const httplib::Request& req, httplib::Response& res);
   void HandleStats(const httplib::Request& req, httplib::Response& res);
   void HandleMetrics(const httplib::Request& req, httplib::Response& res);
 

@@ -114,6 +114,16 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentFlags* f) {
                    "first. 0: no limit")
       ->capture_default_str();
   agent
+      ->add_option("--dataset-cache-bytes", f->dataset_cache_bytes,
+                   "Disk for each node's dataset cache (e.g. 500Gi); after "
+                   "a fill, the least recently used versions no task uses "
+                   "are deleted until the cache fits (docs/datasets.md)")
+      ->capture_default_str();
+  agent->add_option("--rclone-config", f->rclone_config,
+                    "rclone config FILE with the remotes of jobs' datasets "
+                    "(the agent's copy of the server's --rclone-config); "
+                    "default: rclone's own");
+  agent
       ->add_option("--runc", f->runc,
                    "The OCI runtime that runs container tasks")
       ->capture_default_str();
@@ -320,6 +330,15 @@ absl::StatusOr<AgentOptions> AgentOptionsFromFlags(const AgentFlags& f) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--image-budget: '", f.image_budget, "' must be a size like 200Gi"));
   }
+  if (absl::StatusOr<int64_t> b = ParseBytes(f.dataset_cache_bytes);
+      b.ok() && *b > 0) {
+    options.dataset_cache_bytes = *b;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dataset-cache-bytes: '", f.dataset_cache_bytes,
+                     "' must be a size like 100Gi"));
+  }
+  options.rclone_config = f.rclone_config;
   if (!f.heartbeat_interval.empty()) {
     absl::StatusOr<absl::Duration> d = ParseDuration(f.heartbeat_interval);
     if (!d.ok() || *d < absl::Milliseconds(10) || *d > absl::Minutes(10)) {

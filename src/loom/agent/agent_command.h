@@ -41,6 +41,8 @@ struct AgentFlags {
   std::vector<std::string> insecure_registries;  // --insecure-registry
   std::string registry_auth;                     // --registry-auth FILE
   std::string image_budget = "0";                // --image-budget (0: none)
+  std::string dataset_cache_bytes = "100Gi";     // --dataset-cache-bytes
+  std::string rclone_config;                     // --rclone-config
   std::string runc = "runc";                     // --runc
   std::vector<std::string> cdi_dirs;             // --cdi-dir
   std::string service_ports = "20000-29999";     // --service-ports

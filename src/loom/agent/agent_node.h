@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "loom/agent/cgroup.h"
+#include "loom/agent/dataset_cache.h"
 #include "loom/agent/gpu_probe.h"
 #include "loom/agent/image_prepull.h"
 #include "loom/agent/mig_control.h"
@@ -61,6 +62,10 @@ struct AgentNode {
   // container tasks. Declared before the task table, whose units hold
   // images: it outlives them.
   std::unique_ptr<image::ImageStore> images;
+  // The node's dataset cache (`<root>/datasets`, dataset_cache.h) and
+  // what fills it; null: none (a launch with `data` is refused).
+  std::unique_ptr<DatasetFiller> dataset_filler;
+  std::unique_ptr<DatasetCache> datasets;
   // Pulls asked for ahead of tasks (`loom image pull`); with `images`.
   std::unique_ptr<ImagePrepulls> prepulls;
   // Where the node's GPU device files are: /dev, or for emulated GPUs

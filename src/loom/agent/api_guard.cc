@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "loom/common/dataset_token.h"
 #include "loom/common/digest.h"
 
 namespace loom {
@@ -90,6 +91,38 @@ ApiVerdict ApiGuard::Check(std::string_view authorization) const {
   v.message =
       "only this agent's loom server may call it (missing or wrong server "
       "key)";
+  return v;
+}
+
+ApiVerdict ApiGuard::CheckDatasetPeer(std::string_view node,
+                                      std::string_view version,
+                                      std::string_view authorization) const {
+  std::string_view presented;
+  if (absl::StartsWithIgnoreCase(
+          absl::string_view(authorization.data(), authorization.size()),
+          "Bearer ")) {
+    presented = authorization.substr(7);
+  }
+  ApiVerdict v;
+  std::string digest;
+  bool no_key = false;
+  {
+    absl::MutexLock lock(&mu_);
+    no_key = digests_.empty();
+    auto it = by_node_.find(node);
+    if (it != by_node_.end()) digest = it->second;
+  }
+  if (no_key) return Check(authorization);
+  if (!digest.empty() && !presented.empty() &&
+      SecureEquals(presented, DatasetPeerTokenFromDigest(digest, version))) {
+    v.allowed = true;
+    return v;
+  }
+  v.status = 401;
+  v.code = "unauthenticated";
+  v.message =
+      "a dataset is served to the nodes of the jobs that read it (missing or "
+      "wrong dataset token)";
   return v;
 }
 

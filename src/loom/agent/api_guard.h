@@ -66,6 +66,13 @@ class ApiGuard {
   // the keys themselves.
   ApiVerdict Check(std::string_view authorization) const;
 
+  // Decides on a peer's request for dataset version `version` of node
+  // `node` (docs/datasets.md, "Peers"): it must present the token the
+  // server derived from that node's key (`DatasetPeerToken`). While no key
+  // is known, as `Check`: anyone with `--insecure`, else 503.
+  ApiVerdict CheckDatasetPeer(std::string_view node, std::string_view version,
+                              std::string_view authorization) const;
+
  private:
   // Constant after construction.
   const bool insecure_;

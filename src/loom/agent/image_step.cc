@@ -346,6 +346,9 @@ class ImageStep : public LaunchStep {
     for (const ContainerBind& m : c.mounts) {
       oc.binds.push_back({m.source, m.destination, m.readonly});
     }
+    for (const auto& [dir, mount] : ctx.data_binds) {  // data_step.h
+      oc.binds.push_back({dir, mount, true});
+    }
     // The host's network, so its names too.
     for (const char* file : {"/etc/hosts", "/etc/resolv.conf"}) {
       if (::access(file, R_OK) == 0) oc.binds.push_back({file, file, true});

@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "loom/agent/data_step.h"
 #include "loom/agent/json_values.h"
 #include "loom/agent/node_table.h"
 
@@ -290,6 +291,11 @@ absl::StatusOr<LaunchRequest> ParseLaunchRequest(const json& body,
     }
     (std::string(key) == "readiness" ? r.readiness : r.liveness) =
         *std::move(probe);
+  }
+  if (const json* d = find("data")) {
+    absl::StatusOr<std::vector<DatasetWant>> data = ParseDataLaunch(*d, field);
+    if (!data.ok()) return data.status();
+    r.data = *std::move(data);
   }
   if (const json* slice = find("slice")) {
     absl::StatusOr<SliceRequest> parsed = ParseSlice(*slice, field);

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "loom/agent/dataset_cache.h"
 #include "loom/agent/probe_spec.h"
 #include "loom/agent/task_launcher.h"
 #include "nlohmann/json.hpp"
@@ -93,6 +94,8 @@ struct LaunchRequest {
   std::optional<ProbeSpec> liveness;
   // Set: the task runs on part of GPU `gpus[0]` (mig_step.h).
   std::optional<SliceRequest> slice;
+  // Datasets to cache and show read-only (data_step.h, docs/datasets.md).
+  std::vector<DatasetWant> data;
 };
 
 // Parses and checks a launch body. On error, `InvalidArgument` with a

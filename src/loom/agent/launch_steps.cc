@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "loom/agent/checkpoint_dir.h"
+#include "loom/agent/data_step.h"
 #include "loom/agent/image_step.h"
 #include "loom/agent/json_values.h"
 #include "loom/agent/mig_step.h"
@@ -195,6 +196,7 @@ LaunchSteps DefaultLaunchSteps(const LaunchStepsOptions& options) {
       std::make_unique<UserStep>(options.switch_users, options.lookup_user));
   steps.push_back(std::make_unique<CheckpointStep>(options.checkpoint_dirs));
   steps.push_back(std::make_unique<SelfExeStep>(options.self_exe));
+  steps.push_back(MakeDataStep());
   steps.push_back(
       MakeImageStep({.runc = options.runc, .gpu_driver = options.gpu_driver}));
   return steps;

@@ -47,6 +47,11 @@ struct LaunchContext {
   std::vector<std::string> nic_devices;
   // Set by the MIG step (mig_step.h): the task's MIG instance ("MIG-...").
   std::string mig_uuid;
+  // Set by the data step (data_step.h) once the datasets are cached: each
+  // cached copy and its mount, for the image step's bundle; and the task's
+  // holds on them, kept by its unit until it is forgotten.
+  std::vector<std::pair<std::string, std::string>> data_binds;
+  std::shared_ptr<const void> data_holds;
 };
 
 // One step of a launch. Implementations are stateless (constant after

@@ -111,9 +111,9 @@ TEST_F(LaunchStepsTest, StepsInOrder) {
   for (const auto& step : DefaultLaunchSteps({})) {
     names.emplace_back(step->name());
   }
-  EXPECT_THAT(names,
-              ElementsAre("files", "env", "port", "gpus", "mig", "nics",
-                          "limits", "user", "checkpoint", "self", "image"));
+  EXPECT_THAT(names, ElementsAre("files", "env", "port", "gpus", "mig", "nics",
+                                 "limits", "user", "checkpoint", "self", "data",
+                                 "image"));
 }
 
 TEST_F(LaunchStepsTest, LoomIsTheAgentsOwnBinary) {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "loom/agent/data_dir.h"
+#include "loom/agent/dataset_filler.h"
 #include "loom/agent/fake_task_launcher.h"
 #include "loom/agent/json_values.h"
 #include "loom/agent/shim_task_launcher.h"
@@ -147,6 +148,17 @@ absl::Status InitNode(const NodeTableOptions& options, const HostInfo& host,
     if (absl::Status s = InitContainers(options, log, node); !s.ok()) {
       return InNode(node, s);
     }
+  }
+  if (!options.fake_tasks) {
+    const std::string dir = absl::StrCat(node.root, "/datasets");
+    if (absl::Status s = EnsureDirectory(dir, kAgentDirMode); !s.ok()) {
+      return InNode(node, s);
+    }
+    node.dataset_filler = std::make_unique<RcloneDatasetFiller>(
+        RcloneDatasetFillerOptions{.config = options.rclone_config});
+    node.datasets = std::make_unique<DatasetCache>(
+        DatasetCacheOptions{dir, options.dataset_cache_bytes},
+        node.dataset_filler.get());
   }
   return absl::OkStatus();
 }

@@ -47,6 +47,10 @@ struct NodeTableOptions {
   image::ImageSource* image_source = nullptr;
   // Each node's image store's budget (blobs and root filesystems); 0: none.
   int64_t image_budget_bytes = 0;
+  // Each node's dataset cache (`<root>/datasets`; not with `fake_tasks`):
+  // its budget and the rclone config it fills with.
+  int64_t dataset_cache_bytes = int64_t{100} << 30;
+  std::string rclone_config;
 };
 
 // Letters, digits, '-', '_' and '.', starting with a letter or digit.

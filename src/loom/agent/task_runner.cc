@@ -132,8 +132,10 @@ absl::StatusOr<json> TaskRunner::Launch(AgentNode& node, const LaunchRequest& r,
   }
   if (!fetch) return StartProcesses(node, *launch, /*accepted=*/false);
   log_("info", node.name,
-       absl::StrCat("task ", r.task_id, " (job ", r.job_id,
-                    ") waits for image ", meter->image, ": pulling it"));
+       absl::StrCat("task ", r.task_id, " (job ", r.job_id, ") waits for ",
+                    r.container
+                        ? absl::StrCat("image ", meter->image, ": pulling it")
+                        : std::string("its datasets: filling the cache")));
   absl::MutexLock lock(&fetch_mu_);
   // Threads whose pull is over are joined here, so that they do not pile up.
   for (auto it = fetchers_.begin(); it != fetchers_.end();) {
@@ -176,6 +178,7 @@ void TaskRunner::FetchThenStart(AgentNode& node, PendingLaunch& launch,
       EndUnstartedLocked(node, unit, Str(status.message()), &report);
     } else {
       unit.container = launch.ctx.container;
+      unit.data_holds = launch.ctx.data_holds;
     }
   }
   if (!status.ok()) {
@@ -183,7 +186,10 @@ void TaskRunner::FetchThenStart(AgentNode& node, PendingLaunch& launch,
     return;
   }
   log_("info", node.name,
-       absl::StrCat("task ", r.task_id, ": image ", meter->image, " ready in ",
+       absl::StrCat("task ", r.task_id, ": ",
+                    r.container ? absl::StrCat("image ", meter->image)
+                                : std::string("datasets"),
+                    " ready in ",
                     absl::FormatDuration(absl::Trunc(
                         absl::Now() - meter->started, absl::Milliseconds(1))),
                     "; starting it"));

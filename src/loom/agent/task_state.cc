@@ -82,7 +82,9 @@ json TaskStatusJson(const std::string& node, const TaskUnit& unit,
               {"state", "pulling"},
               {"pull",
                {{"image", m.image},
-                {"phase", kPhases[phase >= 0 && phase < 4 ? phase : 0]},
+                {"phase", m.dataset_filling.load()
+                              ? "dataset"
+                              : kPhases[phase >= 0 && phase < 4 ? phase : 0]},
                 {"bytes_done", m.bytes_done.load()},
                 {"bytes_total", m.bytes_total.load()}}}};
     if (detailed) {

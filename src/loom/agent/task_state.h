@@ -54,6 +54,9 @@ struct ImagePullMeter {
   std::atomic<int> phase{0};  // image::PullProgress::Phase
   std::atomic<int64_t> bytes_done{0};
   std::atomic<int64_t> bytes_total{0};
+  // True while the task's datasets are being cached (data_step.h): the
+  // phase is then "dataset" and the bytes are the datasets'.
+  std::atomic<bool> dataset_filling{false};
 };
 
 // A task as the server sees it: one or more processes.
@@ -87,6 +90,8 @@ struct TaskUnit {
   // Set while the task waits for its image (it is `launching` too): the
   // heartbeats report it `pulling`, with this progress.
   std::shared_ptr<ImagePullMeter> pull;
+  // The task's holds on its cached dataset versions (data_step.h).
+  std::shared_ptr<const void> data_holds;
   // The launch failed after it was accepted, for a reason another run would
   // meet too (its image cannot be pulled): the processes are lost with the
   // reason and the server fails the job without restarting it.

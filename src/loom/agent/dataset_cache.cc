@@ -1,0 +1,317 @@
+#include "loom/agent/dataset_cache.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "loom/common/atomic_file.h"
+#include "nlohmann/json.hpp"
+
+namespace loom {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string ReadWhole(const std::string& path, bool* ok) {
+  std::ifstream in(path, std::ios::binary);
+  *ok = static_cast<bool>(in);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The files of `entries` whose size in `dir` is not theirs.
+std::vector<DatasetEntry> Mismatched(const std::vector<DatasetEntry>& entries,
+                                     const std::string& dir) {
+  std::vector<DatasetEntry> out;
+  for (const DatasetEntry& e : entries) {
+    std::error_code ec;
+    const auto size = fs::file_size(fs::path(dir) / e.path, ec);
+    if (ec || static_cast<int64_t>(size) != e.size) out.push_back(e);
+  }
+  return out;
+}
+
+int64_t TotalBytes(const std::vector<DatasetEntry>& entries) {
+  int64_t n = 0;
+  for (const DatasetEntry& e : entries) n += e.size;
+  return n;
+}
+
+int64_t DirBytes(const std::string& dir) {
+  int64_t n = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    std::error_code e2;
+    if (it->is_regular_file(e2)) n += static_cast<int64_t>(it->file_size(e2));
+  }
+  return n;
+}
+
+}  // namespace
+
+bool SafeDatasetPath(const std::string& path) {
+  if (path.empty() || path[0] == '/' || path.find('\0') != std::string::npos) {
+    return false;
+  }
+  for (absl::string_view part : absl::StrSplit(path, '/')) {
+    if (part.empty() || part == "." || part == "..") return false;
+  }
+  return true;
+}
+
+absl::StatusOr<std::vector<DatasetEntry>> ParseDatasetManifest(
+    const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_array()) {
+    return absl::DataLossError("manifest is not a JSON array");
+  }
+  std::vector<DatasetEntry> out;
+  for (const nlohmann::json& e : j) {
+    if (!e.is_object() || !e.contains("path") || !e["path"].is_string() ||
+        !e.contains("size") || !e["size"].is_number_integer()) {
+      return absl::DataLossError("manifest entry without path or size");
+    }
+    DatasetEntry d;
+    d.path = e["path"].get<std::string>();
+    d.size = e["size"].get<int64_t>();
+    if (!SafeDatasetPath(d.path) || d.size < 0) {
+      return absl::DataLossError(
+          absl::StrCat("manifest names a bad file '", d.path, "'"));
+    }
+    if (auto h = e.find("hash"); h != e.end() && h->is_string()) {
+      d.hash = h->get<std::string>();
+    }
+    if (auto m = e.find("modtime"); m != e.end() && m->is_string()) {
+      d.modtime = m->get<std::string>();
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+std::string DatasetManifestJson(const std::vector<DatasetEntry>& entries) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const DatasetEntry& e : entries) {
+    j.push_back({{"path", e.path},
+                 {"size", e.size},
+                 {"hash", e.hash},
+                 {"modtime", e.modtime}});
+  }
+  return j.dump();
+}
+
+class DatasetCache::Hold : public DatasetHold {
+ public:
+  Hold(DatasetCache* cache, std::string version, std::string dir)
+      : cache_(cache), version_(std::move(version)), dir_(std::move(dir)) {}
+  ~Hold() override { cache_->Release(version_); }
+  const std::string& dir() const override { return dir_; }
+
+ private:
+  DatasetCache* const cache_;
+  const std::string version_;
+  const std::string dir_;
+};
+
+DatasetCache::DatasetCache(DatasetCacheOptions options, DatasetFiller* filler)
+    : options_(std::move(options)), filler_(filler) {}
+
+std::string DatasetCache::VersionDir(const std::string& version) const {
+  return absl::StrCat(options_.root, "/", version);
+}
+
+void DatasetCache::Release(const std::string& version) {
+  absl::MutexLock lock(&mu_);
+  if (--holds_[version] <= 0) holds_.erase(version);
+}
+
+absl::StatusOr<std::shared_ptr<DatasetHold>> DatasetCache::Ensure(
+    const DatasetWant& want,
+    const std::function<void(int64_t, int64_t)>& progress) {
+  if (!IsDatasetVersion(want.version)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", want.version, "' is not a dataset version"));
+  }
+  std::shared_ptr<absl::Mutex> fill_mu;
+  {
+    absl::MutexLock lock(&mu_);
+    std::shared_ptr<absl::Mutex>& m = filling_[want.version];
+    if (m == nullptr) m = std::make_shared<absl::Mutex>();
+    fill_mu = m;
+    ++holds_[want.version];  // held from now: not evicted under us
+  }
+  auto hold = std::make_shared<Hold>(this, want.version,
+                                     VersionDir(want.version) + "/data");
+  absl::MutexLock fill_lock(fill_mu.get());
+  const std::string vdir = VersionDir(want.version);
+  std::error_code ec;
+  if (fs::exists(vdir + "/complete", ec)) {
+    absl::StatusOr<std::vector<DatasetEntry>> manifest = Manifest(want.version);
+    if (manifest.ok()) {
+      std::vector<DatasetEntry> bad = Mismatched(*manifest, vdir + "/data");
+      if (bad.empty()) {
+        fs::last_write_time(vdir + "/complete",
+                            fs::file_time_type::clock::now(), ec);
+        return hold;
+      }
+    }
+    // A file changed size (truncated) or the manifest is unreadable: not
+    // complete any more; the fill below fetches what is wrong.
+    fs::remove(vdir + "/complete", ec);
+  }
+  if (absl::Status st = Fill(want, progress); !st.ok()) return st;
+  Evict();
+  return hold;
+}
+
+absl::Status DatasetCache::Fill(
+    const DatasetWant& want,
+    const std::function<void(int64_t, int64_t)>& progress) {
+  const std::string vdir = VersionDir(want.version);
+  const std::string data = vdir + "/data";
+  std::error_code ec;
+  fs::create_directories(data, ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("cannot make ", data, ": ", ec.message()));
+  }
+  int peer = -1;
+  absl::StatusOr<std::vector<DatasetEntry>> listing =
+      filler_->PeerManifest(want, &peer);
+  if (!listing.ok()) {
+    peer = -1;
+    listing = filler_->ListSource(want);
+    if (!listing.ok()) return listing.status();
+    const std::string now = DatasetVersion(*listing);
+    if (now != want.version) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "dataset ", want.source, " changed since the job was queued (now ",
+          now, ", the job's ", want.version, ")"));
+    }
+  }
+  for (const DatasetEntry& e : *listing) {
+    if (!SafeDatasetPath(e.path)) {
+      return absl::DataLossError(absl::StrCat(
+          "dataset ", want.source, ": bad file name '", e.path, "'"));
+    }
+  }
+  const int64_t total = TotalBytes(*listing);
+  if (static_cast<int64_t>(listing->size()) != want.files ||
+      total != want.bytes) {
+    return absl::DataLossError(absl::StrCat(
+        "dataset ", want.source, " version ", want.version, ": ",
+        peer >= 0 ? "the peer's copy" : "the listing", " has ", listing->size(),
+        " files of ", total, " bytes, the server listed ", want.files, " of ",
+        want.bytes));
+  }
+  std::vector<DatasetEntry> missing = Mismatched(*listing, data);
+  // Files of the wrong size go first, so that a copy that skips files by
+  // size and time fetches them again.
+  for (const DatasetEntry& e : missing) fs::remove(fs::path(data) / e.path, ec);
+  if (!missing.empty()) {
+    const int64_t have = total - TotalBytes(missing);
+    absl::Status st =
+        filler_->Copy(want, peer, missing, data,
+                      [&](int64_t done) { progress(have + done, total); });
+    if (!st.ok()) return st;
+  }
+  std::vector<DatasetEntry> bad = Mismatched(*listing, data);
+  if (!bad.empty()) {
+    return absl::DataLossError(absl::StrCat(
+        "dataset ", want.source, " version ", want.version, ": ", bad.size(),
+        " files do not have their listed size after the fill (first: ",
+        bad[0].path, ")"));
+  }
+  progress(total, total);
+  if (absl::Status st = WriteFileAtomically(vdir + "/manifest.json",
+                                            DatasetManifestJson(*listing));
+      !st.ok()) {
+    return st;
+  }
+  return WriteFileAtomically(vdir + "/complete", want.version);
+}
+
+absl::StatusOr<std::vector<DatasetEntry>> DatasetCache::Manifest(
+    const std::string& version) const {
+  if (!IsDatasetVersion(version)) {
+    return absl::NotFoundError("no such version");
+  }
+  const std::string vdir = VersionDir(version);
+  std::error_code ec;
+  if (!fs::exists(vdir + "/complete", ec)) {
+    return absl::NotFoundError(
+        absl::StrCat("version ", version, " is not complete here"));
+  }
+  bool ok = false;
+  const std::string text = ReadWhole(vdir + "/manifest.json", &ok);
+  if (!ok) return absl::NotFoundError("no manifest");
+  return ParseDatasetManifest(text);
+}
+
+absl::StatusOr<std::string> DatasetCache::FilePath(
+    const std::string& version, const std::string& path) const {
+  absl::StatusOr<std::vector<DatasetEntry>> m = Manifest(version);
+  if (!m.ok()) return m.status();
+  if (!SafeDatasetPath(path) ||
+      std::none_of(m->begin(), m->end(),
+                   [&](const DatasetEntry& e) { return e.path == path; })) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is not a file of version ", version));
+  }
+  return absl::StrCat(VersionDir(version), "/data/", path);
+}
+
+int64_t DatasetCache::Bytes() const {
+  int64_t n = 0;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(options_.root, ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    n += DirBytes((it->path() / "data").string());
+  }
+  return n;
+}
+
+std::vector<std::string> DatasetCache::Evict() {
+  struct Version {
+    std::string name;
+    fs::file_time_type used;
+    int64_t bytes;
+  };
+  std::vector<Version> all;
+  int64_t total = 0;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(options_.root, ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!IsDatasetVersion(name)) continue;
+    std::error_code e2;
+    fs::file_time_type used = fs::last_write_time(it->path() / "complete", e2);
+    if (e2) used = fs::file_time_type::min();  // unfinished: first to go
+    const int64_t bytes = DirBytes((it->path() / "data").string());
+    total += bytes;
+    all.push_back({name, used, bytes});
+  }
+  std::sort(all.begin(), all.end(),
+            [](const Version& a, const Version& b) { return a.used < b.used; });
+  std::vector<std::string> gone;
+  absl::MutexLock lock(&mu_);
+  for (const Version& v : all) {
+    if (total <= options_.budget_bytes) break;
+    if (holds_.contains(v.name)) continue;  // in use, or being filled
+    fs::remove_all(VersionDir(v.name), ec);
+    filling_.erase(v.name);
+    total -= v.bytes;
+    gone.push_back(v.name);
+  }
+  return gone;
+}
+
+}  // namespace loom

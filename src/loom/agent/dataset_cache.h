@@ -1,0 +1,148 @@
+#pragma once
+
+// A node's dataset cache (docs/datasets.md, "The cache"): complete,
+// verified copies of dataset versions under `<root>/<version>/`, filled by a
+// `DatasetFiller` (rclone from the cold store, or a peer node's cache),
+// kept within a byte budget by deleting the least recently used versions no
+// task holds.
+//
+// Layout of one version:
+//   <root>/<version>/data/...        the files, as the source has them
+//   <root>/<version>/manifest.json   [{"path", "size", "hash"}], from the
+//                                    listing the fill was checked against
+//   <root>/<version>/complete        written (atomically) after the check;
+//                                    its mtime is the version's last use
+// A version without `complete` is a fill in progress or an interrupted one:
+// the next fill goes on from what is there.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "loom/core/dataset_spec.h"
+
+namespace loom {
+
+// One dataset of a launch: what to make present.
+struct DatasetWant {
+  std::string source;   // REMOTE:PATH or an absolute path
+  std::string mount;    // where the task sees it (absolute)
+  std::string version;  // the server's `DatasetVersion` of the source
+  int64_t files = 0;    // what the server's listing found
+  int64_t bytes = 0;
+  // Agents of the job's other nodes ("host:port") and the token each
+  // accepts for this version.
+  struct Peer {
+    std::string node;
+    std::string address;
+    std::string token;
+  };
+  std::vector<Peer> peers;
+  // False: `peers[0]` fills this version from the cold store; wait for it
+  // and copy from it (the cold store only if it fails or does not answer).
+  bool fill_from_store = true;
+};
+
+// Where the files of a fill come from. Implementations are thread-safe.
+class DatasetFiller {
+ public:
+  virtual ~DatasetFiller() = default;
+  // The files of `want.version` at a peer that has it complete, with the
+  // peer's index; NotFound when no peer has it (or none answers). Without
+  // `want.fill_from_store`, waits for `peers[0]` to have it.
+  virtual absl::StatusOr<std::vector<DatasetEntry>> PeerManifest(
+      const DatasetWant& want, int* peer) = 0;
+  // The cold store's listing of `want.source`.
+  virtual absl::StatusOr<std::vector<DatasetEntry>> ListSource(
+      const DatasetWant& want) = 0;
+  // Copies the files `entries` into `dir` (relative paths kept), from peer
+  // `peer`, or from the cold store when `peer` < 0. Files already in `dir`
+  // with the right size may be skipped. `progress` is called with the
+  // bytes copied so far (from any thread).
+  virtual absl::Status Copy(const DatasetWant& want, int peer,
+                            const std::vector<DatasetEntry>& entries,
+                            const std::string& dir,
+                            const std::function<void(int64_t)>& progress) = 0;
+};
+
+struct DatasetCacheOptions {
+  std::string root;  // `<data_dir>/datasets`
+  int64_t budget_bytes = int64_t{100} << 30;
+};
+
+// A version held for a task: not evicted while a holder lives.
+class DatasetHold {
+ public:
+  virtual ~DatasetHold() = default;
+  virtual const std::string& dir() const = 0;  // `<root>/<version>/data`
+};
+
+// Thread-safe. Fills of one version are serialised; fills of different
+// versions run at once.
+class DatasetCache {
+ public:
+  DatasetCache(DatasetCacheOptions options, DatasetFiller* filler);
+
+  // Makes `want.version` present and verified, and holds it: a complete
+  // version whose files still have their sizes is used as it is (its use
+  // time refreshed); a file found with another size (truncated) is fetched
+  // again; otherwise the version is filled from a peer that has it, else
+  // from the cold store, checked against the listing it came with (every
+  // file's size; the count and bytes the server listed; for the cold
+  // store, that the listing still gives `want.version`), marked complete,
+  // and the cache brought back within its budget. `progress(done, total)`
+  // while files are copied. Errors: Unavailable (the store or peers
+  // failed), DataLoss (the copy does not match its listing),
+  // FailedPrecondition (the source changed: another version now).
+  absl::StatusOr<std::shared_ptr<DatasetHold>> Ensure(
+      const DatasetWant& want,
+      const std::function<void(int64_t, int64_t)>& progress);
+
+  // The files of a complete version (for peers); NotFound otherwise.
+  absl::StatusOr<std::vector<DatasetEntry>> Manifest(
+      const std::string& version) const;
+  // The path of file `path` of complete version `version`; NotFound for a
+  // version not complete, InvalidArgument for a path that is not one of
+  // its files.
+  absl::StatusOr<std::string> FilePath(const std::string& version,
+                                       const std::string& path) const;
+
+  // Deletes least recently used complete versions no one holds (and
+  // leftovers of interrupted fills no one is filling) until the cache is
+  // within its budget. Returns the versions deleted.
+  std::vector<std::string> Evict();
+
+  // Bytes of the complete versions.
+  int64_t Bytes() const;
+
+ private:
+  class Hold;
+  std::string VersionDir(const std::string& version) const;
+  absl::Status Fill(const DatasetWant& want,
+                    const std::function<void(int64_t, int64_t)>& progress);
+  void Release(const std::string& version);
+
+  const DatasetCacheOptions options_;
+  DatasetFiller* const filler_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, int> holds_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<absl::Mutex>> filling_
+      ABSL_GUARDED_BY(mu_);
+};
+
+// Reads and writes a manifest ([{"path", "size", "hash"}]).
+absl::StatusOr<std::vector<DatasetEntry>> ParseDatasetManifest(
+    const std::string& text);
+std::string DatasetManifestJson(const std::vector<DatasetEntry>& entries);
+
+// True for a relative path without "", "." or ".." components, NUL or a
+// leading '/': one a manifest may name.
+bool SafeDatasetPath(const std::string& path);
+
+}  // namespace loom

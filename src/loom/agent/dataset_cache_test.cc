@@ -1,0 +1,279 @@
+#include "loom/agent/dataset_cache.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "loom/agent/api_guard.h"
+#include "loom/agent/data_step.h"
+#include "loom/common/dataset_token.h"
+#include "nlohmann/json.hpp"
+
+namespace loom {
+namespace {
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// A cold store of files in memory; peers that have what `peer_has` says.
+class FakeFiller : public DatasetFiller {
+ public:
+  std::map<std::string, std::string> files;  // path -> content
+  bool store_down = false;
+  bool peer_has = false;
+  int cold_copies = 0;  // files copied from the cold store
+  int peer_copies = 0;
+  bool truncate_on_copy = false;
+
+  std::vector<DatasetEntry> Listing() const {
+    std::vector<DatasetEntry> out;
+    for (const auto& [p, c] : files) {
+      out.push_back({p, static_cast<int64_t>(c.size()), "", "t"});
+    }
+    return out;
+  }
+  absl::StatusOr<std::vector<DatasetEntry>> PeerManifest(
+      const DatasetWant& want, int* peer) override {
+    if (!peer_has || want.peers.empty()) return absl::NotFoundError("none");
+    *peer = 0;
+    return Listing();
+  }
+  absl::StatusOr<std::vector<DatasetEntry>> ListSource(
+      const DatasetWant&) override {
+    if (store_down) return absl::UnavailableError("connection refused");
+    return Listing();
+  }
+  absl::Status Copy(const DatasetWant&, int peer,
+                    const std::vector<DatasetEntry>& entries,
+                    const std::string& dir,
+                    const std::function<void(int64_t)>& progress) override {
+    int64_t done = 0;
+    for (const DatasetEntry& e : entries) {
+      const fs::path p = fs::path(dir) / e.path;
+      fs::create_directories(p.parent_path());
+      std::ofstream(p, std::ios::binary)
+          << (truncate_on_copy ? files[e.path].substr(1) : files[e.path]);
+      (peer >= 0 ? peer_copies : cold_copies)++;
+      done += e.size;
+      progress(done);
+    }
+    return absl::OkStatus();
+  }
+};
+
+class DatasetCacheTest : public ::testing::Test {
+ protected:
+  DatasetCacheTest() {
+    root_ =
+        fs::temp_directory_path() /
+        absl::StrCat(
+            "loom-dataset-cache-", getpid(), "-",
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    filler_.files = {{"a.bin", "aaaa"}, {"d/b.bin", "bbbbbbbb"}};
+  }
+  ~DatasetCacheTest() override { fs::remove_all(root_); }
+
+  DatasetWant Want() const {
+    DatasetWant w;
+    w.source = "cold:sets/a";
+    w.version = DatasetVersion(filler_.Listing());
+    w.files = static_cast<int64_t>(filler_.files.size());
+    for (const auto& [p, c] : filler_.files) w.bytes += c.size();
+    return w;
+  }
+  static std::string Read(const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+  fs::path root_;
+  FakeFiller filler_;
+  std::function<void(int64_t, int64_t)> no_progress_ = [](int64_t, int64_t) {};
+};
+
+TEST_F(DatasetCacheTest, FillsVerifiesAndReuses) {
+  DatasetCache cache({root_.string(), 1 << 20}, &filler_);
+  int64_t last_done = 0, last_total = 0;
+  auto hold = cache.Ensure(Want(), [&](int64_t d, int64_t t) {
+    last_done = d;
+    last_total = t;
+  });
+  ASSERT_TRUE(hold.ok()) << hold.status();
+  EXPECT_EQ(Read((*hold)->dir() + "/d/b.bin"), "bbbbbbbb");
+  EXPECT_EQ(last_done, 12);
+  EXPECT_EQ(last_total, 12);
+  EXPECT_EQ(filler_.cold_copies, 2);
+  EXPECT_TRUE(fs::exists(root_ / Want().version / "complete"));
+  // Used again: nothing copied.
+  auto again = cache.Ensure(Want(), no_progress_);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(filler_.cold_copies, 2);
+  // Its manifest and files are served to peers; nothing else is.
+  auto m = cache.Manifest(Want().version);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->size(), 2u);
+  EXPECT_TRUE(cache.FilePath(Want().version, "d/b.bin").ok());
+  EXPECT_FALSE(cache.FilePath(Want().version, "../complete").ok());
+  EXPECT_FALSE(cache.FilePath(Want().version, "nope").ok());
+  EXPECT_FALSE(cache.FilePath("0123456789abcdef", "a.bin").ok());
+}
+
+TEST_F(DatasetCacheTest, FillsFromAPeerWhenOneHasIt) {
+  DatasetCache cache({root_.string(), 1 << 20}, &filler_);
+  filler_.peer_has = true;
+  DatasetWant w = Want();
+  w.peers.push_back({"n1", "127.0.0.1:1", "tok"});
+  ASSERT_TRUE(cache.Ensure(w, no_progress_).ok());
+  EXPECT_EQ(filler_.peer_copies, 2);
+  EXPECT_EQ(filler_.cold_copies, 0);
+}
+
+TEST_F(DatasetCacheTest, TruncatedFileIsFetchedAgain) {
+  DatasetCache cache({root_.string(), 1 << 20}, &filler_);
+  std::string dir;
+  {
+    auto hold = cache.Ensure(Want(), no_progress_);
+    ASSERT_TRUE(hold.ok());
+    dir = (*hold)->dir();
+  }
+  fs::resize_file(fs::path(dir) / "d/b.bin", 3);
+  auto hold = cache.Ensure(Want(), no_progress_);
+  ASSERT_TRUE(hold.ok()) << hold.status();
+  EXPECT_EQ(filler_.cold_copies, 3);  // only the truncated file again
+  EXPECT_EQ(Read(dir + "/d/b.bin"), "bbbbbbbb");
+}
+
+TEST_F(DatasetCacheTest, ACopyThatDoesNotMatchIsNotComplete) {
+  DatasetCache cache({root_.string(), 1 << 20}, &filler_);
+  filler_.truncate_on_copy = true;
+  auto hold = cache.Ensure(Want(), no_progress_);
+  EXPECT_EQ(hold.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_FALSE(fs::exists(root_ / Want().version / "complete"));
+}
+
+TEST_F(DatasetCacheTest, StoreDownAndChangedSource) {
+  DatasetCache cache({root_.string(), 1 << 20}, &filler_);
+  filler_.store_down = true;
+  auto hold = cache.Ensure(Want(), no_progress_);
+  EXPECT_EQ(hold.status().code(), absl::StatusCode::kUnavailable);
+  filler_.store_down = false;
+  DatasetWant old = Want();
+  filler_.files["c.bin"] = "c";
+  hold = cache.Ensure(old, no_progress_);
+  EXPECT_EQ(hold.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(hold.status().message(), HasSubstr("changed"));
+}
+
+TEST_F(DatasetCacheTest, EvictsLeastRecentlyUsedVersionsNoOneHolds) {
+  // Versions of 12, 13 and 14 bytes (another size: another version); the
+  // budget holds two of them, not three.
+  DatasetCache cache({root_.string(), 30}, &filler_);
+  auto v1_hold = cache.Ensure(Want(), no_progress_);
+  ASSERT_TRUE(v1_hold.ok());
+  const std::string v1 = Want().version;
+  v1_hold->reset();
+  filler_.files["a.bin"] = "AAAAA";
+  const std::string v2 = Want().version;
+  ASSERT_NE(v2, v1);
+  ASSERT_TRUE(cache.Ensure(Want(), no_progress_).ok());
+  // v1 used again, after v2: v2 is now the least recently used.
+  filler_.files["a.bin"] = "aaaa";
+  ASSERT_TRUE(cache.Ensure(Want(), no_progress_).ok());
+  EXPECT_EQ(filler_.cold_copies, 4);  // v1 was not copied again
+  filler_.files["a.bin"] = "XXXXXX";
+  const std::string v3 = Want().version;
+  auto v3_hold = cache.Ensure(Want(), no_progress_);
+  ASSERT_TRUE(v3_hold.ok());
+  EXPECT_FALSE(fs::exists(root_ / v2)) << "v2 should be gone";
+  EXPECT_TRUE(fs::exists(root_ / v1 / "complete"));
+  EXPECT_TRUE(fs::exists(root_ / v3 / "complete"));
+  EXPECT_EQ(cache.Bytes(), 26);
+}
+
+TEST_F(DatasetCacheTest, HeldVersionsStayOverTheBudget) {
+  DatasetCache cache({root_.string(), 1}, &filler_);
+  auto hold = cache.Ensure(Want(), no_progress_);
+  ASSERT_TRUE(hold.ok());
+  EXPECT_TRUE(cache.Evict().empty());
+  EXPECT_TRUE(fs::exists(root_ / Want().version / "complete"));
+  hold->reset();
+  EXPECT_THAT(cache.Evict(), ElementsAre(Want().version));
+  EXPECT_FALSE(fs::exists(root_ / Want().version));
+}
+
+TEST(DatasetManifestTest, RefusesPathsOutsideTheVersion) {
+  EXPECT_TRUE(SafeDatasetPath("a/b.bin"));
+  EXPECT_FALSE(SafeDatasetPath("../x"));
+  EXPECT_FALSE(SafeDatasetPath("/etc/passwd"));
+  EXPECT_FALSE(SafeDatasetPath("a//b"));
+  EXPECT_FALSE(SafeDatasetPath(""));
+  EXPECT_FALSE(ParseDatasetManifest(R"([{"path":"../x","size":1}])").ok());
+  EXPECT_FALSE(ParseDatasetManifest("nope").ok());
+  auto m = ParseDatasetManifest(DatasetManifestJson({{"a", 1, "md5:x", "t"}}));
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ((*m)[0].hash, "md5:x");
+}
+
+TEST(DataLaunchTest, ParsesAndChecksTheLaunchsData) {
+  std::string field;
+  auto ok = ParseDataLaunch(nlohmann::json::parse(R"([{
+      "source": "cold:set", "mount": "/data/set/", "version": "0123456789abcdef",
+      "files": 3, "bytes": 30, "fill_from_store": false,
+      "peers": [{"node": "h200-1", "address": "127.0.0.3:7101", "token": "t"}]}])"),
+                            &field);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  ASSERT_EQ(ok->size(), 1u);
+  EXPECT_EQ((*ok)[0].mount, "/data/set");
+  EXPECT_FALSE((*ok)[0].fill_from_store);
+  ASSERT_EQ((*ok)[0].peers.size(), 1u);
+  EXPECT_EQ((*ok)[0].peers[0].address, "127.0.0.3:7101");
+  auto bad = [&](const char* text) {
+    field.clear();
+    auto r = ParseDataLaunch(nlohmann::json::parse(text), &field);
+    EXPECT_FALSE(r.ok()) << text;
+    return field;
+  };
+  EXPECT_EQ(bad(R"({})"), "data");
+  EXPECT_EQ(bad(R"([{"source": "a:b", "mount": "/d", "version": "../x",
+                     "files": 1, "bytes": 1}])"),
+            "data[0].version");
+  EXPECT_EQ(bad(R"([{"source": ":s3,key=x:", "mount": "/d",
+                     "version": "0123456789abcdef", "files": 1, "bytes": 1}])"),
+            "data[0].source");
+  EXPECT_EQ(bad(R"([{"source": "a:b", "mount": "d",
+                     "version": "0123456789abcdef", "files": 1, "bytes": 1}])"),
+            "data[0].mount");
+  EXPECT_EQ(bad(R"([{"source": "a:b", "mount": "/d",
+                     "version": "0123456789abcdef", "files": 1, "bytes": 1,
+                     "peers": [{"node": "x"}]}])"),
+            "data[0].peers[0].address");
+}
+
+TEST(DatasetPeerTokenTest, OpensOneVersionOnOneNode) {
+  ApiGuard guard(/*insecure=*/false);
+  guard.SetKey("h200-0", "key-0");
+  guard.SetKey("h200-1", "key-1");
+  const std::string v = "0123456789abcdef";
+  const std::string token = DatasetPeerToken("key-0", v);
+  EXPECT_TRUE(guard.CheckDatasetPeer("h200-0", v, "Bearer " + token).allowed);
+  EXPECT_FALSE(guard.CheckDatasetPeer("h200-1", v, "Bearer " + token).allowed);
+  EXPECT_FALSE(
+      guard.CheckDatasetPeer("h200-0", "fedcba9876543210", "Bearer " + token)
+          .allowed);
+  EXPECT_FALSE(guard.CheckDatasetPeer("h200-0", v, "").allowed);
+  // The server's key itself opens the task routes, not datasets.
+  EXPECT_FALSE(guard.CheckDatasetPeer("h200-0", v, "Bearer key-0").allowed);
+  ApiGuard open(/*insecure=*/true);
+  EXPECT_TRUE(open.CheckDatasetPeer("h200-0", v, "").allowed);
+}
+
+}  // namespace
+}  // namespace loom
