@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Datasets end to end (docs/datasets.md): a cold store served by
+# `rclone serve http` on loopback over a directory of a few small files, two
+# emulated nodes, and jobs that read the dataset at /data/set.
+# - a 2-node job: the cold store serves each file once (one node fills from
+#   it, the other from its peer), both tasks see the same version and files;
+# - a second job on those nodes: no cold-store requests at all;
+# - a changed source: a new version;
+# - the cold store stopped: the job waits, saying why, the nodes stay up.
+# Needs root (host tasks see the cache through a read-only bind mount).
+# Usage: tests/e2e_dataset_test.sh PATH_TO_LOOM
+set -u
+LOOM="$(realpath "$1")"
+cd "$(dirname "$0")/.."
+source tests/lib/cluster.sh
+[ "$(id -u)" = 0 ] || { echo "SKIP: datasets in host tasks need root (bind mounts)"; exit 0; }
+command -v rclone > /dev/null || fail "rclone is not installed (scripts/setup.sh)"
+
+# The cold store: a few files, about 3 MB.
+mkdir -p "$W/cold/set/sub"
+head -c 1500000 /dev/urandom > "$W/cold/set/a.bin"
+head -c 1000000 /dev/urandom > "$W/cold/set/sub/b.bin"
+head -c 500000 /dev/urandom > "$W/cold/set/c.bin"
+COLD_PORT=$((PORT + 50))
+start_cold() {
+  rclone serve http "$W/cold" --addr "127.0.0.1:$COLD_PORT" --dir-cache-time 0s -vv >> "$W/cold.log" 2>&1 &
+  COLD=$!
+  PIDS+=($COLD)
+  for _ in $(seq 50); do curl -sf "http://127.0.0.1:$COLD_PORT/" > /dev/null && return 0; sleep 0.1; done
+  fail "rclone serve did not start"
+}
+start_cold
+printf '[cold]\ntype = http\nurl = http://127.0.0.1:%s/\n' "$COLD_PORT" > "$W/rclone.conf"
+# Files the cold store has served so far (one "Open" per GET of a file).
+served() { grep -c ': Open: flags=O_RDONLY' "$W/cold.log"; }
+served_of() { grep -c "set/$1: Open: flags=O_RDONLY" "$W/cold.log"; }
+
+write_cluster 2
+start_server --rclone-config "$W/rclone.conf"
+AGENT_FLAGS=(--rclone-config "$W/rclone.conf" --dataset-cache-bytes 64Mi)
+start_agents 2
+
+cat > "$W/job.yaml" <<'YAML'
+name: reader
+tasks: 2
+resources: {gpus_per_task: 8}
+data: [{source: "cold:set", mount: /data/set}]
+command: ["/bin/sh", "-c", "cd /data/set && find . -type f | sort | xargs sha256sum | sha256sum | cut -c1-16 && (touch /data/set/x 2>/dev/null && echo WRITABLE || echo read-only)"]
+YAML
+run_job() {
+  local id
+  id=$("$LOOM" submit -f "$W/job.yaml" | grep -o '[0-9]*$') || fail "submit"
+  wait_for 60 state_is "$id" succeeded || fail "job $id: $("$LOOM" show "$id")"
+  echo "$id"
+}
+job_out() {  # JOB TASK: the task's stdout
+  "$LOOM" logs "$1" --task "$2" 2> /dev/null
+}
+version_of() { jget "$1" "j['events']" | grep -o 'version [0-9a-f]\{16\}' | head -1 | cut -d' ' -f2; }
+
+ID=$(run_job)
+V1=$(version_of "$ID")
+[ -n "$V1" ] || fail "no version in the job's events: $("$LOOM" show "$ID")"
+SUM0=$(job_out "$ID" 0 | head -1); SUM1=$(job_out "$ID" 1 | head -1)
+WANT=$(cd "$W/cold/set" && find . -type f | sort | xargs sha256sum | sha256sum | cut -c1-16)
+[ "$SUM0" = "$WANT" ] && [ "$SUM1" = "$WANT" ] ||
+  fail "tasks saw '$SUM0' and '$SUM1', the store has '$WANT'"
+job_out "$ID" 0 | grep -q '^read-only$' || fail "the mount is writable: $(job_out "$ID" 0)"
+for f in a.bin sub/b.bin c.bin; do
+  [ "$(served_of "$f")" = 1 ] || fail "the cold store served $f $(served_of "$f") times, want 1"
+done
+echo "ok: job $ID: both tasks saw version $V1 ($SUM0); the cold store served each file once"
+
+BEFORE=$(served)
+ID2=$(run_job)
+[ "$(version_of "$ID2")" = "$V1" ] || fail "second job's version: $(version_of "$ID2")"
+[ "$(served)" = "$BEFORE" ] || fail "the second job made $(( $(served) - BEFORE )) cold-store file requests"
+[ "$(job_out "$ID2" 1 | head -1)" = "$WANT" ] || fail "second job saw other files"
+echo "ok: job $ID2 started from the cache: no cold-store requests"
+
+# A changed source is a new version.
+head -c 1000 /dev/urandom > "$W/cold/set/d.bin"
+ID3=$(run_job)
+V3=$(version_of "$ID3")
+[ -n "$V3" ] && [ "$V3" != "$V1" ] || fail "changed source: version $V3, first $V1"
+[ "$(served_of d.bin)" = 1 ] || fail "the new file was served $(served_of d.bin) times"
+echo "ok: the changed source is version $V3"
+
+# The cold store down: the job waits with that reason; the nodes stay up.
+kill "$COLD"; wait "$COLD" 2> /dev/null
+ID4=$("$LOOM" submit -f "$W/job.yaml" | grep -o '[0-9]*$') || fail "submit"
+unreachable() { "$LOOM" show "$ID4" | grep -q "dataset cold:set: cold store unreachable"; }
+wait_for 20 unreachable || fail "reason: $("$LOOM" show "$ID4")"
+state_is "$ID4" pending || fail "job $ID4 is not pending: $("$LOOM" show "$ID4")"
+[ "$("$LOOM" nodes -o json | grep -c '"up"')" = 2 ] || fail "nodes: $("$LOOM" nodes)"
+echo "ok: cold store down: job $ID4 pending: $("$LOOM" show "$ID4" | grep -m1 'cold store unreachable')"
+# Back: it runs.
+start_cold
+wait_for 60 state_is "$ID4" succeeded || fail "job $ID4 after the store came back: $("$LOOM" show "$ID4")"
+"$LOOM" cancel "$ID4" > /dev/null 2>&1
+echo "PASS"
