@@ -66,6 +66,11 @@ NODE=$nodes
 curl -sf "${AUTH[@]}" "$LOOM_SERVER/metrics" |
   grep -q "^loom_gpu_slices{node=\"$NODE\",gpu=\"0\",GPU_I_PROFILE=\"1g.18gb\",state=\"used\"} 7$" ||
   fail "metrics: $(curl -sf "${AUTH[@]}" "$LOOM_SERVER/metrics" | grep loom_gpu_slices)"
+N=${NODE#h200-}
+mig_lines=$(curl -sf "http://127.0.0.$((N + 2)):$((PORT + 1 + N))/metrics" |
+  grep "^loom_agent_mig_instance_info{node=\"$NODE\"" | grep 'GPU_I_PROFILE="1g.18gb"' | grep -v 'job=""')
+[ "$(echo "$mig_lines" | grep -c .)" = 7 ] || fail "agent metrics: $mig_lines"
+for j in "${IDS[@]}"; do echo "$mig_lines" | grep -q "job=\"$j\"" || fail "no instance of job $j: $mig_lines"; done
 echo "ok: 7 x 1g.18gb and a 7-GPU job on $NODE at once, each MIG task on its own instance"
 
 # The dashboard draws the MIG GPU as seven stripes of the seven jobs.

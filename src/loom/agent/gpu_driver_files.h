@@ -54,6 +54,9 @@ struct GpuDriverOptions {
   std::string nvml_library;
   // The host's nvidia-smi; "": the agent's PATH, else /usr/bin/nvidia-smi.
   std::string nvidia_smi;
+  // Where the driver's /proc/driver/nvidia is found (under this root): MIG
+  // capability devices (mig_devices.h). "/" on a host.
+  std::string proc_root = "/";
 };
 
 struct DriverDevice {

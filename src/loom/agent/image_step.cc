@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "loom/agent/gpu_driver_files.h"
 #include "loom/agent/json_values.h"
+#include "loom/agent/mig_devices.h"
 #include "loom/agent/oci_bundle.h"
 #include "nlohmann/json.hpp"
 
@@ -292,9 +293,13 @@ class ImageStep : public LaunchStep {
     for (size_t i = 0; i < gpus.size(); ++i) {
       local.push_back(static_cast<int>(i));
     }
-    env["CUDA_VISIBLE_DEVICES"] = absl::StrJoin(local, ",");
-    env["NVIDIA_VISIBLE_DEVICES"] =
-        gpus.empty() ? "void" : absl::StrJoin(gpus, ",");
+    // A MIG task sees its instance only (mig_step.h), by its UUID.
+    const bool mig = !ctx.mig_uuid.empty() && gpus.size() == 1;
+    env["CUDA_VISIBLE_DEVICES"] =
+        mig ? ctx.mig_uuid : absl::StrJoin(local, ",");
+    env["NVIDIA_VISIBLE_DEVICES"] = mig            ? ctx.mig_uuid
+                                    : gpus.empty() ? "void"
+                                                   : absl::StrJoin(gpus, ",");
     AppendToPathList(env, "LD_LIBRARY_PATH", driver.library_dirs);
     AppendToPathList(env, "PATH", driver.binary_dirs);
     for (const auto& [k, v] : env) oc.env.push_back(absl::StrCat(k, "=", v));
@@ -352,6 +357,19 @@ class ImageStep : public LaunchStep {
     // The host's network, so its names too.
     for (const char* file : {"/etc/hosts", "/etc/resolv.conf"}) {
       if (::access(file, R_OK) == 0) oc.binds.push_back({file, file, true});
+    }
+    // A MIG task's capability devices of its GPU and compute instances
+    // (mig_devices.h): with its GPU's device, all CUDA needs for the slice.
+    if (mig) {
+      int minor = gpus[0];
+      for (const GpuDevice& d : node.gpus) {
+        if (d.index == gpus[0] && d.minor >= 0) minor = d.minor;
+      }
+      for (const std::string& device : MigCapabilityDevices(
+               options_.gpu_driver.proc_root, minor, ctx.mig_gi)) {
+        AddDevice(absl::StrCat(node.device_dir, "/", device),
+                  absl::StrCat("/dev/", device), oc);
+      }
     }
     // The RDMA devices of the task's NICs (nic_step.h) the node has.
     for (const std::string& device : ctx.nic_devices) {

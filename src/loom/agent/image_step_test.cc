@@ -80,9 +80,18 @@ class ImageStepHarness {
   }
 
   // The config.json `Apply` writes for process 0.
+  // A MIG task (mig_step.h): its instance's UUID and GPU instance id.
+  void SetMig(int gpu, std::string uuid, int gi) {
+    request_.gpus = {gpu};
+    mig_uuid_ = std::move(uuid);
+    mig_gi_ = gi;
+  }
+
   json Apply(const ImageStepOptions& options) {
     std::unique_ptr<const LaunchStep> step = MakeImageStep(options);
     LaunchContext ctx{node_, request_, log_.log(), std::nullopt, "", launch_};
+    ctx.mig_uuid = mig_uuid_;
+    ctx.mig_gi = mig_gi_;
     TaskProcess p;
     p.launcher_id = "7.0.0.p0";
     TaskSpec spec;
@@ -101,6 +110,8 @@ class ImageStepHarness {
 
  private:
   TempDir tmp_;
+  std::string mig_uuid_;
+  int mig_gi_ = -1;
   AgentNode node_;
   LaunchRequest request_;
   CapturedLog log_;
@@ -187,6 +198,43 @@ TEST(ImageStepTest, ATwoGpuTaskGetsItsGpusAndTheCdiSpecsFiles) {
   EXPECT_EQ(env.at("LD_LIBRARY_PATH"), "/opt/lib:/usr/lib/loom-test");
   EXPECT_EQ(env.at("PATH"), "/usr/bin:/bin");
   EXPECT_EQ(env.at("RANK"), "0");
+}
+
+// A MIG task in a container sees its instance only: CUDA_VISIBLE_DEVICES
+// and NVIDIA_VISIBLE_DEVICES name it, and it gets its GPU's device and the
+// capability devices of its GPU and compute instances (mig_devices.h).
+TEST(ImageStepTest, AMigTaskGetsItsInstancesCapabilityDevices) {
+  ImageStepHarness h(/*minor_offset=*/4);
+  h.SetMig(2, "MIG-0f1e2d3c-aaaa-4bbb-8ccc-000000000001", 5);
+  const std::string gi =
+      h.root() + "/proc/proc/driver/nvidia/capabilities/gpu6/mig/gi5";
+  WriteStepTestFile(gi + "/access", "DeviceFileMinor: 48\n");
+  WriteStepTestFile(gi + "/ci0/access", "DeviceFileMinor: 49\n");
+  for (int cap : {48, 49, 50}) {
+    WriteStepTestFile(
+        absl::StrCat(h.node().device_dir, "/nvidia-caps/nvidia-cap", cap),
+        "stand-in\n");
+  }
+  ImageStepOptions options;
+  options.gpu_driver.proc_root = h.root() + "/proc";
+  const json c = h.Apply(options);
+  const std::map<std::string, std::string> env = EnvOf(c);
+  EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES"),
+            "MIG-0f1e2d3c-aaaa-4bbb-8ccc-000000000001");
+  EXPECT_EQ(env.at("NVIDIA_VISIBLE_DEVICES"),
+            "MIG-0f1e2d3c-aaaa-4bbb-8ccc-000000000001");
+  EXPECT_EQ(BindsUnder(c, "/dev/nvidia-caps"),
+            (std::map<std::string, std::string>{
+                {"/dev/nvidia-caps/nvidia-cap48",
+                 h.node().device_dir + "/nvidia-caps/nvidia-cap48"},
+                {"/dev/nvidia-caps/nvidia-cap49",
+                 h.node().device_dir + "/nvidia-caps/nvidia-cap49"},
+            }));
+  // Its GPU (minor 6) and no other.
+  const std::map<std::string, std::string> gpus = BindsUnder(c, "/dev/nvidia");
+  EXPECT_TRUE(gpus.contains("/dev/nvidia6"));
+  EXPECT_FALSE(gpus.contains("/dev/nvidia5"));
+  EXPECT_FALSE(gpus.contains("/dev/nvidia7"));
 }
 
 TEST(ImageStepTest, WithoutCdiTheDriverFilesNextToNvmlAndDevicesByMinor) {

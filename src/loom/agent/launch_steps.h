@@ -45,8 +45,10 @@ struct LaunchContext {
   // to the node's device directory ("infiniband/uverbs0"), for the image
   // step (nic_step.h).
   std::vector<std::string> nic_devices;
-  // Set by the MIG step (mig_step.h): the task's MIG instance ("MIG-...").
+  // Set by the MIG step (mig_step.h): the task's MIG instance ("MIG-...")
+  // and its GPU instance id (-1: not known).
   std::string mig_uuid;
+  int mig_gi = -1;
   // Set by the data step (data_step.h) once the datasets are cached: each
   // cached copy and its mount, for the image step's bundle; and the task's
   // holds on them, kept by its unit until it is forgotten.

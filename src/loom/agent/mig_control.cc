@@ -331,7 +331,8 @@ struct NvmlMigControl::Api {
     for (const Gi& gi : *listed) {
       auto it = uuids->find(gi.id);
       out.push_back({ProfileName(profiles, gi.profile_id), gi.start,
-                     it == uuids->end() ? "" : it->second});
+                     it == uuids->end() ? "" : it->second,
+                     static_cast<int>(gi.id)});
     }
     if (gis != nullptr) *gis = *std::move(listed);
     SortByStart(out);
@@ -694,7 +695,7 @@ absl::StatusOr<std::vector<MigInstanceInfo>> EmulatedMigControl::Ensure(
                   static_cast<unsigned>(a & 0xffff),
                   static_cast<unsigned>(b >> 48),
                   static_cast<unsigned long long>(b & 0xffffffffffffULL));
-    g.instances.push_back({id, {w.profile->name, w.start, uuid}});
+    g.instances.push_back({id, {w.profile->name, w.start, uuid, id}});
   }
   std::vector<MigInstanceInfo> out;
   for (const Instance& in : g.instances) out.push_back(in.info);

@@ -32,6 +32,7 @@ struct MigInstanceInfo {
   std::string profile;  // loom's name ("1g.18gb"); "nvml-profile-N" if none
   int start = 0;        // first memory slice
   std::string uuid;     // "MIG-..." (what CUDA_VISIBLE_DEVICES names)
+  int gi_id = -1;       // the GPU instance id NVML gave it (DCGM's GPU_I_ID)
   bool operator==(const MigInstanceInfo&) const = default;
 };
 

@@ -60,7 +60,8 @@ std::vector<std::string> Calls(const std::vector<std::string>& lines,
                                std::string_view call) {
   std::vector<std::string> out;
   for (const std::string& l : lines) {
-    if (absl::StartsWith(l, absl::StrCat(std::string(call), " "))) out.push_back(l);
+    if (absl::StartsWith(l, absl::StrCat(std::string(call), " ")))
+      out.push_back(l);
   }
   return out;
 }
@@ -183,8 +184,12 @@ TEST_F(NvmlMigControlTest, RepartitionDestroysTheOldInstancesFirst) {
       mig_.Ensure(0, {{"3g.71gb", 0}, {"3g.71gb", 4}});
   ASSERT_TRUE(made.ok()) << made.status();
   ASSERT_EQ(made->size(), 2u);
-  EXPECT_EQ((*made)[0], (MigInstanceInfo{"3g.71gb", 0, (*made)[0].uuid}));
+  EXPECT_EQ((*made)[0],
+            (MigInstanceInfo{"3g.71gb", 0, (*made)[0].uuid, (*made)[0].gi_id}));
   EXPECT_EQ((*made)[1].start, 4);
+  // Each instance has its own GPU instance id (DCGM's GPU_I_ID).
+  EXPECT_GE((*made)[0].gi_id, 0);
+  EXPECT_NE((*made)[0].gi_id, (*made)[1].gi_id);
   EXPECT_NE((*made)[0].uuid, (*made)[1].uuid);
 
   const std::vector<std::string> calls = Take();

@@ -113,6 +113,7 @@ class MigStep : public LaunchStep {
     for (const MigInstanceInfo& in : *instances) {
       if (in.profile == s.mig && in.start == s.start && !in.uuid.empty()) {
         ctx.mig_uuid = in.uuid;
+        ctx.mig_gi = in.gi_id;
         return absl::OkStatus();
       }
     }

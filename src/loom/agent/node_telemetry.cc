@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "loom/agent/agent_metrics.h"
+#include "loom/agent/mig_control.h"
 #include "loom/agent/nic_probe.h"
 #include "loom/common/metrics_text.h"
 
@@ -92,6 +93,42 @@ std::string CollectAgentMetrics(const NodeTable& nodes,
                   {"numa_node", absl::StrCat(nic.numa_node)},
                   {"state", nic.state}},
                  1);
+    }
+  }
+  // Each node's MIG instances (mig_control.h) with DCGM's MIG labels, and
+  // the job whose task runs in each.
+  out.Family("loom_agent_mig_instance_info",
+             "A MIG instance of a GPU (1), with DCGM's labels GPU_I_PROFILE "
+             "(NVIDIA's profile name) and GPU_I_ID (its GPU instance id), "
+             "its UUID and the job running in it (empty: free).",
+             MetricType::kGauge);
+  for (const auto& node : nodes.nodes()) {
+    if (node->mig == nullptr) continue;
+    std::map<std::string, int64_t> job_of;  // MIG UUID -> job
+    {
+      absl::MutexLock lock(&node->mu);
+      for (const auto& [id, unit] : node->units) {
+        if (!unit.mig_uuid.empty()) job_of[unit.mig_uuid] = unit.job_id;
+      }
+    }
+    for (const GpuDevice& device : node->gpus) {
+      absl::StatusOr<std::vector<MigInstanceInfo>> instances =
+          node->mig->List(device.index);
+      if (!instances.ok()) continue;
+      for (const MigInstanceInfo& in : *instances) {
+        auto job = job_of.find(in.uuid);
+        out.Sample("loom_agent_mig_instance_info",
+                   {{"node", node->name},
+                    {"Hostname", node->host.hostname},
+                    {"gpu", std::to_string(device.index)},
+                    {"UUID", device.uuid},
+                    {"GPU_I_PROFILE", in.profile},
+                    {"GPU_I_ID", std::to_string(in.gi_id)},
+                    {"MIG_UUID", in.uuid},
+                    {"job", job == job_of.end() ? std::string()
+                                                : std::to_string(job->second)}},
+                   1);
+      }
     }
   }
   // Each node's image store (docs/images.md) and the tasks waiting on it.
