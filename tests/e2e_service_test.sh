@@ -68,7 +68,7 @@ replicas: 3
 port: $GWPORT
 resources: {gpus: 1}
 command: [python3, "$REPLICA", --delay-ms, "20", --version, v1]
-readiness: {http: /healthz, period: 200ms, timeout: 200ms, failures: 2}
+readiness: {http: /healthz, period: 500ms, timeout: 500ms, failures: 3}
 update: {max_surge: 1, max_unavailable: 0}
 stop: {grace: 5s}
 YAML
