@@ -343,6 +343,7 @@ absl::Status Agent::Impl::Init() {
   }
   table.dataset_cache_bytes = options_.dataset_cache_bytes;
   table.rclone_config = options_.rclone_config;
+  table.dataset_filler = options_.dataset_filler;
   absl::StatusOr<std::unique_ptr<NodeTable>> nodes =
       NodeTable::Create(table, options_.node_names, host, real_gpus, log_);
   if (!nodes.ok()) return nodes.status();

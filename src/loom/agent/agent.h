@@ -99,6 +99,9 @@ struct AgentOptions {
   // rclone config with the remotes it fills from ("": rclone's default).
   int64_t dataset_cache_bytes = int64_t{100} << 30;
   std::string rclone_config;
+  // Tests: what fills each node's dataset cache instead of rclone.
+  std::function<std::unique_ptr<DatasetFiller>(const std::string& node)>
+      dataset_filler;
   std::string runc = "runc";
   // CDI spec directories, later ones winning, for the GPU driver files of
   // container tasks (gpu_driver_files.h; `--cdi-dir`). Unset: /etc/cdi and

@@ -129,6 +129,8 @@ void AgentApi::InstallRoutes() {
   server_->Get(R"(/v1/tasks/([^/]+))", secured(&AgentApi::HandleGet));
   server_->Post("/v1/images/pull", secured(&AgentApi::HandleImagePull));
   server_->Get("/v1/images", secured(&AgentApi::HandleImages));
+  server_->Post("/v1/datasets/prefetch",
+                secured(&AgentApi::HandleDatasetPrefetch));
   // Peers, with a dataset token instead of the server's key.
   server_->Get(R"(/v1/datasets/([0-9a-f]{16})/manifest)",
                route(&AgentApi::HandleDatasetManifest));

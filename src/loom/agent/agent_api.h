@@ -80,6 +80,8 @@ class AgentApi {
   void HandleDatasetManifest(const httplib::Request& req,
                              httplib::Response& res);
   void HandleDatasetFile(const httplib::Request& req, httplib::Response& res);
+  void HandleDatasetPrefetch(const httplib::Request& req,
+                             httplib::Response& res);
   AgentNode* DatasetNode(const httplib::Request& req, httplib::Response& res);
   void HandleStats(const httplib::Request& req, httplib::Response& res);
   void HandleMetrics(const httplib::Request& req, httplib::Response& res);

@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "loom/agent/cgroup.h"
 #include "loom/agent/dataset_cache.h"
+#include "loom/agent/dataset_prefetch.h"
 #include "loom/agent/gpu_probe.h"
 #include "loom/agent/image_prepull.h"
 #include "loom/agent/mig_control.h"
@@ -66,6 +67,10 @@ struct AgentNode {
   // what fills it; null: none (a launch with `data` is refused).
   std::unique_ptr<DatasetFiller> dataset_filler;
   std::unique_ptr<DatasetCache> datasets;
+  // Fills the server asks for ahead of a task (`POST /v1/datasets/
+  // prefetch`, dataset_prefetch.h); with `datasets`. Declared after it:
+  // its threads end before the cache goes.
+  std::unique_ptr<DatasetPrefetches> dataset_prefetches;
   // Pulls asked for ahead of tasks (`loom image pull`); with `images`.
   std::unique_ptr<ImagePrepulls> prepulls;
   // Where the node's GPU device files are: /dev, or for emulated GPUs

@@ -279,6 +279,22 @@ int64_t DatasetCache::Bytes() const {
   return n;
 }
 
+std::vector<std::string> DatasetCache::CompleteVersions(size_t max) const {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(options_.root, ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code e2;
+    if (IsDatasetVersion(name) && fs::exists(it->path() / "complete", e2)) {
+      out.push_back(name);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  if (out.size() > max) out.resize(max);
+  return out;
+}
+
 std::vector<std::string> DatasetCache::Evict() {
   struct Version {
     std::string name;

@@ -121,6 +121,11 @@ class DatasetCache {
   // Bytes of the complete versions.
   int64_t Bytes() const;
 
+  // The complete versions (those with their `complete` marker), sorted, at
+  // most `max`: what the node's heartbeats report (docs/datasets.md,
+  // "Locality and prefetch").
+  std::vector<std::string> CompleteVersions(size_t max = 256) const;
+
  private:
   class Hold;
   std::string VersionDir(const std::string& version) const;

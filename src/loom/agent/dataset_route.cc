@@ -2,7 +2,8 @@
 // API (docs/datasets.md, "Peers"): a complete cached dataset version, read
 // only, for the other nodes of a job that reads it. Callers present the
 // token the server derived for this node and version (`ApiGuard::
-// CheckDatasetPeer`), not the server's key.
+// CheckDatasetPeer`), not the server's key. And `POST /v1/datasets/prefetch`
+// (the server's key): fills versions ahead of a task (dataset_prefetch.h).
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -14,6 +15,8 @@
 #include "httplib.h"
 #include "loom/agent/agent_api.h"
 #include "loom/agent/api_reply.h"
+#include "loom/agent/data_step.h"
+#include "nlohmann/json.hpp"
 
 namespace loom {
 
@@ -37,6 +40,47 @@ AgentNode* AgentApi::DatasetNode(const httplib::Request& req,
     return nullptr;
   }
   return *node;
+}
+
+void AgentApi::HandleDatasetPrefetch(const httplib::Request& req,
+                                     httplib::Response& res) {
+  // {"data": [...]}: the items of a launch's `data` (data_step.h).
+  const nlohmann::json body = nlohmann::json::parse(req.body, nullptr, false);
+  if (!body.is_object() || !body.contains("data")) {
+    SendError(res, 400, "invalid_argument",
+              "the body must be a JSON object with \"data\": the datasets "
+              "to fill, as a launch's",
+              "data");
+    return;
+  }
+  std::string field;
+  absl::StatusOr<std::vector<DatasetWant>> wants =
+      ParseDataLaunch(body["data"], &field);
+  if (!wants.ok()) {
+    SendStatus(res, wants.status(), field);
+    return;
+  }
+  absl::StatusOr<AgentNode*> node = nodes_.Resolve(req.get_param_value("node"));
+  if (!node.ok()) {
+    SendStatus(res, node.status(), "node");
+    return;
+  }
+  if ((*node)->dataset_prefetches == nullptr) {
+    SendError(res, 400, "failed_precondition",
+              absl::StrCat("node ", (*node)->name,
+                           " has no dataset cache (its agent runs fake "
+                           "tasks)"));
+    return;
+  }
+  nlohmann::json out = nlohmann::json::array();
+  bool all_present = true;
+  for (const DatasetWant& w : *wants) {
+    const std::string state = (*node)->dataset_prefetches->Start(w);
+    all_present = all_present && state == "present";
+    out.push_back({{"version", w.version}, {"state", state}});
+  }
+  SendJson(res, all_present ? 200 : 202,
+           {{"node", (*node)->name}, {"datasets", std::move(out)}});
 }
 
 void AgentApi::HandleDatasetManifest(const httplib::Request& req,

@@ -416,7 +416,9 @@ json NodeSession::RegistrationBody(Link& link,
       {"health", health_.HealthJson(node)},
       {"tasks", runner_.Statuses(node, ended_ids)},
       {"images", node.images ? NodeImagesJson(*node.images) : json::array()},
-      {"image_pulls", node.prepulls ? node.prepulls->Json() : json::array()}};
+      {"image_pulls", node.prepulls ? node.prepulls->Json() : json::array()},
+      {"datasets", node.datasets ? node.datasets->CompleteVersions()
+                                 : std::vector<std::string>()}};
   if (maintenance) body["maintenance"] = *std::move(maintenance);
   return body;
 }
@@ -517,6 +519,7 @@ void NodeSession::Register(Worker& worker, Link& link) {
     absl::MutexLock lock(&mu_);
     link.images_sent = images_gen;
     link.pulls_sent = pulls_gen;
+    link.datasets_sent = body.at("datasets").get<std::vector<std::string>>();
     link.last_ack_sent = sent;
     link.fence_after = fence_after;
     link.fenced = false;
@@ -569,6 +572,14 @@ void NodeSession::Heartbeat(Worker& worker, Link& link) {
   if (node.prepulls && (pulls_gen != link.pulls_sent || node.prepulls->Any())) {
     body["image_pulls"] = node.prepulls->Json();
   }
+  // The complete dataset versions when they changed since the server last
+  // heard of them (docs/datasets.md, "Locality and prefetch").
+  std::vector<std::string> datasets;
+  if (node.datasets) {
+    datasets = node.datasets->CompleteVersions();
+    absl::MutexLock lock(&mu_);
+    if (link.datasets_sent != datasets) body["datasets"] = datasets;
+  }
   const absl::Time sent = absl::Now();
   std::string bearer;
   {
@@ -593,6 +604,7 @@ void NodeSession::Heartbeat(Worker& worker, Link& link) {
       absl::MutexLock lock(&mu_);
       if (body.contains("images")) link.images_sent = images_gen;
       if (body.contains("image_pulls")) link.pulls_sent = pulls_gen;
+      if (body.contains("datasets")) link.datasets_sent = std::move(datasets);
       link.last_ack_sent = sent;
       link.fenced = false;
       fence_after = link.fence_after;

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -114,6 +115,9 @@ class NodeSession {
     // acknowledged (image_prepull.h).
     uint64_t images_sent = ~uint64_t{0};
     uint64_t pulls_sent = ~uint64_t{0};
+    // The complete dataset versions the server last heard of (registration
+    // or an answered heartbeat); unset: none sent yet.
+    std::optional<std::vector<std::string>> datasets_sent;
   };
   struct Worker;
   struct ServerReply;

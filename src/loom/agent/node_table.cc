@@ -154,11 +154,17 @@ absl::Status InitNode(const NodeTableOptions& options, const HostInfo& host,
     if (absl::Status s = EnsureDirectory(dir, kAgentDirMode); !s.ok()) {
       return InNode(node, s);
     }
-    node.dataset_filler = std::make_unique<RcloneDatasetFiller>(
-        RcloneDatasetFillerOptions{.config = options.rclone_config});
+    if (options.dataset_filler) {
+      node.dataset_filler = options.dataset_filler(node.name);
+    } else {
+      node.dataset_filler = std::make_unique<RcloneDatasetFiller>(
+          RcloneDatasetFillerOptions{.config = options.rclone_config});
+    }
     node.datasets = std::make_unique<DatasetCache>(
         DatasetCacheOptions{dir, options.dataset_cache_bytes},
         node.dataset_filler.get());
+    node.dataset_prefetches = std::make_unique<DatasetPrefetches>(
+        node.datasets.get(), node.name, log);
   }
   return absl::OkStatus();
 }

@@ -4,6 +4,7 @@
 // for the fleet emulator (`--emulate-nodes`). Made once, at start, with each
 // node's directories, GPUs and launcher; never changed after.
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,6 +52,10 @@ struct NodeTableOptions {
   // its budget and the rclone config it fills with.
   int64_t dataset_cache_bytes = int64_t{100} << 30;
   std::string rclone_config;
+  // Tests: what fills each node's dataset cache instead of rclone; null:
+  // rclone (`RcloneDatasetFiller`).
+  std::function<std::unique_ptr<DatasetFiller>(const std::string& node)>
+      dataset_filler;
 };
 
 // Letters, digits, '-', '_' and '.', starting with a letter or digit.
