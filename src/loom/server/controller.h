@@ -100,16 +100,17 @@ struct ControllerOptions {
 struct AgentAction {
   // kMaintain: a maintenance command (`task_id` is its id). kProbe: is the
   // agent there at all (`ProbeAgent`; OK: it answered, Unavailable: the
-  // connection was refused, DeadlineExceeded: no answer).
-  enum class Kind { kLaunch, kStop, kPullImage, kMaintain, kProbe };
+  // connection was refused, DeadlineExceeded: no answer). kPrefetch: fill
+  // dataset versions ahead of a reserved gang (docs/datasets.md).
+  enum class Kind { kLaunch, kStop, kPullImage, kMaintain, kProbe, kPrefetch };
   Kind kind = Kind::kLaunch;
   std::string node;
   std::string address;  // the agent's host:port
   std::string task_id;
   JobId job = 0;
   int run = 0;  // kLaunch: the job's restart count (its run)
-  // POST /v1/tasks, /v1/tasks/{id}/stop, /v1/images/pull or
-  // /v1/maintenance body
+  // POST /v1/tasks, /v1/tasks/{id}/stop, /v1/images/pull,
+  // /v1/maintenance or /v1/datasets/prefetch body
   nlohmann::json body;
 };
 
@@ -507,6 +508,14 @@ class Controller {
   // The launch's `data` for task `t`: each dataset's version and the agents
   // of the job's other nodes, its peers.
   nlohmann::json DataLaunchJson(const JobRecord& job, const TaskRecord& t) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Locality and prefetch (controller_data_locality.cc): the `datasets` of
+  // an agent's registration or heartbeat to the scheduler; a prefetch
+  // action (`POST /v1/datasets/prefetch`) per node the pass reported.
+  void ApplyDatasets(int n, const nlohmann::json& body)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SendPrefetches(const PassResult& pass, absl::Time now,
+                      std::vector<const JobRecord*>* dirty)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A pending job that waits for its datasets to be listed.
   bool WaitsForDatasets(JobId id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

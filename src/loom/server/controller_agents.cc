@@ -255,6 +255,7 @@ absl::StatusOr<nlohmann::json> Controller::Register(const nlohmann::json& body,
   ApplyHealth(n, body, now, &dirty);
   ApplyMaintenanceReport(n, body);
   ApplyImages(n, body);
+  ApplyDatasets(n, body);
   // Usable RDMA NICs (docs/agent.md "NICs"): those up; an agent that
   // reports no list leaves the cluster spec's count.
   if (auto nics = body.find("nics"); nics != body.end() && nics->is_array()) {
@@ -299,6 +300,7 @@ absl::StatusOr<nlohmann::json> Controller::Heartbeat(const nlohmann::json& body,
   ApplyHealth(n, body, now, &dirty);
   ApplyMaintenanceReport(n, body);
   ApplyImages(n, body);
+  ApplyDatasets(n, body);
   if (absl::Status st = Persist(dirty); !st.ok()) {
     // Do not acknowledge exits that are not on disk: the agent reports
     // them again.

@@ -235,5 +235,88 @@ TEST(DatasetListerTest, RunForOutputReportsFailuresAndTimeouts) {
   EXPECT_FALSE(RunForOutput({"/nonexistent/x"}, absl::Seconds(5), 1024).ok());
 }
 
+// Locality and prefetch (controller_data_locality.cc): nodes report the
+// versions their caches hold; a job prefers the node that holds its
+// version, and a reserved gang's nodes that lack it are asked to fill it.
+class DataLocalityTest : public DatasetsTest {
+ protected:
+  DataLocalityTest() {
+    lister_.Set("cold:sets/a", {{"x.bin", 100, "", "2026-01-01T00:00:00Z"}});
+  }
+  std::string Version() const {
+    return DatasetVersion({{"x.bin", 100, "", "2026-01-01T00:00:00Z"}});
+  }
+  void Reports(const std::string& node, nlohmann::json datasets, double t) {
+    auto r = c_->Heartbeat({{"name", node},
+                            {"tasks", nlohmann::json::array()},
+                            {"datasets", std::move(datasets)}},
+                           T(t));
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+};
+
+TEST_F(DataLocalityTest, AJobPrefersTheNodeThatHoldsItsVersion) {
+  // Malformed entries are dropped, the rest kept; a list that is not one
+  // is ignored.
+  Reports("h200-1", {Version(), "not-a-version", 3, nullptr}, 1.5);
+  Reports("h200-0", "bogus", 1.6);
+  ASSERT_TRUE(
+      c_->Submit(Spec("name: one\ncommand: [cat]\ntasks: 1\n"
+                      "resources: {gpus_per_task: 8}\n"
+                      "data: [{source: 'cold:sets/a', mount: /data/a}]\n"),
+                 "alice", T(2))
+          .ok());
+  Settle(2.1);
+  std::vector<AgentAction> launches = Launches();
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_EQ(launches[0].node, "h200-1");
+  EXPECT_EQ(launches[0].body["data"][0]["version"], Version());
+}
+
+TEST_F(DataLocalityTest, AReservedGangsNodesPrefetchItsData) {
+  // Job 1 holds one node until t=100; the gang needs both nodes, and only
+  // the free one holds its version.
+  ASSERT_TRUE(
+      c_->Submit(Spec("name: hold\ncommand: [cat]\ntasks: 1\n"
+                      "resources: {gpus_per_task: 8}\ntime_limit: 100s\n"),
+                 "alice", T(2))
+          .ok());
+  c_->Tick(T(2));
+  std::vector<AgentAction> launches = Launches();
+  ASSERT_EQ(launches.size(), 1u);
+  const std::string busy = launches[0].node;
+  const std::string free = busy == "h200-0" ? "h200-1" : "h200-0";
+  Reports(free, {Version()}, 2.5);
+  ASSERT_TRUE(c_->Submit(Spec(kSpec), "alice", T(3)).ok());
+  c_->WaitForDatasetListings();
+  c_->Tick(T(3.1));
+  std::vector<AgentAction> prefetches;
+  for (AgentAction& a : c_->TakeActions()) {
+    EXPECT_NE(a.kind, AgentAction::Kind::kLaunch) << a.body.dump();
+    if (a.kind == AgentAction::Kind::kPrefetch) {
+      prefetches.push_back(std::move(a));
+    }
+  }
+  ASSERT_EQ(prefetches.size(), 1u);
+  EXPECT_EQ(prefetches[0].node, busy);
+  EXPECT_EQ(prefetches[0].job, 2);
+  const nlohmann::json& d = prefetches[0].body["data"];
+  ASSERT_EQ(d.size(), 1u) << d.dump();
+  EXPECT_EQ(d[0]["source"], "cold:sets/a");
+  EXPECT_EQ(d[0]["mount"], "/data/a");
+  EXPECT_EQ(d[0]["version"], Version());
+  EXPECT_EQ(d[0]["files"], 1);
+  EXPECT_EQ(d[0]["bytes"], 100);
+  EXPECT_NE(Job(2, 3.1).dump().find("prefetching dataset cold:sets/a"),
+            std::string::npos);
+  // Delivered (the agent answered 202): nothing else follows, and the next
+  // pass keeps the reservation without asking again.
+  c_->ActionDone(prefetches[0], absl::OkStatus(), T(3.2), /*started=*/false);
+  c_->Tick(T(4));
+  for (const AgentAction& a : c_->TakeActions()) {
+    EXPECT_NE(a.kind, AgentAction::Kind::kPrefetch);
+  }
+}
+
 }  // namespace
 }  // namespace loom

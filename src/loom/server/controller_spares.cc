@@ -26,6 +26,10 @@ std::vector<std::string> Controller::HeldSpares(JobId id) const {
 
 void Controller::AddPlacementHints(const JobRecord& job,
                                    JobRequest* req) const {
+  // Data locality and prefetch (docs/scheduling.md): the run's versions.
+  for (const JobDataVersion& d : job.data_versions) {
+    req->datasets.push_back(d.version);
+  }
   // A service's replicas spread over nodes, or leaves (docs/services.md).
   if (!job.service.empty()) {
     req->spread_group = job.service;

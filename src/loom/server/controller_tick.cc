@@ -92,6 +92,8 @@ void Controller::Tick(absl::Time now) {
           now);
     dirty.push_back(&job);
   }
+  // Reserved nodes that lack a gang's datasets start filling them.
+  if (!pass.prefetch.empty()) SendPrefetches(pass, now, &dirty);
   // Spares the pass topped up or replaced, into the records.
   SyncSpares(&dirty);
   if (absl::Status st = Persist(dirty); !st.ok()) {

@@ -474,6 +474,8 @@ void HttpServer::DispatchLoop() {
             ? absl::StrCat("/v1/images/pull?node=", a.node)
         : a.kind == AgentAction::Kind::kMaintain
             ? std::string("/v1/maintenance")
+        : a.kind == AgentAction::Kind::kPrefetch
+            ? absl::StrCat("/v1/datasets/prefetch?node=", a.node)
             : absl::StrCat("/v1/tasks/", a.task_id, "/stop?node=", a.node);
     httplib::Headers headers;
     if (const std::string key = AgentAuthorization(a.node); !key.empty()) {
