@@ -529,7 +529,11 @@ absl::StatusOr<std::vector<MigInstanceInfo>> NvmlMigControl::Ensure(
   }
   bool changed = !doomed.empty();
   // A kept instance without a compute instance (made by hand) gets one.
-  for (const auto& [gi, profile] : kept) {
+  for (const auto& entry : kept) {
+    // Named copies: clang 14 does not let a lambda capture a structured
+    // binding.
+    const auto* gi = entry.first;
+    const auto* profile = entry.second;
     const bool has_ci =
         std::any_of(now->begin(), now->end(), [&](const MigInstanceInfo& in) {
           return in.start == gi->start && !in.uuid.empty();
