@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "loom/core/mig.h"
 #include "loom/sched/placement.h"
 #include "loom/sched/scheduler.h"
 
@@ -78,8 +79,27 @@ std::vector<Scheduler::ClusterChange::Blocked> CheckFit(
                          next.gpu_models[n.gpu_model].name));
       continue;
     }
+    // The next spec's MIG GPUs of the node (its pool's `mig.gpus` first
+    // ones) are not whole: a whole-GPU task there cannot stay.
+    if (n.pool >= 0 && n.pool < static_cast<int>(next.pools.size())) {
+      const PoolSpec& pool = next.pools[n.pool];
+      const int mig = MigProfilesFor(next.gpu_models[pool.gpu_model].name,
+                                     pool.gpu_memory_bytes)
+                              .empty()
+                          ? 0
+                          : std::min(pool.mig.gpus, n.gpus);
+      const uint32_t mig_mask = mig >= 32 ? ~0u : ((1u << mig) - 1);
+      if ((t.gpu_mask & mig_mask) != 0) {
+        block(absl::StrCat("GPU ", std::countr_zero(t.gpu_mask & mig_mask),
+                           " of node ", name,
+                           " becomes a MIG GPU under a job that holds it "
+                           "whole"));
+        continue;
+      }
+    }
     NodeUse& u = mine[to];
     u.gpus |= t.gpu_mask;
+    if (t.partial()) u.gpus |= 1u << t.slice_gpu;
     u.cpus += shape.cpus_milli_per_task;
     u.memory += shape.memory_bytes_per_task;
   }

@@ -299,3 +299,43 @@ INSTANTIATE_TEST_SUITE_P(Policies, ClusterUpdateTest,
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// A revision that makes a GPU MIG under a job holding it whole is refused;
+// a slice job keeps its instance across a revision that keeps the layout.
+TEST(ClusterUpdateMig, AGpuBecomesMigOnlyWhenNoWholeJobHoldsIt) {
+  Cluster c = Build({{"h200", 1}});
+  c.pools[0].gpu_memory_bytes = int64_t{141} * 1000 * 1000 * 1000;
+  auto s = Make(c, "fifo");
+  ASSERT_TRUE(s->Submit(MakeJob(1, 1, 2), T(0)).ok());
+  ASSERT_EQ(s->Schedule(T(1)).started.size(), 1u);  // GPUs 0 and 1
+  Cluster mig = c;
+  mig.pools[0].mig.gpus = 1;
+  for (int i = 0; i < 7; ++i) mig.pools[0].mig.layout.push_back({0, i});
+  auto refused = s->UpdateCluster(mig, T(2));
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find(
+                "GPU 0 of node h200-0 becomes a MIG GPU"),
+            std::string::npos)
+      << refused.status();
+  EXPECT_TRUE(s->state().CheckInvariants().ok());
+  ASSERT_TRUE(s->Finish(1, T(3)).ok());
+  ASSERT_TRUE(s->UpdateCluster(mig, T(4)).ok());
+  JobRequest slice = MakeJob(2, 1, 1);
+  slice.shape.slice.mig = "1g.18gb";
+  ASSERT_TRUE(s->Submit(slice, T(4)).ok());
+  ASSERT_EQ(s->Schedule(T(5)).started.size(), 1u);
+  // The same layout again (another label): the slice stays where it is.
+  Cluster relabelled = mig;
+  relabelled.pools[0].labels["rack"] = "b";
+  relabelled.nodes[0].labels["rack"] = "b";
+  ASSERT_TRUE(s->UpdateCluster(relabelled, T(6)).ok());
+  EXPECT_EQ(s->state().Part(0, 0).tasks, 1);
+  EXPECT_TRUE(s->state().CheckInvariants().ok())
+      << s->state().CheckInvariants();
+}
+
+}  // namespace
+}  // namespace loom

@@ -23,6 +23,11 @@ absl::Status CheckSliceFree(const ClusterState& state, const TaskPlacement& t) {
   }
   const GpuPart& part = state.Part(t.node, t.slice_gpu);
   const bool mig = t.mig_profile >= 0;
+  if (mig &&
+      t.mig_profile >= static_cast<int>(state.MigProfilesOn(t.node).size())) {
+    return absl::InvalidArgumentError(
+        "the node's GPUs have no such MIG profile");
+  }
   if (part.mode == GpuMode::kWhole) {
     if (!((state.FreeMask(t.node) >> t.slice_gpu) & 1)) {
       return absl::FailedPreconditionError(
