@@ -14,6 +14,7 @@
 #include "loom/cli/output_format.h"
 #include "loom/cli/reply_fields.h"
 #include "loom/cli/run_spec.h"
+#include "loom/common/units.h"
 #include "loom/core/job_spec.h"
 
 namespace loom {
@@ -235,10 +236,20 @@ std::string FormatJobDetails(const nlohmann::json& job, absl::Time now) {
     }
     if (!where.empty()) add("Placement", where);
     for (const Json& t : Items(*p, "tasks")) {
+      std::string gpus = Field(t, "gpus") ? FormatIndexList(t["gpus"]) : "-";
+      // A task on part of a GPU: its MIG instance or its share.
+      if (const Json* slice = Field(t, "slice"); slice != nullptr) {
+        if (const Json* mig = Field(*slice, "mig");
+            mig != nullptr && mig->is_string()) {
+          absl::StrAppend(&gpus, " (MIG ", mig->get<std::string>(), "@",
+                          Cell(*slice, "start"), ")");
+        } else if (std::optional<int64_t> b = Int(*slice, "share_bytes")) {
+          absl::StrAppend(&gpus, " (shared, ", FormatBytes(*b), ")");
+        }
+      }
       task_rows.push_back({Cell(t, "index"), Cell(t, "node"),
-                           Cell(t, "address"),
-                           Field(t, "gpus") ? FormatIndexList(t["gpus"]) : "-",
-                           Cell(t, "state"), Cell(t, "exit_code")});
+                           Cell(t, "address"), gpus, Cell(t, "state"),
+                           Cell(t, "exit_code")});
     }
   }
   if (const Json* spec = Field(job, "spec"); spec != nullptr) {

@@ -156,3 +156,29 @@ TEST(FormatJobDetails, PendingJobShowsWhyAndFinishedItsCode) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+TEST(FormatJobDetails, ATaskOnPartOfAGpuNamesItsSlice) {
+  Json job = {{"id", 9}, {"name", "eval"}, {"state", "running"}};
+  job["placement"] = {
+      {"nodes", 1},
+      {"tasks",
+       {{{"index", 0},
+         {"node", "h200-0"},
+         {"gpus", {0}},
+         {"slice", {{"mig", "1g.18gb"}, {"profile", 0}, {"start", 2}}},
+         {"state", "running"}},
+        {{"index", 1},
+         {"node", "h200-0"},
+         {"gpus", {3}},
+         {"slice", {{"share_bytes", int64_t{20} << 30}}},
+         {"state", "running"}}}}};
+  const std::string text = FormatJobDetails(job, absl::UnixEpoch());
+  EXPECT_NE(text.find("0 (MIG 1g.18gb@2)"), std::string::npos) << text;
+  EXPECT_NE(text.find("3 (shared, 20Gi)"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace loom
