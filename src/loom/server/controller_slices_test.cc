@@ -74,7 +74,7 @@ TEST_F(SlicesTest, SevenInstancesAndAWholeGpuJobLaunchOnOneNode) {
       continue;
     }
     const nlohmann::json& s = a.body["slice"];
-    EXPECT_EQ(a.body["gpus"], nlohmann::json({0}));
+    EXPECT_EQ(a.body["gpus"], nlohmann::json::array({0}));
     EXPECT_EQ(s["mig"], "1g.18gb");
     EXPECT_EQ(s["layout"].size(), 7u);
     // Only the agent knows the instance's UUID.
