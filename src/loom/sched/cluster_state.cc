@@ -314,17 +314,6 @@ int FindInstance(const GpuPart& part, int profile, int start, JobId owner) {
 
 }  // namespace
 
-std::vector<MigInstance> ClusterState::LayoutFor(const TaskPlacement& t) const {
-  const GpuPart& part = nodes_[t.node].parts[t.slice_gpu];
-  if (part.mode == GpuMode::kMig &&
-      FindInstance(part, t.mig_profile, t.mig_start, 0) >= 0) {
-    return part.layout;
-  }
-  std::vector<JobId> owners;
-  return NewLayout(MigProfilesOn(t.node), part, t.mig_profile, t.mig_start,
-                   &owners);
-}
-
 void ClusterState::TakeSlice(JobId job, Node& n, const TaskPlacement& t) {
   const int g = t.slice_gpu;
   GpuPart& part = n.parts[g];

@@ -205,12 +205,6 @@ class ClusterState {
   // GPUs per PCIe switch or NVLink domain of the node (`PoolSpec::
   // gpu_domain`); 0: all-to-all.
   int GpuDomain(int node) const { return nodes_[node].gpu_domain; }
-  // The MIG layout a slice task at `t` leaves its GPU with: the existing one
-  // when it has the instance free, else the GPU partitioned anew (all
-  // instances of the task's profile, the task's first; instances in use
-  // are kept). For the agent, which creates it.
-  std::vector<MigInstance> LayoutFor(const TaskPlacement& t) const;
-
   // Every GPU of `node` (bit i = GPU i).
   uint32_t AllGpusMask(int node) const {
     const int g = nodes_[node].gpus;
@@ -220,7 +214,8 @@ class ClusterState {
   // Mutations. `Allocate` requires that the placement fits (checked with
   // assertions in debug builds and by `CheckInvariants`). A slice task
   // (`TaskPlacement::partial`) on a whole GPU turns it MIG or shared; a MIG
-  // instance the GPU lacks is created there (`LayoutFor`); the last slice
+  // instance the GPU lacks is created there (the GPU partitioned anew, all
+  // instances of the task's profile, when nothing runs on it); the last slice
   // task of a GPU that is not `pinned` leaving turns it whole again.
   void SetSchedulable(int node, bool schedulable);
   // The node's usable NICs as its agent reports them (-1: not known). Tasks

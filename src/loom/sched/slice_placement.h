@@ -51,8 +51,8 @@ struct SliceScoring {
 
 // Where the slice tasks of `shape` (`shape.slice.partial()`) fit now, or
 // nullopt with `*why` (if given) saying what is missing. Nodes in `avoid`
-// (may be null) are not used. A placement that changes a GPU's layout says
-// so through `ClusterState::LayoutFor` of its tasks. Whether a placement
+// (may be null) are not used. A MIG task whose GPU gets a new layout has
+// `TaskPlacement::repartition` set. Whether a placement
 // exists does not depend on `scoring`, only where it is.
 std::optional<Placement> FindSlicePlacement(const ClusterState& state,
                                             const JobShape& shape,
