@@ -505,8 +505,18 @@ class Controller {
   // backoff) and asks again for those whose backoff is over.
   void StepDatasets(absl::Time now, std::vector<const JobRecord*>* dirty)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The launch's `data` for task `t`: each dataset's version and the agents
-  // of the job's other nodes, its peers.
+  // {node, address} of node `n`, a peer in a launch's `data`.
+  nlohmann::json DataPeerJson(int n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool DataPeerUsable(int n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Peers for node `self` that hold `version` (as their agents reported):
+  // those under its leaf, then up to 3 elsewhere; `*held_here` when `self`
+  // holds it.
+  nlohmann::json DataHolderPeers(const std::string& version, int self,
+                                 bool* held_here) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The launch's `data` for task `t`: each dataset's version and the nodes
+  // to copy it from (the leaf's holders, or the job's filler under the
+  // leaf), and whether to wait for the first of them.
   nlohmann::json DataLaunchJson(const JobRecord& job, const TaskRecord& t) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Locality and prefetch (controller_data_locality.cc): the `datasets` of

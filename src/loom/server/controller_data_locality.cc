@@ -48,36 +48,40 @@ void Controller::SendPrefetches(const PassResult& pass, absl::Time now,
     auto it = jobs_.find(p.job);
     if (it == jobs_.end()) continue;
     JobRecord& job = it->second;
-    // The items of a launch's `data` for the versions the nodes lack. Each
-    // node reads the cold store itself (no peers: none of them has it).
-    nlohmann::json data = nlohmann::json::array();
+    // The items of a launch's `data` for the versions the nodes lack, each
+    // with the nodes that hold it (under the node's leaf first) as peers;
+    // without any, the node reads the cold store itself.
+    std::vector<const JobDataVersion*> wanted;
     std::vector<std::string> sources;
     for (const JobDataVersion& d : job.data_versions) {
       if (std::find(p.datasets.begin(), p.datasets.end(), d.version) ==
           p.datasets.end()) {
         continue;
       }
-      data.push_back({{"source", d.source},
-                      {"mount", d.mount},
-                      {"version", d.version},
-                      {"files", d.files},
-                      {"bytes", d.bytes},
-                      {"fill_from_store", true}});
+      wanted.push_back(&d);
       sources.push_back(absl::StrCat(d.source, " (", d.version, ")"));
     }
-    if (data.empty()) continue;
+    if (wanted.empty()) continue;
     std::vector<std::string> asked;
     for (int n : p.nodes) {
-      if (n < 0 || n >= static_cast<int>(nodes_.size())) continue;
-      if (nodes_[n].state != Node::State::kUp || nodes_[n].address.empty()) {
-        continue;
+      if (!DataPeerUsable(n)) continue;
+      nlohmann::json data = nlohmann::json::array();
+      for (const JobDataVersion* d : wanted) {
+        bool held_here = false;
+        data.push_back({{"source", d->source},
+                        {"mount", d->mount},
+                        {"version", d->version},
+                        {"files", d->files},
+                        {"bytes", d->bytes},
+                        {"fill_from_store", true},
+                        {"peers", DataHolderPeers(d->version, n, &held_here)}});
       }
       AgentAction a;
       a.kind = AgentAction::Kind::kPrefetch;
       a.node = cluster_->nodes[n].name;
       a.address = nodes_[n].address;
       a.job = job.id;
-      a.body = {{"data", data}};
+      a.body = {{"data", std::move(data)}};
       asked.push_back(a.node);
       actions_.push_back(std::move(a));
     }

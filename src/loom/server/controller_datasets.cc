@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "loom/common/units.h"
+#include "loom/sched/node_mask.h"
 #include "loom/server/controller.h"
 
 namespace loom {
@@ -102,28 +103,86 @@ void Controller::StepDatasets(absl::Time now,
   }
 }
 
+nlohmann::json Controller::DataPeerJson(int n) const {
+  return {{"node", cluster_->nodes[n].name}, {"address", nodes_[n].address}};
+}
+
+nlohmann::json Controller::DataHolderPeers(const std::string& version,
+                                           int self, bool* held_here) const {
+  const Topology& topo = cluster_->topology;
+  const int leaf = self >= 0 ? topo.leaf_of(self) : -1;
+  NodeMask scratch(0);
+  const NodeMask* holders = scheduler_->NodesWithDatasets({version}, &scratch);
+  *held_here = holders != nullptr && self >= 0 && self < holders->size() &&
+               holders->Contains(self);
+  std::vector<int> near, far;  // under this leaf, and elsewhere
+  if (holders != nullptr) {
+    for (int n = 0; n < holders->size() && near.size() < 64; ++n) {
+      if (n == self || !holders->Contains(n) || !DataPeerUsable(n)) continue;
+      if (topo.leaf_of(n) == leaf) {
+        near.push_back(n);
+      } else if (far.size() < 3) {
+        far.push_back(n);
+      }
+    }
+  }
+  nlohmann::json peers = nlohmann::json::array();
+  for (int n : near) peers.push_back(DataPeerJson(n));
+  for (int n : far) peers.push_back(DataPeerJson(n));
+  return peers;
+}
+
+bool Controller::DataPeerUsable(int n) const {
+  return n >= 0 && n < static_cast<int>(nodes_.size()) &&
+         nodes_[n].state == Node::State::kUp && !nodes_[n].address.empty();
+}
+
 nlohmann::json Controller::DataLaunchJson(const JobRecord& job,
                                           const TaskRecord& t) const {
-  // The agents of the job's other nodes, once each, the first task's node
-  // first: it fills from the cold store, the others wait for it and copy
-  // from it (one cold-store read per version, not per node).
-  const std::string& leader = job.tasks.empty() ? t.node : job.tasks[0].node;
-  nlohmann::json peers = nlohmann::json::array();
-  std::set<std::string> seen = {t.node};
-  for (const TaskRecord& other : job.tasks) {
-    if (!seen.insert(other.node).second) continue;
-    const int n = NodeIndex(other.node);
-    if (n < 0 || nodes_[n].address.empty()) continue;
-    peers.push_back({{"node", other.node}, {"address", nodes_[n].address}});
+  // One cold-store read per version and leaf switch, not per node
+  // (docs/datasets.md, "Peers"). Per version, this task's node copies from
+  // a node under its leaf whose cache holds the version, if any; else the
+  // job's first node under the leaf (the leaf's filler) reads the cold
+  // store, or a node under another leaf that holds the version, and the
+  // job's other nodes under the leaf wait for it and copy from it.
+  const int self = NodeIndex(t.node);
+  const Topology& topo = cluster_->topology;
+  const int leaf = self >= 0 ? topo.leaf_of(self) : -1;
+  // The job's nodes under this leaf, in task order, once each; the first
+  // is the leaf's filler.
+  std::vector<int> mates;
+  {
+    std::set<int> seen;
+    for (const TaskRecord& other : job.tasks) {
+      const int n = NodeIndex(other.node);
+      if (n < 0 || self < 0 || topo.leaf_of(n) != leaf) continue;
+      if (seen.insert(n).second) mates.push_back(n);
+    }
   }
+  const int filler = mates.empty() ? self : mates[0];
   nlohmann::json out = nlohmann::json::array();
   for (const JobDataVersion& d : job.data_versions) {
+    bool held_here = false;
+    nlohmann::json peers = DataHolderPeers(d.version, self, &held_here);
+    bool from_store = true;
+    const bool near_holder =
+        !peers.empty() &&
+        topo.leaf_of(NodeIndex(peers[0]["node"].get<std::string>())) == leaf;
+    if (!held_here && !near_holder && filler != self) {
+      // Wait for the leaf's filler and copy from it (its mates after it).
+      peers = nlohmann::json::array();
+      for (int n : mates) {
+        if (n != self && DataPeerUsable(n)) peers.push_back(DataPeerJson(n));
+      }
+      // A filler that cannot be reached: no one to wait for.
+      from_store = !DataPeerUsable(filler);
+    }
     out.push_back({{"source", d.source},
                    {"mount", d.mount},
                    {"version", d.version},
                    {"files", d.files},
                    {"bytes", d.bytes},
-                   {"fill_from_store", t.node == leader},
+                   {"fill_from_store", from_store},
                    {"peers", peers}});
   }
   return out;

@@ -74,18 +74,26 @@ class FakeDatasetLister : public DatasetLister {
 
 class DatasetsTest : public ::testing::Test {
  protected:
-  DatasetsTest() : cluster_(MakeCluster({{2, 0}}, 4, 8)) {
+  DatasetsTest() { Start(MakeCluster({{2, 0}}, 4, 8), 2); }
+  // A controller on `cluster` (fresh store) with nodes h200-0.. registered;
+  // node n's agent at 127.0.0.(n+2):7100, holding `held[n]` versions.
+  void Start(Cluster cluster, int nodes,
+             std::map<int, std::vector<std::string>> held = {}) {
+    c_.reset();
+    cluster_ = std::move(cluster);
+    store_ = std::make_unique<MemoryStateStore>();
     ControllerOptions options;
     options.dataset_lister = &lister_;
-    auto c = Controller::Create(cluster_, &store_, options, T(0));
+    auto c = Controller::Create(cluster_, store_.get(), options, T(0));
     EXPECT_TRUE(c.ok()) << c.status();
     c_ = *std::move(c);
-    for (int n = 0; n < 2; ++n) {
-      auto r = c_->Register(
+    for (int n = 0; n < nodes; ++n) {
+      nlohmann::json body =
           EmulatedNode("h200-" + std::to_string(n),
                        "127.0.0." + std::to_string(n + 2) + ":7100",
-                       nlohmann::json::array()),
-          T(1));
+                       nlohmann::json::array());
+      if (held.contains(n)) body["datasets"] = held[n];
+      auto r = c_->Register(body, T(1));
       EXPECT_TRUE(r.ok()) << r.status();
     }
   }
@@ -110,7 +118,7 @@ class DatasetsTest : public ::testing::Test {
 
   FakeDatasetLister lister_;
   Cluster cluster_;
-  MemoryStateStore store_;
+  std::unique_ptr<MemoryStateStore> store_;
   std::unique_ptr<Controller> c_;
 };
 
@@ -138,11 +146,15 @@ TEST_F(DatasetsTest, EveryTaskGetsTheSameVersionAndItsPeers) {
     EXPECT_EQ(d["version"], version);
     EXPECT_EQ(d["files"], 2);
     EXPECT_EQ(d["bytes"], 120);
+    if (d["fill_from_store"].get<bool>()) {
+      ++fillers;  // no one holds it yet: no peers
+      EXPECT_TRUE(d["peers"].empty()) << d.dump();
+      continue;
+    }
     ASSERT_EQ(d["peers"].size(), 1u) << d.dump();
     EXPECT_NE(d["peers"][0]["node"], a.node);
     EXPECT_EQ(d["peers"][0]["address"],
               a.node == "h200-0" ? "127.0.0.3:7100" : "127.0.0.2:7100");
-    fillers += d["fill_from_store"].get<bool>() ? 1 : 0;
   }
   EXPECT_EQ(fillers, 1);
   // A node fills its cache: `loom show` says so, with the bytes.
@@ -170,6 +182,60 @@ TEST_F(DatasetsTest, EveryTaskGetsTheSameVersionAndItsPeers) {
   ASSERT_TRUE(
       c_->Submit(Spec("name: plain\ncommand: [cat]\n"), "alice", T(2)).ok());
   EXPECT_EQ(lister_.calls(), calls);
+}
+
+TEST_F(DatasetsTest, OneColdReadPerLeafAndHoldersServeTheirLeaf) {
+  const std::vector<DatasetEntry> files = {{"x.bin", 100, "md5:01", ""}};
+  const std::string version = DatasetVersion(files);
+  lister_.Set("cold:sets/a", files);
+  auto run = [&](double t) {
+    const std::string spec =
+        "name: read\ncommand: [cat]\ntasks: 4\n"
+        "resources: {gpus_per_task: 8}\n"
+        "data: [{source: 'cold:sets/a', mount: /data/a}]\n";
+    EXPECT_TRUE(c_->Submit(Spec(spec), "alice", T(t)).ok());
+    c_->Tick(T(t));
+    Settle(t + 0.1);
+    std::map<std::string, nlohmann::json> by_node;
+    for (const AgentAction& a : Launches()) by_node[a.node] = a.body["data"][0];
+    return by_node;
+  };
+  // Four nodes, two under each leaf, none holding the version: one node per
+  // leaf reads the cold store, its neighbour waits for it and copies.
+  Start(MakeCluster({{4, 0}}, 2, 2), 4);
+  std::map<std::string, nlohmann::json> d = run(2);
+  ASSERT_EQ(d.size(), 4u);
+  int fillers = 0;
+  for (const auto& [node, item] : d) {
+    if (item["fill_from_store"].get<bool>()) {
+      ++fillers;
+      EXPECT_TRUE(item["peers"].empty()) << node << " " << item.dump();
+      continue;
+    }
+    // The waiting node's first peer is the other node under its leaf.
+    const int n = node.back() - '0';
+    ASSERT_EQ(item["peers"].size(), 1u) << item.dump();
+    EXPECT_EQ(item["peers"][0]["node"], "h200-" + std::to_string(n ^ 1));
+    EXPECT_TRUE(d["h200-" + std::to_string(n ^ 1)]["fill_from_store"]
+                    .get<bool>());
+  }
+  EXPECT_EQ(fillers, 2);  // one per leaf, not per node
+  // h200-1 (first leaf) and h200-3 (second) hold it: every node copies from
+  // the holder under its own leaf, nobody waits, the other leaf's holder
+  // comes after (the cold store only if both fail).
+  Start(MakeCluster({{4, 0}}, 2, 2), 4, {{1, {version}}, {3, {version}}});
+  d = run(3);
+  ASSERT_EQ(d.size(), 4u);
+  for (const auto& [node, item] : d) {
+    EXPECT_TRUE(item["fill_from_store"].get<bool>()) << item.dump();
+    const int n = node.back() - '0';
+    const bool holds = n == 1 || n == 3;
+    ASSERT_EQ(item["peers"].size(), holds ? 1u : 2u) << node << item.dump();
+    EXPECT_EQ(item["peers"][0]["node"],
+              holds ? (n == 1 ? "h200-3" : "h200-1")
+                    : "h200-" + std::to_string(n | 1))
+        << node << item.dump();
+  }
 }
 
 TEST_F(DatasetsTest, StoreDownKeepsTheJobPendingWithTheReason) {

@@ -487,10 +487,12 @@ void HttpServer::DispatchLoop() {
       // here, not in the controller, so that it is never stored.
       a.body["env"]["LOOM_TOKEN"] = options_.auth->JobToken(a.job, a.run);
     }
-    if (a.kind == AgentAction::Kind::kLaunch && options_.auth != nullptr &&
-        a.body.contains("data") && a.body["data"].is_array()) {
-      // What a peer asks of this task's node for a dataset version: a
-      // token that node derives from its own key (docs/datasets.md).
+    if ((a.kind == AgentAction::Kind::kLaunch ||
+         a.kind == AgentAction::Kind::kPrefetch) &&
+        options_.auth != nullptr && a.body.contains("data") &&
+        a.body["data"].is_array()) {
+      // What a peer asks of this node for a dataset version: a token that
+      // peer derives from its own key (docs/datasets.md).
       for (nlohmann::json& d : a.body["data"]) {
         if (!d.is_object() || !d.contains("peers")) continue;
         const std::string version = d.value("version", "");
