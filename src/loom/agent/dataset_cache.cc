@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "loom/common/atomic_file.h"
 #include "nlohmann/json.hpp"
 
@@ -135,7 +137,11 @@ void DatasetCache::Release(const std::string& version) {
 
 absl::StatusOr<std::shared_ptr<DatasetHold>> DatasetCache::Ensure(
     const DatasetWant& want,
-    const std::function<void(int64_t, int64_t)>& progress) {
+    const std::function<void(int64_t, int64_t)>& progress,
+    DatasetFillStats* stats) {
+  DatasetFillStats ignored;
+  if (stats == nullptr) stats = &ignored;
+  *stats = DatasetFillStats();
   if (!IsDatasetVersion(want.version)) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", want.version, "' is not a dataset version"));
@@ -160,6 +166,7 @@ absl::StatusOr<std::shared_ptr<DatasetHold>> DatasetCache::Ensure(
       if (bad.empty()) {
         fs::last_write_time(vdir + "/complete",
                             fs::file_time_type::clock::now(), ec);
+        stats->cached_bytes = TotalBytes(*manifest);
         return hold;
       }
     }
@@ -167,14 +174,53 @@ absl::StatusOr<std::shared_ptr<DatasetHold>> DatasetCache::Ensure(
     // complete any more; the fill below fetches what is wrong.
     fs::remove(vdir + "/complete", ec);
   }
-  if (absl::Status st = Fill(want, progress); !st.ok()) return st;
+  const absl::Time start = absl::Now();
+  absl::Status st = Fill(want, progress, stats);
+  stats->fill_time = absl::Now() - start;
+  if (!st.ok()) return st;
   Evict();
   return hold;
 }
 
+absl::StatusOr<std::vector<DatasetEntry>> DatasetCache::Verify(
+    const std::vector<DatasetEntry>& copied, const std::string& data,
+    int64_t* verified) {
+  // By type: one `Hash` call each ("md5:..." -> "md5").
+  std::map<std::string, std::vector<const DatasetEntry*>> by_type;
+  for (const DatasetEntry& e : copied) {
+    const size_t colon = e.hash.find(':');
+    if (colon == std::string::npos || colon == 0) continue;
+    by_type[e.hash.substr(0, colon)].push_back(&e);
+  }
+  std::vector<DatasetEntry> bad;
+  for (const auto& [type, entries] : by_type) {
+    std::vector<std::string> paths;
+    for (const DatasetEntry* e : entries) paths.push_back(e->path);
+    absl::StatusOr<std::map<std::string, std::string>> got =
+        filler_->Hash(type, data, paths);
+    if (!got.ok()) {
+      return absl::Status(got.status().code(),
+                          absl::StrCat("checksums (", type, ") of the copy: ",
+                                       got.status().message()));
+    }
+    for (const DatasetEntry* e : entries) {
+      auto it = got->find(e->path);
+      if (it != got->end() && it->second == e->hash.substr(type.size() + 1)) {
+        ++*verified;
+        continue;
+      }
+      std::error_code ec;
+      fs::remove(fs::path(data) / e->path, ec);
+      bad.push_back(*e);
+    }
+  }
+  return bad;
+}
+
 absl::Status DatasetCache::Fill(
     const DatasetWant& want,
-    const std::function<void(int64_t, int64_t)>& progress) {
+    const std::function<void(int64_t, int64_t)>& progress,
+    DatasetFillStats* stats) {
   const std::string vdir = VersionDir(want.version);
   const std::string data = vdir + "/data";
   std::error_code ec;
@@ -186,11 +232,16 @@ absl::Status DatasetCache::Fill(
   int peer = -1;
   absl::StatusOr<std::vector<DatasetEntry>> listing =
       filler_->PeerManifest(want, &peer);
+  // A peer's manifest is the listing its copy was checked against: it must
+  // give the same version (else the cold store).
+  if (listing.ok() && DatasetVersion(want.source, *listing) != want.version) {
+    listing = absl::NotFoundError("the peer's copy is another version");
+  }
   if (!listing.ok()) {
     peer = -1;
     listing = filler_->ListSource(want);
     if (!listing.ok()) return listing.status();
-    const std::string now = DatasetVersion(*listing);
+    const std::string now = DatasetVersion(want.source, *listing);
     if (now != want.version) {
       return absl::FailedPreconditionError(absl::StrCat(
           "dataset ", want.source, " changed since the job was queued (now ",
@@ -216,19 +267,38 @@ absl::Status DatasetCache::Fill(
   // Files of the wrong size go first, so that a copy that skips files by
   // size and time fetches them again.
   for (const DatasetEntry& e : missing) fs::remove(fs::path(data) / e.path, ec);
-  if (!missing.empty()) {
-    const int64_t have = total - TotalBytes(missing);
-    absl::Status st =
-        filler_->Copy(want, peer, missing, data,
-                      [&](int64_t done) { progress(have + done, total); });
+  const int64_t have = total - TotalBytes(missing);
+  stats->cached_bytes = have;
+  if (peer >= 0) stats->peer = want.peers[peer].node;
+  // At most two rounds: the copy, then the files whose checksum was wrong,
+  // from the cold store.
+  for (int round = 0; round < 2 && !missing.empty(); ++round) {
+    const int64_t before = total - TotalBytes(missing);
+    DatasetCopyBytes from;
+    absl::Status st = filler_->Copy(
+        want, round == 0 ? peer : -1, missing, data,
+        [&](int64_t done) { progress(before + done, total); }, &from);
+    stats->peer_bytes += from.peer;
+    stats->cold_bytes += from.cold;
     if (!st.ok()) return st;
-  }
-  std::vector<DatasetEntry> bad = Mismatched(*listing, data);
-  if (!bad.empty()) {
-    return absl::DataLossError(absl::StrCat(
-        "dataset ", want.source, " version ", want.version, ": ", bad.size(),
-        " files do not have their listed size after the fill (first: ",
-        bad[0].path, ")"));
+    std::vector<DatasetEntry> short_files = Mismatched(missing, data);
+    if (!short_files.empty()) {
+      return absl::DataLossError(absl::StrCat(
+          "dataset ", want.source, " version ", want.version, ": ",
+          short_files.size(),
+          " files do not have their listed size after the fill (first: ",
+          short_files[0].path, ")"));
+    }
+    absl::StatusOr<std::vector<DatasetEntry>> wrong =
+        Verify(missing, data, &stats->verified_files);
+    if (!wrong.ok()) return wrong.status();
+    missing = *std::move(wrong);
+    if (!missing.empty() && (round == 1 || peer < 0)) {
+      return absl::DataLossError(absl::StrCat(
+          "dataset ", want.source, " version ", want.version, ": ",
+          missing.size(), " files do not have their listed checksum after ",
+          "the fill (first: ", missing[0].path, ", ", missing[0].hash, ")"));
+    }
   }
   progress(total, total);
   if (absl::Status st = WriteFileAtomically(vdir + "/manifest.json",

@@ -25,6 +25,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "loom/core/dataset_spec.h"
 
 namespace loom {
@@ -49,6 +50,24 @@ struct DatasetWant {
   bool fill_from_store = true;
 };
 
+// Where the bytes of one `DatasetFiller::Copy` came from.
+struct DatasetCopyBytes {
+  int64_t peer = 0;
+  int64_t cold = 0;
+};
+
+// What making one version present took (`DatasetCache::Ensure`): the
+// node's side of a dataset's hit rate and fill time (docs/datasets.md,
+// "Seeing it").
+struct DatasetFillStats {
+  int64_t cached_bytes = 0;    // found in the cache, verified by size
+  int64_t peer_bytes = 0;      // copied from a peer node's cache
+  int64_t cold_bytes = 0;      // copied from the cold store
+  int64_t verified_files = 0;  // files whose checksum was checked
+  absl::Duration fill_time;    // zero when nothing was copied
+  std::string peer;            // the peer copied from, if any
+};
+
 // Where the files of a fill come from. Implementations are thread-safe.
 class DatasetFiller {
  public:
@@ -64,11 +83,19 @@ class DatasetFiller {
   // Copies the files `entries` into `dir` (relative paths kept), from peer
   // `peer`, or from the cold store when `peer` < 0. Files already in `dir`
   // with the right size may be skipped. `progress` is called with the
-  // bytes copied so far (from any thread).
+  // bytes copied so far (from any thread); `*from` is added what came from
+  // where.
   virtual absl::Status Copy(const DatasetWant& want, int peer,
                             const std::vector<DatasetEntry>& entries,
                             const std::string& dir,
-                            const std::function<void(int64_t)>& progress) = 0;
+                            const std::function<void(int64_t)>& progress,
+                            DatasetCopyBytes* from) = 0;
+  // The checksums of type `type` (as a listing names it: "md5", "sha1") of
+  // `paths` under `dir`, lower-case hex, by path; a file missing is left
+  // out.
+  virtual absl::StatusOr<std::map<std::string, std::string>> Hash(
+      const std::string& type, const std::string& dir,
+      const std::vector<std::string>& paths) = 0;
 };
 
 struct DatasetCacheOptions {
@@ -94,15 +121,19 @@ class DatasetCache {
   // time refreshed); a file found with another size (truncated) is fetched
   // again; otherwise the version is filled from a peer that has it, else
   // from the cold store, checked against the listing it came with (every
-  // file's size; the count and bytes the server listed; for the cold
-  // store, that the listing still gives `want.version`), marked complete,
-  // and the cache brought back within its budget. `progress(done, total)`
-  // while files are copied. Errors: Unavailable (the store or peers
+  // file's size, and the checksum of each file copied whose listing gives
+  // one; the count and bytes the server listed; for the cold store, that
+  // the listing still gives `want.version`), marked complete, and the cache
+  // brought back within its budget. A file copied from a peer whose
+  // checksum is wrong is fetched again from the cold store, once.
+  // `progress(done, total)` while files are copied; `*stats` (may be null)
+  // says where the bytes came from. Errors: Unavailable (the store or peers
   // failed), DataLoss (the copy does not match its listing),
   // FailedPrecondition (the source changed: another version now).
   absl::StatusOr<std::shared_ptr<DatasetHold>> Ensure(
       const DatasetWant& want,
-      const std::function<void(int64_t, int64_t)>& progress);
+      const std::function<void(int64_t, int64_t)>& progress,
+      DatasetFillStats* stats = nullptr);
 
   // The files of a complete version (for peers); NotFound otherwise.
   absl::StatusOr<std::vector<DatasetEntry>> Manifest(
@@ -130,7 +161,13 @@ class DatasetCache {
   class Hold;
   std::string VersionDir(const std::string& version) const;
   absl::Status Fill(const DatasetWant& want,
-                    const std::function<void(int64_t, int64_t)>& progress);
+                    const std::function<void(int64_t, int64_t)>& progress,
+                    DatasetFillStats* stats);
+  // Checks the checksums of `copied` (those with one) in `data`; returns
+  // those that do not match (their files removed).
+  absl::StatusOr<std::vector<DatasetEntry>> Verify(
+      const std::vector<DatasetEntry>& copied, const std::string& data,
+      int64_t* verified);
   void Release(const std::string& version);
 
   const DatasetCacheOptions options_;

@@ -15,6 +15,7 @@
 #include "loom/agent/data_step.h"
 #include "loom/agent/fake_dataset_filler.h"
 #include "loom/common/dataset_token.h"
+#include "loom/common/digest.h"
 #include "nlohmann/json.hpp"
 
 namespace loom {
@@ -41,7 +42,7 @@ class DatasetCacheTest : public ::testing::Test {
   DatasetWant Want() const {
     DatasetWant w;
     w.source = "cold:sets/a";
-    w.version = DatasetVersion(filler_.Listing());
+    w.version = DatasetVersion("cold:sets/a", filler_.Listing());
     w.files = static_cast<int64_t>(filler_.files.size());
     for (const auto& [p, c] : filler_.files) w.bytes += c.size();
     return w;
@@ -106,6 +107,90 @@ TEST_F(DatasetCacheTest, TruncatedFileIsFetchedAgain) {
   ASSERT_TRUE(hold.ok()) << hold.status();
   EXPECT_EQ(filler_.cold_copies, 3);  // only the truncated file again
   EXPECT_EQ(Read(dir + "/d/b.bin"), "bbbbbbbb");
+}
+
+TEST_F(DatasetCacheTest, SaysWhereTheBytesCameFrom) {
+  DatasetCache cache({root_.string(), 1 << 20}, &filler_);
+  DatasetFillStats stats;
+  std::string dir;
+  {
+    auto hold = cache.Ensure(Want(), no_progress_, &stats);
+    ASSERT_TRUE(hold.ok()) << hold.status();
+    dir = (*hold)->dir();
+  }
+  EXPECT_EQ(stats.cold_bytes, 12);
+  EXPECT_EQ(stats.peer_bytes, 0);
+  EXPECT_EQ(stats.cached_bytes, 0);
+  ASSERT_TRUE(cache.Ensure(Want(), no_progress_, &stats).ok());
+  EXPECT_EQ(stats.cached_bytes, 12);  // a hit: nothing copied
+  EXPECT_EQ(stats.cold_bytes + stats.peer_bytes, 0);
+  EXPECT_EQ(stats.fill_time, absl::ZeroDuration());
+  // One file truncated, fetched again from a peer that has the version.
+  fs::resize_file(fs::path(dir) / "d/b.bin", 3);
+  filler_.peer_has = true;
+  DatasetWant w = Want();
+  w.peers.push_back({"n1", "127.0.0.1:1", "tok"});
+  ASSERT_TRUE(cache.Ensure(w, no_progress_, &stats).ok());
+  EXPECT_EQ(stats.cached_bytes, 4);
+  EXPECT_EQ(stats.peer_bytes, 8);
+  EXPECT_EQ(stats.peer, "n1");
+}
+
+TEST_F(DatasetCacheTest, ChecksumsOfCopiedFilesAreChecked) {
+  filler_.with_hashes = true;
+  DatasetCache cache({root_.string(), 1 << 20}, &filler_);
+  DatasetFillStats stats;
+  ASSERT_TRUE(cache.Ensure(Want(), no_progress_, &stats).ok());
+  EXPECT_EQ(stats.verified_files, 2);
+  EXPECT_EQ(filler_.hash_calls, 1);  // one call per hash type
+}
+
+TEST_F(DatasetCacheTest, APeersCorruptCopyIsFetchedAgainFromTheStore) {
+  filler_.with_hashes = true;
+  filler_.peer_has = true;
+  filler_.corrupt_peer_copy = true;  // same sizes, other bytes
+  DatasetCache cache({root_.string(), 1 << 20}, &filler_);
+  DatasetWant w = Want();
+  w.peers.push_back({"n1", "127.0.0.1:1", "tok"});
+  DatasetFillStats stats;
+  auto hold = cache.Ensure(w, no_progress_, &stats);
+  ASSERT_TRUE(hold.ok()) << hold.status();
+  EXPECT_EQ(filler_.peer_copies, 2);
+  EXPECT_EQ(filler_.cold_copies, 2);  // both again, from the cold store
+  EXPECT_EQ(Read((*hold)->dir() + "/a.bin"), "aaaa");
+  EXPECT_EQ(stats.cold_bytes, 12);
+  EXPECT_EQ(stats.verified_files, 2);
+}
+
+TEST_F(DatasetCacheTest, AColdCopyWithAWrongChecksumIsNotComplete) {
+  filler_.with_hashes = true;
+  DatasetWant w = Want();
+  // The store now serves other bytes of the same size under the same
+  // listing (a corrupt object): the fill fails, nothing is marked complete.
+  filler_.files["a.bin"] = "aaab";
+  DatasetCache cache({root_.string(), 1 << 20}, &filler_);
+  // The listing must still give the job's version: keep the hashes of the
+  // original content.
+  std::vector<DatasetEntry> listed = filler_.Listing();
+  listed[0].hash = "sha256:" + Sha256Hex("aaaa");
+  w.version = DatasetVersion("cold:sets/a", listed);
+  class Lying : public FakeFiller {
+   public:
+    std::vector<DatasetEntry> listing;
+    absl::StatusOr<std::vector<DatasetEntry>> ListSource(
+        const DatasetWant&) override {
+      return listing;
+    }
+  } lying;
+  lying.files = filler_.files;
+  lying.with_hashes = true;
+  lying.listing = listed;
+  DatasetCache liar_cache({(root_ / "l").string(), 1 << 20}, &lying);
+  auto hold = liar_cache.Ensure(w, no_progress_);
+  EXPECT_EQ(hold.status().code(), absl::StatusCode::kDataLoss) << hold.status();
+  EXPECT_THAT(hold.status().message(), HasSubstr("checksum"));
+  EXPECT_FALSE(fs::exists(root_ / "l" / w.version / "complete"));
+  EXPECT_FALSE(fs::exists(root_ / "l" / w.version / "data" / "a.bin"));
 }
 
 TEST_F(DatasetCacheTest, ACopyThatDoesNotMatchIsNotComplete) {

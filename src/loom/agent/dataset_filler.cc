@@ -93,24 +93,8 @@ absl::StatusOr<std::vector<DatasetEntry>> RcloneDatasetFiller::PeerManifest(
 
 absl::StatusOr<std::vector<DatasetEntry>> RcloneDatasetFiller::ListSource(
     const DatasetWant& want) {
-  std::vector<std::string> argv = {options_.rclone,
-                                   "lsjson",
-                                   "-R",
-                                   "--files-only",
-                                   "--retries",
-                                   "1",
-                                   "--low-level-retries",
-                                   "1",
-                                   "--contimeout",
-                                   "5s"};
-  if (!options_.config.empty()) {
-    argv.push_back("--config");
-    argv.push_back(options_.config);
-  }
-  argv.push_back("--");
-  argv.push_back(want.source);
   absl::StatusOr<std::string> out =
-      RunForOutput(argv, options_.list_timeout, size_t{256} << 20);
+      RcloneListJson(Rclone(), want.source, options_.list_timeout);
   if (!out.ok()) {
     return absl::UnavailableError(
         absl::StrCat("dataset ", want.source, ": cold store unreachable: ",
@@ -119,16 +103,46 @@ absl::StatusOr<std::vector<DatasetEntry>> RcloneDatasetFiller::ListSource(
   return ParseRcloneLsjson(*out);
 }
 
+absl::StatusOr<std::map<std::string, std::string>> RcloneDatasetFiller::Hash(
+    const std::string& type, const std::string& dir,
+    const std::vector<std::string>& paths) {
+  absl::StatusOr<std::map<std::string, std::string>> out =
+      RcloneHashsum(Rclone(), type, dir, paths, options_.copy_timeout);
+  if (!out.ok()) {
+    return absl::Status(out.status().code(),
+                        RcloneErrorText(std::string(out.status().message())));
+  }
+  return out;
+}
+
 absl::Status RcloneDatasetFiller::Copy(
     const DatasetWant& want, int peer, const std::vector<DatasetEntry>& entries,
-    const std::string& dir, const std::function<void(int64_t)>& progress) {
+    const std::string& dir, const std::function<void(int64_t)>& progress,
+    DatasetCopyBytes* from) {
+  std::vector<DatasetEntry> rest = entries;
+  int64_t from_peer = 0;
   if (peer >= 0 && peer < static_cast<int>(want.peers.size())) {
     absl::Status st =
         CopyFromPeer(want.peers[peer], want.version, entries, dir, progress);
-    if (st.ok()) return st;
-    // The peer failed part way: the cold store has the rest.
+    // The files the peer gave whole count as its; the cold store has the
+    // rest when it failed part way.
+    rest.clear();
+    for (const DatasetEntry& e : entries) {
+      if (SizeOf(fs::path(dir) / e.path) == e.size) {
+        from_peer += e.size;
+      } else {
+        rest.push_back(e);
+      }
+    }
+    from->peer += from_peer;
+    if (st.ok() || rest.empty()) return absl::OkStatus();
   }
-  return CopyFromStore(want, entries, dir, progress);
+  absl::Status st = CopyFromStore(
+      want, rest, dir, [&](int64_t done) { progress(from_peer + done); });
+  for (const DatasetEntry& e : rest) {
+    if (SizeOf(fs::path(dir) / e.path) == e.size) from->cold += e.size;
+  }
+  return st;
 }
 
 absl::Status RcloneDatasetFiller::CopyFromStore(
@@ -139,26 +153,13 @@ absl::Status RcloneDatasetFiller::CopyFromStore(
   std::string text;
   for (const DatasetEntry& e : entries) absl::StrAppend(&text, e.path, "\n");
   if (absl::Status st = WriteFileAtomically(list, text); !st.ok()) return st;
-  std::vector<std::string> argv = {options_.rclone,
-                                   "copy",
-                                   "--transfers",
-                                   absl::StrCat(options_.transfers),
-                                   "--files-from-raw",
-                                   list,
-                                   "--no-traverse",
-                                   "--retries",
-                                   "2",
-                                   "--low-level-retries",
-                                   "2",
-                                   "--contimeout",
-                                   "5s"};
-  if (!options_.config.empty()) {
-    argv.push_back("--config");
-    argv.push_back(options_.config);
+  std::vector<std::string> argv = RcloneArgv(Rclone(), "copy", 2);
+  for (const std::string& extra :
+       {std::string("--transfers"), absl::StrCat(options_.transfers),
+        std::string("--files-from-raw"), list, std::string("--no-traverse"),
+        std::string("--"), want.source, dir}) {
+    argv.push_back(extra);
   }
-  argv.push_back("--");
-  argv.push_back(want.source);
-  argv.push_back(dir);
   // Progress: the bytes of the listed files present, twice a second.
   absl::Notification done;
   std::thread meter([&] {

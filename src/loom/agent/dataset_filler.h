@@ -7,10 +7,12 @@
 // (`GET /v1/datasets/<version>/manifest` and `/files/<path>`, with the token
 // the server gave for that peer), a few files at once.
 
+#include <map>
 #include <string>
 #include <vector>
 
 #include "loom/agent/dataset_cache.h"
+#include "loom/common/rclone.h"
 
 namespace loom {
 
@@ -38,7 +40,12 @@ class RcloneDatasetFiller : public DatasetFiller {
   absl::Status Copy(const DatasetWant& want, int peer,
                     const std::vector<DatasetEntry>& entries,
                     const std::string& dir,
-                    const std::function<void(int64_t)>& progress) override;
+                    const std::function<void(int64_t)>& progress,
+                    DatasetCopyBytes* from) override;
+  // `rclone hashsum TYPE` over the files.
+  absl::StatusOr<std::map<std::string, std::string>> Hash(
+      const std::string& type, const std::string& dir,
+      const std::vector<std::string>& paths) override;
 
  private:
   absl::Status CopyFromStore(const DatasetWant& want,
@@ -50,6 +57,7 @@ class RcloneDatasetFiller : public DatasetFiller {
                             const std::vector<DatasetEntry>& entries,
                             const std::string& dir,
                             const std::function<void(int64_t)>& progress);
+  RcloneOptions Rclone() const { return {options_.rclone, options_.config}; }
 
   const RcloneDatasetFillerOptions options_;
 };

@@ -34,7 +34,7 @@ TEST(DatasetPrefetchTest, FillsInTheBackgroundAndHeartbeatsReportIt) {
 
   FakeFiller store;
   store.files = {{"a.bin", "aaaa"}, {"d/b.bin", "bbbbbbbb"}};
-  const std::string version = DatasetVersion(store.Listing());
+  const std::string version = DatasetVersion("cold:sets/a", store.Listing());
   const json item = {{"source", "cold:sets/a"},
                      {"mount", "/data/a"},
                      {"version", version},

@@ -19,6 +19,7 @@
 #include "loom/agent/launch_request.h"
 #include "loom/agent/task_launcher.h"
 #include "loom/agent/user_account.h"
+#include "nlohmann/json.hpp"
 
 namespace loom {
 
@@ -54,6 +55,10 @@ struct LaunchContext {
   // holds on them, kept by its unit until it is forgotten.
   std::vector<std::pair<std::string, std::string>> data_binds;
   std::shared_ptr<const void> data_holds;
+  // What each dataset's fill took ([{source, version, cached_bytes,
+  // peer_bytes, cold_bytes, fill_ms, verified_files, peer}]): the task's
+  // heartbeats report it (docs/datasets.md, "Seeing it").
+  nlohmann::json data_report;
 };
 
 // One step of a launch. Implementations are stateless (constant after

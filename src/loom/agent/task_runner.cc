@@ -179,6 +179,7 @@ void TaskRunner::FetchThenStart(AgentNode& node, PendingLaunch& launch,
     } else {
       unit.container = launch.ctx.container;
       unit.data_holds = launch.ctx.data_holds;
+      unit.data_report = launch.ctx.data_report;
     }
   }
   if (!status.ok()) {

@@ -101,6 +101,7 @@ json TaskStatusJson(const std::string& node, const TaskUnit& unit,
             {"signal", s.signal},
             {"reason", s.reason}};
   if (unit.refused) j["refused"] = true;
+  if (!unit.data_report.is_null()) j["data"] = unit.data_report;
   if (unit.port != 0) {
     const bool running = s.state == "running";
     const bool ready = running && !unit.stopping &&

@@ -92,6 +92,8 @@ struct TaskUnit {
   std::shared_ptr<ImagePullMeter> pull;
   // The task's holds on its cached dataset versions (data_step.h).
   std::shared_ptr<const void> data_holds;
+  // What filling them took (`LaunchContext::data_report`); null for none.
+  nlohmann::json data_report;
   // The launch failed after it was accepted, for a reason another run would
   // meet too (its image cannot be pulled): the processes are lost with the
   // reason and the server fails the job without restarting it.

@@ -25,6 +25,21 @@ bool DataRemoteNameChar(char c) {
 
 }  // namespace
 
+absl::Status CheckDatasetName(std::string_view name) {
+  const bool ok = !name.empty() && name.size() <= 63 &&
+                  absl::ascii_isalnum(static_cast<unsigned char>(name[0])) &&
+                  std::all_of(name.begin(), name.end(), [](char c) {
+                    const auto u = static_cast<unsigned char>(c);
+                    return absl::ascii_isdigit(u) || (c >= 'a' && c <= 'z') ||
+                           c == '-' || c == '_' || c == '.';
+                  });
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "'", DataAv(name.substr(0, 80)),
+      "' is not a dataset name (1 to 63 lower-case letters, digits, '-', '_' "
+      "or '.', starting with a letter or digit)"));
+}
+
 absl::Status CheckDatasetSource(std::string_view source) {
   if (source.empty()) return absl::InvalidArgumentError("must not be empty");
   if (source.size() > kMaxDatasetSourceLength) {
@@ -71,12 +86,15 @@ absl::Status CheckDatasetSource(std::string_view source) {
   return absl::OkStatus();
 }
 
-std::string DatasetVersion(std::vector<DatasetEntry> entries) {
+std::string DatasetVersion(std::string_view source,
+                           std::vector<DatasetEntry> entries) {
   std::sort(entries.begin(), entries.end(),
             [](const DatasetEntry& a, const DatasetEntry& b) {
               return a.path < b.path;
             });
-  std::string text;
+  std::string text(source);
+  text.push_back('\0');
+  text.push_back('\n');
   for (const DatasetEntry& e : entries) {
     // NUL separates fields: no field can hold one.
     text += e.path;
@@ -202,34 +220,58 @@ absl::StatusOr<std::vector<DatasetSpec>> ParseDataField(const yaml::Reader& r,
     const YAML::Node& item = (*items)[i];
     const std::string item_path = ElementPath(path, i);
     absl::StatusOr<MapNode> map =
-        r.ReadMap(item, item_path, {"source", "mount"});
+        r.ReadMap(item, item_path, {"source", "dataset", "mount"});
     if (!map.ok()) return map.status();
     DatasetSpec d;
-    absl::StatusOr<const Field*> source = r.Require(*map, "source");
-    if (!source.ok()) return source.status();
-    const std::string source_path = ChildPath(item_path, "source");
-    absl::StatusOr<std::string> text =
-        ReadDataText(r, (*source)->value, source_path);
-    if (!text.ok()) return text.status();
-    if (absl::Status st = CheckDatasetSource(*text); !st.ok()) {
-      return r.Error((*source)->value, source_path, st.message());
+    const Field* source = map->Find("source");
+    const Field* name = map->Find("dataset");
+    if (source == nullptr && name == nullptr) {
+      return r.Error(item, item_path,
+                     "needs a source (REMOTE:PATH or an absolute path) or a "
+                     "dataset (a name from `loom dataset list`)");
     }
-    d.source = *std::move(text);
-    absl::StatusOr<const Field*> mount = r.Require(*map, "mount");
-    if (!mount.ok()) return mount.status();
+    if (name != nullptr) {
+      const std::string name_path = ChildPath(item_path, "dataset");
+      absl::StatusOr<std::string> text =
+          ReadDataText(r, name->value, name_path);
+      if (!text.ok()) return text.status();
+      if (absl::Status st = CheckDatasetName(*text); !st.ok()) {
+        return r.Error(name->value, name_path, st.message());
+      }
+      d.name = *std::move(text);
+    }
+    if (source != nullptr) {
+      const std::string source_path = ChildPath(item_path, "source");
+      absl::StatusOr<std::string> text =
+          ReadDataText(r, source->value, source_path);
+      if (!text.ok()) return text.status();
+      if (absl::Status st = CheckDatasetSource(*text); !st.ok()) {
+        return r.Error(source->value, source_path, st.message());
+      }
+      d.source = *std::move(text);
+    }
+    // A named dataset's mount defaults to /data/NAME.
+    const Field* mount = map->Find("mount");
+    if (mount == nullptr && d.name.empty()) {
+      absl::StatusOr<const Field*> required = r.Require(*map, "mount");
+      if (!required.ok()) return required.status();
+    }
     const std::string mount_path = ChildPath(item_path, "mount");
-    absl::StatusOr<std::string> mtext =
-        ReadDataText(r, (*mount)->value, mount_path);
-    if (!mtext.ok()) return mtext.status();
-    absl::StatusOr<std::string> m = NormalizeAbsolutePath(*mtext);
-    if (!m.ok())
-      return r.Error((*mount)->value, mount_path, m.status().message());
+    const YAML::Node& mount_node = mount != nullptr ? mount->value : item;
+    std::string mtext = "/data/" + d.name;
+    if (mount != nullptr) {
+      absl::StatusOr<std::string> t = ReadDataText(r, mount->value, mount_path);
+      if (!t.ok()) return t.status();
+      mtext = *std::move(t);
+    }
+    absl::StatusOr<std::string> m = NormalizeAbsolutePath(mtext);
+    if (!m.ok()) return r.Error(mount_node, mount_path, m.status().message());
     if (*m == "/") {
-      return r.Error((*mount)->value, mount_path, "must not be '/'");
+      return r.Error(mount_node, mount_path, "must not be '/'");
     }
     for (std::string_view dir : kDataRuntimeDirs) {
       if (PathIsUnder(*m, dir)) {
-        return r.Error((*mount)->value, mount_path,
+        return r.Error(mount_node, mount_path,
                        absl::StrCat("'", *m, "' is under ", DataAv(dir),
                                     ", which the runtime sets up itself"));
       }
@@ -237,7 +279,7 @@ absl::StatusOr<std::vector<DatasetSpec>> ParseDataField(const yaml::Reader& r,
     for (size_t k = 0; k < out.size(); ++k) {
       if (PathIsUnder(*m, out[k].mount) || PathIsUnder(out[k].mount, *m)) {
         return r.Error(
-            (*mount)->value, mount_path,
+            mount_node, mount_path,
             absl::StrCat("'", *m, "' overlaps the mount of ",
                          ElementPath(path, k), " ('", out[k].mount, "')"));
       }
@@ -251,7 +293,11 @@ absl::StatusOr<std::vector<DatasetSpec>> ParseDataField(const yaml::Reader& r,
 nlohmann::ordered_json DatasetSpecsJson(const std::vector<DatasetSpec>& data) {
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (const DatasetSpec& d : data) {
-    out.push_back({{"source", d.source}, {"mount", d.mount}});
+    nlohmann::ordered_json item;
+    if (!d.name.empty()) item["dataset"] = d.name;
+    if (!d.source.empty()) item["source"] = d.source;
+    item["mount"] = d.mount;
+    out.push_back(std::move(item));
   }
   return out;
 }

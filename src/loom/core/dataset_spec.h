@@ -24,10 +24,14 @@ inline constexpr size_t kMaxDatasetSourceLength = 1024;
 
 struct DatasetSpec {
   // "REMOTE:PATH" (a remote of the operator's rclone config) or an absolute
-  // local (or NFS) path, as written.
+  // local (or NFS) path, as written; for a named dataset, its source, which
+  // the server sets at submit (empty until then).
   std::string source;
   // Absolute path, normalised, where each task sees a read-only copy.
   std::string mount;
+  // A named dataset of the cluster (`loom dataset add NAME SOURCE`), or
+  // empty.
+  std::string name;
 
   bool operator==(const DatasetSpec&) const = default;
 };
@@ -41,6 +45,11 @@ struct DatasetSpec {
 // ("remote,key=value:path"). InvalidArgument with the reason alone.
 absl::Status CheckDatasetSource(std::string_view source);
 
+// Checks a dataset's name: as a project's (`IsValidSpecId`: lower-case
+// letters, digits, '-', '_' and '.', starting with a letter or digit, at
+// most 63 characters). InvalidArgument with the reason alone.
+absl::Status CheckDatasetName(std::string_view name);
+
 // One file of a dataset's listing (`rclone lsjson -R`).
 struct DatasetEntry {
   std::string path;  // relative to the source, '/'-separated
@@ -51,11 +60,15 @@ struct DatasetEntry {
   std::string modtime;
 };
 
-// The version of a dataset with these files: the first 16 hex digits of
-// SHA-256 over the entries sorted by path, each as path, size and its hash
-// (its modtime when it has none). The same files give the same version in
-// any order; a changed size, checksum or modtime gives another one.
-std::string DatasetVersion(std::vector<DatasetEntry> entries);
+// The version of a dataset of `source` with these files: the first 16 hex
+// digits of SHA-256 over the source, then the entries sorted by path, each
+// as path, size and its hash (its modtime when it has none). The same files
+// give the same version in any order; a changed size, checksum or modtime
+// gives another one, and so does another source with the same listing (a
+// version names one source's files: a cache and a peer's token never mix
+// two sources).
+std::string DatasetVersion(std::string_view source,
+                           std::vector<DatasetEntry> entries);
 
 // Parses `rclone lsjson` output: a JSON array of {Path, Size, ModTime,
 // IsDir, Hashes}. Directories are skipped; a file's hash is the first of

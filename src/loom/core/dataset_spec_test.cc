@@ -55,6 +55,37 @@ TEST(DatasetSpecTest, CanonicalJsonOnlyWhenSet) {
   EXPECT_EQ(*back, *spec);
 }
 
+TEST(DatasetSpecTest, NamedDatasets) {
+  absl::StatusOr<JobSpec> spec =
+      ParseJobSpec(DataSpec("data:\n"
+                            "  - {dataset: imagenet-1k}\n"
+                            "  - {dataset: w.v2, mount: /weights}\n"),
+                   "spec.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(spec->data,
+              ElementsAre(DatasetSpec{"", "/data/imagenet-1k", "imagenet-1k"},
+                          DatasetSpec{"", "/weights", "w.v2"}));
+  // As stored once the server set its source: both, read back the same.
+  spec->data[0].source = "s3:sets/imagenet";
+  const std::string json = JobSpecToJson(*spec);
+  EXPECT_THAT(
+      json,
+      HasSubstr(
+          R"({"dataset":"imagenet-1k","source":"s3:sets/imagenet","mount":"/data/imagenet-1k"})"));
+  absl::StatusOr<JobSpec> back = ParseStoredJobSpec(json, "stored");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, *spec);
+  EXPECT_THAT(DataSpecError(DataSpec("data: [{mount: /x}]\n")),
+              HasSubstr("data[0]: needs a source"));
+  EXPECT_THAT(DataSpecError(DataSpec("data: [{dataset: Big Set}]\n")),
+              HasSubstr("data[0].dataset: 'Big Set' is not a dataset name"));
+  EXPECT_THAT(DataSpecError(DataSpec("data: [{source: 'a:b'}]\n")),
+              HasSubstr("data[0].mount"));
+  EXPECT_TRUE(CheckDatasetName("a").ok());
+  EXPECT_FALSE(CheckDatasetName("-a").ok());
+  EXPECT_FALSE(CheckDatasetName(std::string(64, 'a')).ok());
+}
+
 TEST(DatasetSpecTest, RefusesBadEntries) {
   EXPECT_THAT(DataSpecError(DataSpec("data: [{source: 'a:b', mount: data}]\n")),
               HasSubstr("data[0].mount: must be an absolute path"));
@@ -70,7 +101,7 @@ TEST(DatasetSpecTest, RefusesBadEntries) {
                                      "{source: 'a:c', mount: /d/e}]\n")),
               HasSubstr("overlaps"));
   EXPECT_THAT(DataSpecError(DataSpec("data: [{mount: /d}]\n")),
-              HasSubstr("data[0].source: is required"));
+              HasSubstr("data[0]: needs a source"));
   EXPECT_THAT(DataSpecError(DataSpec("data: [{source: 'a:b'}]\n")),
               HasSubstr("data[0].mount: is required"));
   EXPECT_THAT(
@@ -114,25 +145,27 @@ TEST(DatasetVersionTest, DependsOnTheFilesNotTheirOrder) {
   std::vector<DatasetEntry> a = {{"x/1.bin", 10, "", "2026-01-01T00:00:00Z"},
                                  {"x/0.bin", 20, "md5:abc", "2026-01-02"}};
   std::vector<DatasetEntry> b = {a[1], a[0]};
-  const std::string v = DatasetVersion(a);
+  const std::string v = DatasetVersion("s:a", a);
   EXPECT_TRUE(IsDatasetVersion(v)) << v;
-  EXPECT_EQ(DatasetVersion(b), v);
+  EXPECT_EQ(DatasetVersion("s:a", b), v);
   std::vector<DatasetEntry> c = a;
   c[0].size = 11;
-  EXPECT_NE(DatasetVersion(c), v);
+  EXPECT_NE(DatasetVersion("s:a", c), v);
   c = a;
   c[0].modtime = "2026-01-01T00:00:01Z";
-  EXPECT_NE(DatasetVersion(c), v);
+  EXPECT_NE(DatasetVersion("s:a", c), v);
   c = a;
   c[1].hash = "md5:abd";
-  EXPECT_NE(DatasetVersion(c), v);
+  EXPECT_NE(DatasetVersion("s:a", c), v);
   c = a;
   c[1].modtime = "other";  // the checksum decides when there is one
-  EXPECT_EQ(DatasetVersion(c), v);
+  EXPECT_EQ(DatasetVersion("s:a", c), v);
   c = a;
   c.push_back({"x/2.bin", 0, "", ""});
-  EXPECT_NE(DatasetVersion(c), v);
-  EXPECT_TRUE(IsDatasetVersion(DatasetVersion({})));
+  EXPECT_NE(DatasetVersion("s:a", c), v);
+  EXPECT_TRUE(IsDatasetVersion(DatasetVersion("s:a", {})));
+  // The same files under another source: another version.
+  EXPECT_NE(DatasetVersion("s:b", a), v);
   EXPECT_FALSE(IsDatasetVersion("../../etc"));
   EXPECT_FALSE(IsDatasetVersion("0123456789ABCDEF"));
 }

@@ -5,12 +5,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "loom/common/rclone.h"
 
 namespace loom {
 
-DatasetListing SummarizeListing(const std::vector<DatasetEntry>& entries) {
+DatasetListing SummarizeListing(const std::string& source,
+                                const std::vector<DatasetEntry>& entries) {
   DatasetListing l;
-  l.version = DatasetVersion(entries);
+  l.version = DatasetVersion(source, entries);
   l.files = static_cast<int64_t>(entries.size());
   for (const DatasetEntry& e : entries) l.bytes += e.size;
   return l;
@@ -18,24 +20,8 @@ DatasetListing SummarizeListing(const std::vector<DatasetEntry>& entries) {
 
 absl::StatusOr<std::vector<DatasetEntry>> RcloneDatasetLister::List(
     const std::string& source, absl::Duration timeout) {
-  std::vector<std::string> argv = {rclone_,
-                                   "lsjson",
-                                   "-R",
-                                   "--files-only",
-                                   "--retries",
-                                   "1",
-                                   "--low-level-retries",
-                                   "1",
-                                   "--contimeout",
-                                   "5s"};
-  if (!config_.empty()) {
-    argv.push_back("--config");
-    argv.push_back(config_);
-  }
-  argv.push_back("--");
-  argv.push_back(source);
   absl::StatusOr<std::string> out =
-      RunForOutput(argv, timeout, size_t{256} << 20);
+      RcloneListJson({rclone_, config_}, source, timeout);
   if (!out.ok()) {
     return absl::Status(out.status().code(),
                         RcloneErrorText(std::string(out.status().message())));

@@ -35,9 +35,9 @@ class DatasetLister {
       const std::string& source, absl::Duration timeout) = 0;
 };
 
-// Runs `rclone lsjson -R --files-only --config CONFIG SOURCE` (no
-// `--config` when `config` is empty: rclone's default), with few retries
-// so that a store that is down fails fast.
+// Runs `rclone lsjson` (`RcloneListJson`: recursive, files only, with the
+// remote's md5 or sha1 where it gives one) with the operator's config
+// (rclone's default when `config` is empty).
 class RcloneDatasetLister : public DatasetLister {
  public:
   explicit RcloneDatasetLister(std::string config,
@@ -51,7 +51,8 @@ class RcloneDatasetLister : public DatasetLister {
   const std::string rclone_;
 };
 
-// The version, file count and bytes of a listing.
-DatasetListing SummarizeListing(const std::vector<DatasetEntry>& entries);
+// The version, file count and bytes of a listing of `source`.
+DatasetListing SummarizeListing(const std::string& source,
+                                const std::vector<DatasetEntry>& entries);
 
 }  // namespace loom

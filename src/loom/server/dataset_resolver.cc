@@ -59,7 +59,7 @@ void DatasetResolver::Run() {
         answer.listings.clear();
         break;
       }
-      answer.listings.push_back(SummarizeListing(*entries));
+      answer.listings.push_back(SummarizeListing(source, *entries));
     }
     lock.lock();
     answers_.push_back(std::move(answer));
