@@ -6,6 +6,9 @@
 #   it, the other from its peer), both tasks see the same version and files;
 # - a second job on those nodes: no cold-store requests at all;
 # - a changed source: a new version;
+# - a named dataset (`loom dataset add`): a spec names it; `loom dataset
+#   list` and /metrics count its hits and fills;
+# - a remote that gives checksums: each copied file's md5 is checked;
 # - the cold store stopped: the job waits, saying why, the nodes stay up.
 # Needs root (host tasks see the cache through a read-only bind mount).
 # Usage: tests/e2e_dataset_test.sh PATH_TO_LOOM
@@ -85,6 +88,54 @@ V3=$(version_of "$ID3")
 [ -n "$V3" ] && [ "$V3" != "$V1" ] || fail "changed source: version $V3, first $V1"
 [ "$(served_of d.bin)" = 1 ] || fail "the new file was served $(served_of d.bin) times"
 echo "ok: the changed source is version $V3"
+
+# A named dataset: a spec names it, the source comes from the server.
+"$LOOM" dataset add set cold:set --description "three files" > /dev/null || fail "dataset add"
+"$LOOM" dataset add set cold:other > /dev/null 2>&1 && fail "a second 'set' was accepted"
+cat > "$W/named.yaml" <<'YAML'
+name: named
+tasks: 2
+resources: {gpus_per_task: 8}
+data: [{dataset: set}]
+command: ["/bin/sh", "-c", "cd /data/set && find . -type f | sort | xargs sha256sum | sha256sum | cut -c1-16"]
+YAML
+sed 's/dataset: set/dataset: nope/' "$W/named.yaml" > "$W/nope.yaml"
+"$LOOM" submit -f "$W/nope.yaml" > "$W/nope.out" 2>&1 && fail "a job naming an unknown dataset was accepted"
+grep -q "data\[0\].dataset: no dataset named 'nope'" "$W/nope.out" || fail "unknown dataset: $(cat "$W/nope.out")"
+BEFORE=$(served)
+ID5=$("$LOOM" submit -f "$W/named.yaml" | grep -o '[0-9]*$') || fail "submit named"
+wait_for 60 state_is "$ID5" succeeded || fail "job $ID5: $("$LOOM" show "$ID5")"
+[ "$(version_of "$ID5")" = "$V3" ] || fail "named job's version $(version_of "$ID5"), want $V3"
+[ "$(served)" = "$BEFORE" ] || fail "the named job read the cold store"
+WANT3=$(cd "$W/cold/set" && find . -type f | sort | xargs sha256sum | sha256sum | cut -c1-16)
+[ "$(job_out "$ID5" 0 | head -1)" = "$WANT3" ] || fail "named job saw $(job_out "$ID5" 0)"
+# What the fills took: per dataset in `loom dataset list` and /metrics.
+LIST=$("$LOOM" dataset list -o json)
+use_of() { echo "$LIST" | python3 -c "import json,sys; d=[x for x in json.load(sys.stdin)['datasets'] if x['$1']=='$2' and ('$1'=='name' or not x['name'])][0]['use']; print(d['$3'])"; }
+[ "$(use_of name set starts)" = 2 ] || fail "set: $(echo "$LIST")"
+[ "$(use_of name set hit_ratio)" = 1.0 ] || fail "set's hit ratio: $(echo "$LIST")"
+[ "$(use_of source cold:set cold_bytes)" -gt 0 ] || fail "cold:set cold bytes: $(echo "$LIST")"
+[ "$(use_of source cold:set peer_bytes)" -gt 0 ] || fail "cold:set peer bytes: $(echo "$LIST")"
+"$LOOM" datasets | grep -E '^set +cold:set +[0-9a-f]{16} +2 +2 +100%' > /dev/null || fail "loom datasets: $("$LOOM" datasets)"
+METRICS=$(curl -sf "${AUTH[@]}" "$LOOM_SERVER/metrics")
+echo "$METRICS" | grep -q '^loom_dataset_read_bytes_total{dataset="set",from="cache"} [1-9]' ||
+  fail "metrics: $(echo "$METRICS" | grep loom_dataset)"
+echo "$METRICS" | grep -q '^loom_dataset_task_starts_total{dataset="cold:set",result="fill"} [1-9]' ||
+  fail "metrics: $(echo "$METRICS" | grep loom_dataset)"
+"$LOOM" dataset rm set > /dev/null || fail "dataset rm"
+"$LOOM" dataset list -o json | grep -q '"name": *"set"' && fail "set still listed"
+echo "ok: named dataset: job $ID5 from the cache; hit ratio 1.0 in loom dataset list and /metrics"
+
+# A remote that gives checksums (an rclone alias of a local directory: md5
+# and sha1): every copied file is checked.
+printf '[sums]\ntype = alias\nremote = %s\n' "$W/cold" >> "$W/rclone.conf"
+sed 's/cold:set/sums:set/' "$W/job.yaml" > "$W/sums.yaml"
+ID6=$("$LOOM" submit -f "$W/sums.yaml" | grep -o '[0-9]*$') || fail "submit sums"
+wait_for 60 state_is "$ID6" succeeded || fail "job $ID6: $("$LOOM" show "$ID6")"
+[ "$(job_out "$ID6" 1 | head -1)" = "$WANT3" ] || fail "sums job saw $(job_out "$ID6" 1)"
+CHECKED=$(cat "$W"/agent*.log | grep "dataset sums:set" | grep -c "4 checksums checked")
+[ "$CHECKED" = 2 ] || fail "nodes that checked 4 checksums: $CHECKED: $(grep -h 'dataset sums:set' "$W"/agent*.log)"
+echo "ok: job $ID6: both nodes checked the md5 of the 4 files they copied"
 
 # The cold store down: the job waits with that reason; the nodes stay up.
 kill "$COLD"; wait "$COLD" 2> /dev/null

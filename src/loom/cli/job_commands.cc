@@ -9,6 +9,7 @@
 
 #include "loom/cli/accounting_verbs.h"
 #include "loom/cli/cluster_verbs.h"
+#include "loom/cli/dataset_verbs.h"
 #include "loom/cli/image_verbs.h"
 #include "loom/cli/job_verbs.h"
 #include "loom/cli/job_wait.h"
@@ -68,6 +69,7 @@ void AddJobCommands(CLI::App& app, JobCommandFlags* f) {
   cli::AddClusterVerbs(app, f);
   cli::AddTokenVerbs(app, f);
   cli::AddImageVerbs(app, f);
+  cli::AddDatasetVerbs(app, f);
   cli::AddSpecVerbs(app, f);
   cli::AddMaintainVerbs(app, f);
   cli::AddSlurmVerbs(app, f);
@@ -111,10 +113,11 @@ int RunJobCommand(std::string_view verb, const JobCommandFlags& given,
                     "-o: this verb prints no structured output");
     }
   }
-  for (auto run : {cli::RunJobVerb, cli::RunAttachVerb, cli::RunNodeVerb,
-                   cli::RunClusterVerb, cli::RunTokenVerb, cli::RunImageVerb,
-                   cli::RunSpecVerb, cli::RunMaintainVerb, cli::RunSlurmVerb,
-                   cli::RunAccountingVerb, cli::RunServiceVerb}) {
+  for (auto run :
+       {cli::RunJobVerb, cli::RunAttachVerb, cli::RunNodeVerb,
+        cli::RunClusterVerb, cli::RunTokenVerb, cli::RunImageVerb,
+        cli::RunDatasetVerb, cli::RunSpecVerb, cli::RunMaintainVerb,
+        cli::RunSlurmVerb, cli::RunAccountingVerb, cli::RunServiceVerb}) {
     if (std::optional<int> rc = run(v)) return *rc;
   }
   return v.Fail(cli::kExitUsage, "unknown verb");

@@ -122,6 +122,10 @@ struct JobCommandFlags {
   std::vector<std::string> image_nodes;
   bool no_wait = false;
   std::string timeout = "30m";
+  // dataset add NAME SOURCE [--description D] | list | rm NAME
+  std::string dataset_action;
+  std::vector<std::string> dataset_args;
+  std::string description;
   // top
   bool once = false;
   std::string interval = "2s";

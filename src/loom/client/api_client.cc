@@ -659,6 +659,20 @@ absl::StatusOr<nlohmann::json> ApiClient::PullImage(
   return Call("POST", "/v1/images/pull", request.dump());
 }
 
+absl::StatusOr<nlohmann::json> ApiClient::ListDatasets() {
+  return Call("GET", "/v1/datasets", "");
+}
+
+absl::StatusOr<nlohmann::json> ApiClient::AddDataset(
+    const nlohmann::json& request) {
+  return Call("POST", "/v1/datasets", request.dump());
+}
+
+absl::StatusOr<nlohmann::json> ApiClient::DeleteDataset(std::string_view name) {
+  return Call("POST", absl::StrCat("/v1/datasets/", Escape(name), "/delete"),
+              "");
+}
+
 absl::StatusOr<nlohmann::json> ApiClient::PlanCluster(
     const nlohmann::json& request) {
   return Call("POST", "/v1/cluster/plan", request.dump());

@@ -173,6 +173,12 @@ class ApiClient {
   // POST /v1/images/pull: {image, nodes?, pool?}.
   absl::StatusOr<nlohmann::json> PullImage(const nlohmann::json& request);
 
+  // Datasets (docs/datasets.md): GET /v1/datasets, POST /v1/datasets
+  // ({name, source, description?}), POST /v1/datasets/NAME/delete.
+  absl::StatusOr<nlohmann::json> ListDatasets();
+  absl::StatusOr<nlohmann::json> AddDataset(const nlohmann::json& request);
+  absl::StatusOr<nlohmann::json> DeleteDataset(std::string_view name);
+
   // Tokens (admin): GET /v1/tokens, POST /v1/tokens (`request` as in
   // docs/api.md; the answer holds the token, shown once), POST
   // /v1/tokens/{id}/revoke, POST /v1/nodes/{name}/revoke (a node's

@@ -28,7 +28,8 @@ Controller::Controller(Cluster cluster, StateStore* store,
       cluster_(std::make_shared<const Cluster>(std::move(cluster))),
       target_(cluster_),
       requests_(options.idempotency_key_lifetime),
-      checkpoint_throttle_(options.checkpoint_write_interval) {
+      checkpoint_throttle_(options.checkpoint_write_interval),
+      datasets_(store) {
   DatasetLister* lister = options.dataset_lister;
   if (lister == nullptr) {
     default_lister_ = std::make_unique<RcloneDatasetLister>("");
@@ -110,6 +111,7 @@ absl::Status Controller::Load(absl::Time now) {
     }
   }
   if (absl::Status st = LoadMaintenances(); !st.ok()) return st;
+  if (absl::Status st = datasets_.Load(&load_log_); !st.ok()) return st;
   int unreadable = 0;
   if (absl::Status st = ledger_.Load(*store_, &unreadable); !st.ok()) {
     return st;

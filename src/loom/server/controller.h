@@ -24,6 +24,7 @@
 #include "loom/core/job_spec.h"
 #include "loom/core/service_spec.h"
 #include "loom/sched/scheduler.h"
+#include "loom/server/dataset_catalog.h"
 #include "loom/server/dataset_lister.h"
 #include "loom/server/dataset_resolver.h"
 #include "loom/server/gateway_report.h"
@@ -357,6 +358,16 @@ class Controller {
                                                  const std::string& author,
                                                  absl::Time now);
 
+  // Named datasets (controller_datasets.cc, docs/datasets.md): `POST
+  // /v1/datasets` ({name, source, description}; InvalidArgument naming the
+  // field, AlreadyExists), `DELETE /v1/datasets/NAME` (NotFound), and `GET
+  // /v1/datasets`: each named or used dataset with what its fills took and
+  // the nodes that hold its last version.
+  absl::StatusOr<nlohmann::json> AddDataset(const nlohmann::json& body,
+                                            const std::string& user,
+                                            absl::Time now);
+  absl::Status RemoveDataset(const std::string& name);
+  nlohmann::json ListDatasets() const;
   // Rolling maintenance (controller_maintenance.cc, docs/maintenance.md).
   // `StartMaintenance` takes a `POST /v1/maintenance` body
   // (`ParseMaintenanceRequest`): InvalidArgument naming the field, Aborted
@@ -523,6 +534,10 @@ class Controller {
   // an agent's registration or heartbeat to the scheduler; a prefetch
   // action (`POST /v1/datasets/prefetch`) per node the pass reported.
   void ApplyDatasets(int n, const nlohmann::json& body)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A running task's `data` report: counted once per task run.
+  void NoteDataUse(const JobRecord& job, TaskRecord& task,
+                   const nlohmann::json& report, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendPrefetches(const PassResult& pass, absl::Time now,
                       std::vector<const JobRecord*>* dirty)
@@ -866,6 +881,8 @@ class Controller {
     bool asked = false;  // asked again, not answered yet
   };
   std::map<JobId, DataRetry> data_retry_ ABSL_GUARDED_BY(mu_);
+  // Named datasets and what tasks' fills took (dataset_catalog.h).
+  DatasetCatalog datasets_ ABSL_GUARDED_BY(mu_);
   std::map<JobId, std::vector<JobId>> dep_waiters_ ABSL_GUARDED_BY(mu_);
   std::set<JobId> dep_recheck_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<std::string, std::string>, std::set<JobId>>

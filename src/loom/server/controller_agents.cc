@@ -133,6 +133,9 @@ nlohmann::json Controller::TaskReports(const std::string& node_name,
       continue;
     }
     if (state == "running") {
+      if (auto d = t.find("data"); d != t.end() && !task->data_counted) {
+        NoteDataUse(*job, *task, *d, now);
+      }
       if (task->state == TaskRecord::State::kLaunching) {
         task->state = TaskRecord::State::kRunning;
         PullDone(*job, *task, "", now);

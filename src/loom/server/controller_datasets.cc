@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -107,8 +108,8 @@ nlohmann::json Controller::DataPeerJson(int n) const {
   return {{"node", cluster_->nodes[n].name}, {"address", nodes_[n].address}};
 }
 
-nlohmann::json Controller::DataHolderPeers(const std::string& version,
-                                           int self, bool* held_here) const {
+nlohmann::json Controller::DataHolderPeers(const std::string& version, int self,
+                                           bool* held_here) const {
   const Topology& topo = cluster_->topology;
   const int leaf = self >= 0 ? topo.leaf_of(self) : -1;
   NodeMask scratch(0);
@@ -186,6 +187,75 @@ nlohmann::json Controller::DataLaunchJson(const JobRecord& job,
                    {"peers", peers}});
   }
   return out;
+}
+
+void Controller::NoteDataUse(const JobRecord& job, TaskRecord& task,
+                             const nlohmann::json& report, absl::Time now) {
+  if (!report.is_array()) return;
+  task.data_counted = true;
+  for (const nlohmann::json& item : report) {
+    if (!item.is_object()) continue;
+    const std::string version = item.value("version", "");
+    // The job's dataset of that version: counted under its name, else its
+    // source (what the agent says of the source is not trusted).
+    for (size_t i = 0; i < job.data_versions.size(); ++i) {
+      if (job.data_versions[i].version != version) continue;
+      const std::string& name =
+          i < job.spec.data.size() ? job.spec.data[i].name : "";
+      datasets_.RecordUse(name.empty() ? job.data_versions[i].source : name,
+                          item, now);
+      break;
+    }
+  }
+}
+
+absl::StatusOr<nlohmann::json> Controller::AddDataset(
+    const nlohmann::json& body, const std::string& user, absl::Time now) {
+  if (!body.is_object()) {
+    return absl::InvalidArgumentError(
+        "body: must be a JSON object {name, source, description}");
+  }
+  NamedDataset d;
+  for (auto [key, dest, required] :
+       {std::tuple{"name", &d.name, true},
+        std::tuple{"source", &d.source, true},
+        std::tuple{"description", &d.description, false}}) {
+    auto it = body.find(key);
+    if (it == body.end() && !required) continue;
+    if (it == body.end() || !it->is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(key, ": ", required ? "required, " : "", "a string"));
+    }
+    *dest = it->get<std::string>();
+  }
+  d.created_by = user;
+  d.created = now;
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<NamedDataset> added = datasets_.Add(std::move(d));
+  if (!added.ok()) return added.status();
+  return nlohmann::json({{"name", added->name}, {"source", added->source}});
+}
+
+absl::Status Controller::RemoveDataset(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  return datasets_.Remove(name);
+}
+
+nlohmann::json Controller::ListDatasets() const {
+  absl::MutexLock lock(&mu_);
+  auto holders =
+      [this](const std::string& version) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        std::vector<std::string> out;
+        NodeMask scratch(0);
+        const NodeMask* m = scheduler_->NodesWithDatasets({version}, &scratch);
+        for (int n = 0; m != nullptr && n < m->size(); ++n) {
+          if (m->Contains(n)) {
+            out.push_back(cluster_->nodes[n].name);
+          }
+        }
+        return out;
+      };
+  return {{"datasets", datasets_.Json(holders)}};
 }
 
 }  // namespace loom

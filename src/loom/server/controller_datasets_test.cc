@@ -135,8 +135,8 @@ TEST_F(DatasetsTest, EveryTaskGetsTheSameVersionAndItsPeers) {
   std::vector<AgentAction> launches = Launches();
   ASSERT_EQ(launches.size(), 2u);
   const std::string version =
-      DatasetVersion({{"x.bin", 100, "", "2026-01-01T00:00:00Z"},
-                      {"y.bin", 20, "md5:ab", ""}});
+      DatasetVersion("cold:sets/a", {{"x.bin", 100, "", "2026-01-01T00:00:00Z"},
+                                     {"y.bin", 20, "md5:ab", ""}});
   int fillers = 0;  // nodes that read the cold store: one
   for (const AgentAction& a : launches) {
     ASSERT_TRUE(a.body.contains("data")) << a.body.dump();
@@ -186,7 +186,7 @@ TEST_F(DatasetsTest, EveryTaskGetsTheSameVersionAndItsPeers) {
 
 TEST_F(DatasetsTest, OneColdReadPerLeafAndHoldersServeTheirLeaf) {
   const std::vector<DatasetEntry> files = {{"x.bin", 100, "md5:01", ""}};
-  const std::string version = DatasetVersion(files);
+  const std::string version = DatasetVersion("cold:sets/a", files);
   lister_.Set("cold:sets/a", files);
   auto run = [&](double t) {
     const std::string spec =
@@ -216,8 +216,8 @@ TEST_F(DatasetsTest, OneColdReadPerLeafAndHoldersServeTheirLeaf) {
     const int n = node.back() - '0';
     ASSERT_EQ(item["peers"].size(), 1u) << item.dump();
     EXPECT_EQ(item["peers"][0]["node"], "h200-" + std::to_string(n ^ 1));
-    EXPECT_TRUE(d["h200-" + std::to_string(n ^ 1)]["fill_from_store"]
-                    .get<bool>());
+    EXPECT_TRUE(
+        d["h200-" + std::to_string(n ^ 1)]["fill_from_store"].get<bool>());
   }
   EXPECT_EQ(fillers, 2);  // one per leaf, not per node
   // h200-1 (first leaf) and h200-3 (second) hold it: every node copies from
@@ -231,11 +231,107 @@ TEST_F(DatasetsTest, OneColdReadPerLeafAndHoldersServeTheirLeaf) {
     const int n = node.back() - '0';
     const bool holds = n == 1 || n == 3;
     ASSERT_EQ(item["peers"].size(), holds ? 1u : 2u) << node << item.dump();
-    EXPECT_EQ(item["peers"][0]["node"],
-              holds ? (n == 1 ? "h200-3" : "h200-1")
-                    : "h200-" + std::to_string(n | 1))
+    EXPECT_EQ(item["peers"][0]["node"], holds ? (n == 1 ? "h200-3" : "h200-1")
+                                              : "h200-" + std::to_string(n | 1))
         << node << item.dump();
   }
+}
+
+TEST_F(DatasetsTest, NamedDatasetsAndWhatTheirFillsTook) {
+  const std::vector<DatasetEntry> files = {{"x.bin", 100, "md5:01", ""}};
+  lister_.Set("cold:sets/a", files);
+  const std::string version = DatasetVersion("cold:sets/a", files);
+  // Added, refused twice, listed; kept in the store.
+  auto added = c_->AddDataset(
+      {{"name", "set-a"}, {"source", "cold:sets/a"}, {"description", "A"}},
+      "ops", T(1));
+  ASSERT_TRUE(added.ok()) << added.status();
+  EXPECT_EQ(
+      c_->AddDataset({{"name", "set-a"}, {"source", "cold:b"}}, "ops", T(1))
+          .status()
+          .code(),
+      absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(
+      c_->AddDataset({{"name", "Bad Name"}, {"source", "cold:b"}}, "ops", T(1))
+          .status()
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      c_->AddDataset({{"name", "b"}, {"source", ":s3,key=x:b"}}, "ops", T(1))
+          .status()
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(store_->Get("/datasets/set-a").ok());
+  // A job names it: the source comes from the catalog; a name not known is
+  // refused at submit, nothing created.
+  auto bad =
+      c_->Submit(Spec("name: r\ncommand: [cat]\ndata: [{dataset: nope}]\n"),
+                 "alice", T(2));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("data[0].dataset: no dataset named"),
+            std::string::npos)
+      << bad.status();
+  auto job = c_->Submit(Spec("name: r\ncommand: [cat]\ntasks: 2\n"
+                             "resources: {gpus_per_task: 8}\n"
+                             "data: [{dataset: set-a}]\n"),
+                        "alice", T(2));
+  ASSERT_TRUE(job.ok()) << job.status();
+  Settle(2.1);
+  std::vector<AgentAction> launches = Launches();
+  ASSERT_EQ(launches.size(), 2u);
+  EXPECT_EQ(launches[0].body["data"][0]["source"], "cold:sets/a");
+  EXPECT_EQ(launches[0].body["data"][0]["mount"], "/data/set-a");
+  // The tasks run; one node filled (cold), the other copied from it. The
+  // reports count once per task, however many heartbeats repeat them.
+  for (const AgentAction& a : launches) {
+    c_->ActionDone(a, absl::OkStatus(), T(2.2), /*started=*/true);
+  }
+  for (int beat = 0; beat < 3; ++beat) {
+    for (const AgentAction& a : launches) {
+      const bool filler = a.body["data"][0]["fill_from_store"].get<bool>();
+      nlohmann::json item = {{"source", "cold:sets/a"},
+                             {"version", version},
+                             {"cached_bytes", 0},
+                             {"peer_bytes", filler ? 0 : 100},
+                             {"cold_bytes", filler ? 100 : 0},
+                             {"fill_ms", 500},
+                             {"verified_files", 1}};
+      auto r = c_->Heartbeat({{"name", a.node},
+                              {"tasks",
+                               {{{"task_id", a.task_id},
+                                 {"state", "running"},
+                                 {"data", nlohmann::json::array({item})}}}}},
+                             T(3 + beat));
+      ASSERT_TRUE(r.ok()) << r.status();
+    }
+  }
+  nlohmann::json list = c_->ListDatasets()["datasets"];
+  ASSERT_EQ(list.size(), 1u) << list.dump(1);
+  const nlohmann::json& use = list[0]["use"];
+  EXPECT_EQ(list[0]["name"], "set-a");
+  EXPECT_EQ(list[0]["description"], "A");
+  EXPECT_EQ(use["starts"], 2);
+  EXPECT_EQ(use["fills"], 2);
+  EXPECT_EQ(use["cold_bytes"], 100);
+  EXPECT_EQ(use["peer_bytes"], 100);
+  EXPECT_EQ(use["hit_ratio"], 0.0);
+  EXPECT_EQ(use["fill_seconds_mean"], 0.5);
+  EXPECT_EQ(use["version"], version);
+  std::string text;
+  MetricsWriter w(&text);
+  c_->WriteMetrics(w, T(6));
+  EXPECT_TRUE(w.status().ok()) << w.status();
+  EXPECT_NE(text.find("loom_dataset_read_bytes_total{dataset=\"set-a\","
+                      "from=\"cold\"} 100"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("loom_dataset_task_starts_total{dataset=\"set-a\","
+                      "result=\"fill\"} 2"),
+            std::string::npos);
+  // Removed: gone from the store; a second removal is NotFound.
+  EXPECT_TRUE(c_->RemoveDataset("set-a").ok());
+  EXPECT_EQ(c_->RemoveDataset("set-a").code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(store_->Get("/datasets/set-a").ok());
 }
 
 TEST_F(DatasetsTest, StoreDownKeepsTheJobPendingWithTheReason) {
@@ -277,7 +373,7 @@ TEST(DatasetListerTest, ParsesRcloneLsjson) {
   EXPECT_EQ((*e)[0].size, 5);
   EXPECT_EQ((*e)[0].modtime, "2026-01-01T00:00:00Z");
   EXPECT_EQ((*e)[1].hash, "md5:ff");
-  DatasetListing l = SummarizeListing(*e);
+  DatasetListing l = SummarizeListing("cold:sets/a", *e);
   EXPECT_EQ(l.files, 2);
   EXPECT_EQ(l.bytes, 12);
   EXPECT_FALSE(ParseRcloneLsjson("{").ok());
@@ -310,7 +406,8 @@ class DataLocalityTest : public DatasetsTest {
     lister_.Set("cold:sets/a", {{"x.bin", 100, "", "2026-01-01T00:00:00Z"}});
   }
   std::string Version() const {
-    return DatasetVersion({{"x.bin", 100, "", "2026-01-01T00:00:00Z"}});
+    return DatasetVersion("cold:sets/a",
+                          {{"x.bin", 100, "", "2026-01-01T00:00:00Z"}});
   }
   void Reports(const std::string& node, nlohmann::json datasets, double t) {
     auto r = c_->Heartbeat({{"name", node},

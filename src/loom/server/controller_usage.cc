@@ -251,6 +251,7 @@ void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
              MetricType::kHistogram);
   out.HistogramSample("loom_image_pull_seconds", {}, image_pull_);
   WriteServiceMetrics(out, now);
+  datasets_.WriteMetrics(out);
 }
 
 nlohmann::json Controller::ListProjects(absl::Time now) const {

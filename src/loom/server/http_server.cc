@@ -48,6 +48,7 @@ void HttpServer::Routes() {
   JobRoutes();
   NodeRoutes();
   ImageRoutes();
+  DatasetRoutes();
   SpecRoutes();
   MaintenanceRoutes();
   ServiceRoutes();

@@ -1,6 +1,7 @@
-// The routes of images on nodes (docs/api.md, docs/images.md): what each
-// node holds and pulls (`loom images`), and pulls ahead of a run (`loom
-// image pull`).
+// The routes of what nodes cache for tasks (docs/api.md): images
+// (docs/images.md): what each node holds and pulls (`loom images`), and
+// pulls ahead of a run (`loom image pull`); datasets (docs/datasets.md):
+// the named ones and what their fills took (`loom dataset add/list/rm`).
 
 #include <string>
 #include <utility>
@@ -8,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
 #include "loom/core/job_spec.h"
 #include "loom/server/container_check.h"
 #include "loom/server/http_server.h"
@@ -75,6 +77,26 @@ void HttpServer::ImageRoutes() {
         202);
     Wake();
   });
+}
+
+void HttpServer::DatasetRoutes() {
+  Handle("GET", "/v1/datasets", [this](const Request&, Response& res) {
+    Reply(res, 200, controller_->ListDatasets());
+  });
+  Handle("POST", "/v1/datasets", [this](const Request& req, Response& res) {
+    absl::StatusOr<nlohmann::json> body = JsonBody(req);
+    if (!body.ok()) return ReplyError(res, body.status());
+    ReplyResult(
+        res, controller_->AddDataset(*body, PrincipalOf(req).user, absl::Now()),
+        201);
+  });
+  Handle("POST", "/v1/datasets/{name}/delete",
+         [this](const Request& req, Response& res) {
+           const std::string name = req.matches[1];
+           absl::Status st = controller_->RemoveDataset(name);
+           if (!st.ok()) return ReplyError(res, st);
+           Reply(res, 200, {{"name", name}, {"deleted", true}});
+         });
 }
 
 }  // namespace loom

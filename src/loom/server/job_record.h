@@ -81,6 +81,9 @@ struct TaskRecord {
   std::optional<absl::Time> ready_since;
   // While it runs and is not ready: its agent's reason (not persisted).
   std::string ready_reason;
+  // Its datasets' fills are counted (`DatasetCatalog::RecordUse`; not
+  // persisted).
+  bool data_counted = false;
 };
 
 // GPUs in use for a time: `gpus` GPUs from `start` to `end` (one run of a
