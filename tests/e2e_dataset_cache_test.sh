@@ -67,6 +67,10 @@ served_set() { grep -c " $1/[^ ]*: Open: flags=O_RDONLY" "$W/cold.log"; }
 served_of() { grep -c " $1: Open: flags=O_RDONLY" "$W/cold.log"; }
 
 write_cluster $NODES
+# The 4 nodes under one leaf switch, as 4 nodes of a real leaf (16 or 32
+# nodes) are: the cold store serves each version once per leaf
+# (controller_datasets_test has a gang over two leaves).
+sed -i 's/nodes_per_leaf: 2/nodes_per_leaf: 4/' "$W/cluster.yaml"
 start_server --rclone-config "$W/rclone.conf"
 AGENT_FLAGS=(--rclone-config "$W/rclone.conf" --dataset-cache-bytes "$BUDGET")
 start_agents $NODES
