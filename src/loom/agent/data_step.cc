@@ -95,9 +95,11 @@ class DataStep : public LaunchStep {
     meter.dataset_filling.store(true);
     meter.bytes_total.store(all);
     nlohmann::json report = nlohmann::json::array();
-    for (const DatasetWant& w : ctx.request.data) {
+    for (const DatasetWant& asked : ctx.request.data) {
       const absl::Time start = absl::Now();
       DatasetFillStats stats;
+      DatasetWant w = asked;
+      w.holder = ctx.request.task_id;  // held again after an agent restart
       absl::StatusOr<std::shared_ptr<DatasetHold>> hold =
           ctx.node.datasets->Ensure(
               w,
@@ -123,6 +125,13 @@ class DataStep : public LaunchStep {
                            absl::FormatDuration(absl::Trunc(
                                absl::Now() - start, absl::Milliseconds(1))),
                            ": ", FillSummary(stats)));
+      if (!stats.evicted.empty()) {
+        ctx.log("info", ctx.node.name,
+                absl::StrCat("dataset cache over its budget: deleted ",
+                             "versions no task holds, least recently used "
+                             "first: ",
+                             absl::StrJoin(stats.evicted, ", ")));
+      }
       report.push_back({{"source", w.source},
                         {"version", w.version},
                         {"cached_bytes", stats.cached_bytes},

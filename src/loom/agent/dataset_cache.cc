@@ -9,6 +9,7 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -114,14 +115,68 @@ class DatasetCache::Hold : public DatasetHold {
  public:
   Hold(DatasetCache* cache, std::string version, std::string dir)
       : cache_(cache), version_(std::move(version)), dir_(std::move(dir)) {}
-  ~Hold() override { cache_->Release(version_); }
+  ~Hold() override {
+    if (!marker_.empty()) {
+      std::error_code ec;
+      fs::remove(marker_, ec);
+    }
+    cache_->Release(version_);
+  }
   const std::string& dir() const override { return dir_; }
+  // Records the hold on disk for `holder` (a task id), removed with it.
+  void Mark(const std::string& vdir, const std::string& holder) {
+    if (!SafeHolderName(holder)) return;
+    std::error_code ec;
+    fs::create_directories(vdir + "/holders", ec);
+    marker_ = vdir + "/holders/" + holder;
+    std::ofstream touch(marker_);
+  }
+  void Adopt(std::string marker) { marker_ = std::move(marker); }
+
+  static bool SafeHolderName(const std::string& name) {
+    return !name.empty() && name.size() <= 128 && name != "." && name != ".." &&
+           std::all_of(name.begin(), name.end(), [](char c) {
+             return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+                    c == '.' || c == '_' || c == '-';
+           });
+  }
 
  private:
   DatasetCache* const cache_;
   const std::string version_;
   const std::string dir_;
+  std::string marker_;
 };
+
+std::map<std::string, std::vector<std::shared_ptr<DatasetHold>>>
+DatasetCache::Readopt(const std::set<std::string>& live) {
+  std::map<std::string, std::vector<std::shared_ptr<DatasetHold>>> out;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(options_.root, ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string version = it->path().filename().string();
+    if (!IsDatasetVersion(version)) continue;
+    std::error_code e2;
+    for (auto h = fs::directory_iterator(it->path() / "holders", e2);
+         !e2 && h != fs::directory_iterator(); h.increment(e2)) {
+      const std::string task = h->path().filename().string();
+      if (!live.contains(task)) {
+        std::error_code e3;
+        fs::remove(h->path(), e3);
+        continue;
+      }
+      {
+        absl::MutexLock lock(&mu_);
+        ++holds_[version];
+      }
+      auto hold =
+          std::make_shared<Hold>(this, version, VersionDir(version) + "/data");
+      hold->Adopt(h->path().string());
+      out[task].push_back(std::move(hold));
+    }
+  }
+  return out;
+}
 
 DatasetCache::DatasetCache(DatasetCacheOptions options, DatasetFiller* filler)
     : options_(std::move(options)), filler_(filler) {}
@@ -167,6 +222,7 @@ absl::StatusOr<std::shared_ptr<DatasetHold>> DatasetCache::Ensure(
         fs::last_write_time(vdir + "/complete",
                             fs::file_time_type::clock::now(), ec);
         stats->cached_bytes = TotalBytes(*manifest);
+        hold->Mark(vdir, want.holder);
         return hold;
       }
     }
@@ -178,7 +234,8 @@ absl::StatusOr<std::shared_ptr<DatasetHold>> DatasetCache::Ensure(
   absl::Status st = Fill(want, progress, stats);
   stats->fill_time = absl::Now() - start;
   if (!st.ok()) return st;
-  Evict();
+  hold->Mark(vdir, want.holder);
+  stats->evicted = Evict();
   return hold;
 }
 

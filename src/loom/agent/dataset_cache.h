@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,10 @@ struct DatasetWant {
   // False: `peers[0]` fills this version from the cold store; wait for it
   // and copy from it (the cold store only if it fails or does not answer).
   bool fill_from_store = true;
+  // The task that will read it (its id), or empty: the cache records the
+  // hold on disk (`<root>/<version>/holders/<task>`) so that an agent that
+  // restarts holds it again for the task (`Readopt`).
+  std::string holder;
 };
 
 // Where the bytes of one `DatasetFiller::Copy` came from.
@@ -66,6 +71,8 @@ struct DatasetFillStats {
   int64_t verified_files = 0;  // files whose checksum was checked
   absl::Duration fill_time;    // zero when nothing was copied
   std::string peer;            // the peer copied from, if any
+  // Versions deleted after the fill to keep the cache within its budget.
+  std::vector<std::string> evicted;
 };
 
 // Where the files of a fill come from. Implementations are thread-safe.
@@ -134,6 +141,12 @@ class DatasetCache {
       const DatasetWant& want,
       const std::function<void(int64_t, int64_t)>& progress,
       DatasetFillStats* stats = nullptr);
+
+  // After an agent restart: holds again, for each task of `live` (task ids),
+  // the versions whose holders record it, and deletes the records of tasks
+  // not in `live`. Returns the holds by task id.
+  std::map<std::string, std::vector<std::shared_ptr<DatasetHold>>> Readopt(
+      const std::set<std::string>& live);
 
   // The files of a complete version (for peers); NotFound otherwise.
   absl::StatusOr<std::vector<DatasetEntry>> Manifest(

@@ -193,6 +193,32 @@ TEST_F(DatasetCacheTest, AColdCopyWithAWrongChecksumIsNotComplete) {
   EXPECT_FALSE(fs::exists(root_ / "l" / w.version / "data" / "a.bin"));
 }
 
+TEST_F(DatasetCacheTest, AnAgentRestartHoldsWhatItsTasksReadAgain) {
+  DatasetWant w = Want();
+  w.holder = "7.0.0";
+  {
+    DatasetCache cache({root_.string(), 0}, &filler_);  // no room at all
+    auto hold = cache.Ensure(w, no_progress_);
+    ASSERT_TRUE(hold.ok()) << hold.status();
+    EXPECT_TRUE(fs::exists(root_ / w.version / "holders" / "7.0.0"));
+  }
+  // Released: its record goes with it.
+  EXPECT_FALSE(fs::exists(root_ / w.version / "holders" / "7.0.0"));
+  // What an agent that stopped with tasks 7.0.0 and 8.0.0 running leaves.
+  std::ofstream(root_ / w.version / "holders" / "7.0.0");
+  std::ofstream(root_ / w.version / "holders" / "8.0.0");
+  // The restarted agent: task 7.0.0 is re-adopted, 8.0.0 is gone.
+  DatasetCache cache({root_.string(), 0}, &filler_);
+  auto holds = cache.Readopt({"7.0.0", "9.0.0"});
+  ASSERT_EQ(holds.size(), 1u);
+  ASSERT_EQ(holds["7.0.0"].size(), 1u);
+  EXPECT_FALSE(fs::exists(root_ / w.version / "holders" / "8.0.0"));
+  EXPECT_TRUE(cache.Evict().empty());  // held: kept over the budget
+  holds.clear();                       // the task is forgotten
+  EXPECT_FALSE(fs::exists(root_ / w.version / "holders" / "7.0.0"));
+  EXPECT_THAT(cache.Evict(), ElementsAre(w.version));
+}
+
 TEST_F(DatasetCacheTest, ACopyThatDoesNotMatchIsNotComplete) {
   DatasetCache cache({root_.string(), 1 << 20}, &filler_);
   filler_.truncate_on_copy = true;

@@ -83,9 +83,9 @@ std::string ImagePrepulls::Start(const image::ImageRef& ref,
     if (it == pulls_.end() || it->second.meter != meter) return;
     if (handle.ok()) {
       log_("info", node_,
-           absl::StrCat("pulled image ", it->second.image, " in ",
-                        absl::FormatDuration(
-                            absl::Trunc(took, absl::Milliseconds(1)))));
+           absl::StrCat(
+               "pulled image ", it->second.image, " in ",
+               absl::FormatDuration(absl::Trunc(took, absl::Milliseconds(1)))));
       pulls_.erase(it);
     } else {
       it->second.running = false;

@@ -34,8 +34,7 @@ nlohmann::json NodeImagesJson(const image::ImageStore& store);
 // Thread-safe.
 class ImagePrepulls {
  public:
-  ImagePrepulls(image::ImageStore* store, std::string node,
-                const AgentLog& log)
+  ImagePrepulls(image::ImageStore* store, std::string node, const AgentLog& log)
       : store_(store), node_(std::move(node)), log_(log) {}
   ~ImagePrepulls();
   ImagePrepulls(const ImagePrepulls&) = delete;

@@ -135,9 +135,8 @@ TEST_F(TaskFetchTest, AcceptedPullingThenStartedOnceFetched) {
   ASSERT_TRUE(launched.ok()) << launched.status();
   EXPECT_EQ((*launched)["state"], "pulling");
   EXPECT_EQ((*launched)["node"], "h200-0");
-  ASSERT_TRUE(WaitFor([&] {
-    return StatusOf("2.0.0")["pull"].value("bytes_done", 0) == 3;
-  }));
+  ASSERT_TRUE(WaitFor(
+      [&] { return StatusOf("2.0.0")["pull"].value("bytes_done", 0) == 3; }));
   std::vector<std::string> ended;
   const json pulling = StatusOf("2.0.0", &ended);
   EXPECT_EQ(pulling["state"], "pulling");

@@ -128,6 +128,20 @@ absl::Status TaskRunner::Recover(AgentNode& node) {
   }
 
   for (TaskUnit& unit : units) unit.container = ReadoptContainer(node, unit);
+  if (node.datasets != nullptr) {
+    // The dataset versions the tasks read, held again (eviction skips
+    // them); the records of tasks that are gone are dropped.
+    std::set<std::string> ids;
+    for (const TaskUnit& unit : units) ids.insert(unit.task_id);
+    auto holds = node.datasets->Readopt(ids);
+    for (TaskUnit& unit : units) {
+      auto it = holds.find(unit.task_id);
+      if (it == holds.end()) continue;
+      unit.data_holds =
+          std::make_shared<std::vector<std::shared_ptr<DatasetHold>>>(
+              std::move(it->second));
+    }
+  }
 
   int running = 0;
   bool report = false;
