@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -230,25 +231,19 @@ absl::StatusOr<std::vector<DatasetSpec>> ParseDataField(const yaml::Reader& r,
                      "needs a source (REMOTE:PATH or an absolute path) or a "
                      "dataset (a name from `loom dataset list`)");
     }
-    if (name != nullptr) {
-      const std::string name_path = ChildPath(item_path, "dataset");
+    // The name and the source, each read and checked when given.
+    for (auto [field, key, check, dest] :
+         {std::tuple{name, "dataset", &CheckDatasetName, &d.name},
+          std::tuple{source, "source", &CheckDatasetSource, &d.source}}) {
+      if (field == nullptr) continue;
+      const std::string field_path = ChildPath(item_path, key);
       absl::StatusOr<std::string> text =
-          ReadDataText(r, name->value, name_path);
+          ReadDataText(r, field->value, field_path);
       if (!text.ok()) return text.status();
-      if (absl::Status st = CheckDatasetName(*text); !st.ok()) {
-        return r.Error(name->value, name_path, st.message());
+      if (absl::Status st = (*check)(*text); !st.ok()) {
+        return r.Error(field->value, field_path, st.message());
       }
-      d.name = *std::move(text);
-    }
-    if (source != nullptr) {
-      const std::string source_path = ChildPath(item_path, "source");
-      absl::StatusOr<std::string> text =
-          ReadDataText(r, source->value, source_path);
-      if (!text.ok()) return text.status();
-      if (absl::Status st = CheckDatasetSource(*text); !st.ok()) {
-        return r.Error(source->value, source_path, st.message());
-      }
-      d.source = *std::move(text);
+      *dest = *std::move(text);
     }
     // A named dataset's mount defaults to /data/NAME.
     const Field* mount = map->Find("mount");
