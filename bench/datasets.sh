@@ -3,10 +3,11 @@
 # job's start with a cold fill against a warm cache, and the fill's
 # throughput against `rclone copy` of the same data as the reference. A cold
 # store served by `rclone serve http` on loopback over DATA_FILES (default
-# 16) files of DATA_MB MB in all (default 1024), a real server and two
-# emulated nodes. DATA_TRIALS (default 3) times: a fresh version of the
-# dataset (one file rewritten), a 2-node job that reads it (the first node
-# fills from the cold store, the other from its peer: the cold fill), then
+# 16) files of DATA_MB MB in all (default 1024), a real server and
+# DATA_NODES (default 2) emulated nodes under one leaf switch. DATA_TRIALS
+# (default 3) times: a fresh version of the dataset (one file rewritten), a
+# job of one task per node that reads it (the first node fills from the
+# cold store, the others from it: the cold fill), then
 # the same job again (both caches warm). Times are submit -> the job
 # succeeded, as `loom` polls it (0.1 s). The reference: `rclone copy` of the
 # whole dataset into an empty directory with the agent's settings
@@ -22,6 +23,7 @@ source tests/lib/cluster.sh
 DATA_MB=${DATA_MB:-1024}
 DATA_FILES=${DATA_FILES:-16}
 DATA_TRIALS=${DATA_TRIALS:-3}
+DATA_NODES=${DATA_NODES:-2}
 
 mkdir -p "$W/cold/set"
 per=$((DATA_MB * 1000000 / DATA_FILES))
@@ -34,14 +36,15 @@ PIDS+=($!)
 for _ in $(seq 50); do curl -sf "http://127.0.0.1:$COLD_PORT/" > /dev/null && break; sleep 0.1; done
 printf '[cold]\ntype = http\nurl = http://127.0.0.1:%s/\n' "$COLD_PORT" > "$W/rclone.conf"
 
-write_cluster 2
+write_cluster "$DATA_NODES"
+sed -i "s/nodes_per_leaf: 2/nodes_per_leaf: $DATA_NODES/" "$W/cluster.yaml"
 start_server --rclone-config "$W/rclone.conf"
 AGENT_FLAGS=(--rclone-config "$W/rclone.conf" --dataset-cache-bytes $((DATA_MB * 4))Mi)
-start_agents 2
+start_agents "$DATA_NODES"
 
-cat > "$W/job.yaml" <<'YAML'
+cat > "$W/job.yaml" <<YAML
 name: reader
-tasks: 2
+tasks: $DATA_NODES
 resources: {gpus_per_task: 8}
 data: [{source: "cold:set", mount: /data/set}]
 command: ["/bin/sh", "-c", "ls /data/set > /dev/null"]
@@ -56,7 +59,7 @@ run_job() {
   calc "$(date +%s.%N) - $t0"
 }
 
-echo "dataset: $DATA_FILES files, $DATA_MB MB; 2 nodes; $DATA_TRIALS trials"
+echo "dataset: $DATA_FILES files, $DATA_MB MB; $DATA_NODES nodes; $DATA_TRIALS trials"
 printf '%-6s %10s %10s %10s %14s\n' trial cold_s warm_s fill_s fill_MB/s
 COLD=() WARM=()
 for trial in $(seq "$DATA_TRIALS"); do
@@ -76,8 +79,8 @@ rclone copy --config "$W/rclone.conf" --transfers 8 cold:set "$W/reference" 2>> 
 ref=$(calc "$(date +%s.%N) - $t0")
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 mc=$(median "${COLD[@]}"); mw=$(median "${WARM[@]}")
-printf 'median: cold start %.2f s, warm start %.2f s, fill %.2f s (%.1f MB/s for 2 nodes)\n' \
-  "$mc" "$mw" "$(calc "$mc - $mw")" "$(calc "$DATA_MB / ($mc - $mw)")"
+printf 'median: cold start %.2f s, warm start %.2f s, fill %.2f s (%.1f MB/s for %d nodes)\n' \
+  "$mc" "$mw" "$(calc "$mc - $mw")" "$(calc "$DATA_MB / ($mc - $mw)")" "$DATA_NODES"
 printf 'reference: rclone copy --transfers 8 of the same %d MB: %.2f s (%.1f MB/s)\n' \
   "$DATA_MB" "$ref" "$(calc "$DATA_MB / $ref")"
 echo "all ok"
