@@ -84,10 +84,26 @@ ServicePlan PlanService(const ServiceRecord& s,
     }
   }
   const int min_serving = desired - limits.unavailable;
+  // The old revision keeps a replica for each desired one the new revision
+  // does not serve yet (as Kubernetes keeps the old ReplicaSet's count
+  // until new pods are available): an old replica that stops serving (it
+  // fails and restarts, or turns unready) is kept while the rollout has not
+  // caught up, rather than replaced by one of a revision that may never get
+  // ready.
+  int current_serving_now = 0;
+  for (const ReplicaView* r : current) {
+    if (Serving(*r, gateway_live) &&
+        std::find(plan.drain.begin(), plan.drain.end(), r->job) ==
+            plan.drain.end()) {
+      ++current_serving_now;
+    }
+  }
+  const int old_keep = std::max(0, desired - current_serving_now);
   SortForRemoval(&old, gateway_live);
   int old_left = static_cast<int>(old.size());
   for (const ReplicaView* r : old) {
     if (!Serving(*r, gateway_live)) {
+      if (old_left <= old_keep) continue;
       plan.drain.push_back(r->job);
       --old_left;
     } else if (serving - 1 >= min_serving) {

@@ -116,6 +116,27 @@ TEST(PlanService, ANewRevisionThatNeverGetsReadyStopsTheRollout) {
       << p.status;
 }
 
+TEST(PlanService, AStalledRolloutKeepsTheOldReplicasCount) {
+  // The new revision never gets ready; an old replica fails and waits to
+  // run again (pending), another turns unready: both stay, and nothing of
+  // the new revision is started in their place.
+  std::vector<ReplicaView> r = {R(1, false, ReplicaPhase::kPending, 100),
+                                R(2, false, ReplicaPhase::kStarting, 100),
+                                R(3, false, ReplicaPhase::kReady),
+                                R(4, true, ReplicaPhase::kStarting, 0)};
+  ServicePlan p = PlanService(Service(3), r, true, At(120));
+  EXPECT_TRUE(p.drain.empty()) << p.drain.size();
+  EXPECT_EQ(p.create, 0);
+  // Once new replicas serve, old ones that do not serve go first.
+  r[3] = R(4, true, ReplicaPhase::kReady);
+  r.push_back(R(5, true, ReplicaPhase::kReady));
+  p = PlanService(Service(3), r, true, At(130));
+  EXPECT_TRUE(Has(p.drain, 1));
+  EXPECT_TRUE(Has(p.drain, 2));
+  EXPECT_FALSE(Has(p.drain, 3));  // still needed: 2 new of 3 serve
+  EXPECT_EQ(p.create, 1);
+}
+
 TEST(PlanService, OneReplicaOnOneGpuStopsTheOldOneFirst) {
   // No room to surge: the new replica cannot be placed.
   ReplicaView stuck = R(2, true, ReplicaPhase::kPending, 1);
