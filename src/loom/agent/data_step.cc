@@ -100,6 +100,7 @@ class DataStep : public LaunchStep {
       DatasetFillStats stats;
       DatasetWant w = asked;
       w.holder = ctx.request.task_id;  // held again after an agent restart
+      w.node = ctx.node.name;
       absl::StatusOr<std::shared_ptr<DatasetHold>> hold =
           ctx.node.datasets->Ensure(
               w,

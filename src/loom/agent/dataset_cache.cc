@@ -366,6 +366,34 @@ absl::Status DatasetCache::Fill(
   return WriteFileAtomically(vdir + "/complete", want.version);
 }
 
+bool DatasetCache::AdmitPeer(const std::string& version,
+                             const std::string& client, absl::Time now) {
+  if (client.empty()) return true;
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, absl::Time>& clients = peer_clients_[version];
+  for (auto it = clients.begin(); it != clients.end();) {
+    it = now - it->second > options_.peer_lease ? clients.erase(it)
+                                                : std::next(it);
+  }
+  if (!clients.contains(client) &&
+      static_cast<int>(clients.size()) >= options_.max_peer_clients) {
+    return false;
+  }
+  clients[client] = now;
+  return true;
+}
+
+void DatasetCache::TouchPeer(const std::string& version,
+                             const std::string& client, absl::Time now) {
+  if (client.empty()) return;
+  absl::MutexLock lock(&mu_);
+  auto it = peer_clients_.find(version);
+  if (it != peer_clients_.end()) {
+    auto c = it->second.find(client);
+    if (c != it->second.end()) c->second = now;
+  }
+}
+
 absl::StatusOr<std::vector<DatasetEntry>> DatasetCache::Manifest(
     const std::string& version) const {
   if (!IsDatasetVersion(version)) {

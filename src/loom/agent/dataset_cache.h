@@ -49,6 +49,8 @@ struct DatasetWant {
   // False: `peers[0]` fills this version from the cold store; wait for it
   // and copy from it (the cold store only if it fails or does not answer).
   bool fill_from_store = true;
+  // This node's name: the peers it copies from count their clients by it.
+  std::string node;
   // The task that will read it (its id), or empty: the cache records the
   // hold on disk (`<root>/<version>/holders/<task>`) so that an agent that
   // restarts holds it again for the task (`Readopt`).
@@ -108,6 +110,12 @@ class DatasetFiller {
 struct DatasetCacheOptions {
   std::string root;  // `<data_dir>/datasets`
   int64_t budget_bytes = int64_t{100} << 30;
+  // Peer nodes that may copy one version from this node at once; the
+  // others are told to wait (`AdmitPeer`) and copy from a node that
+  // finished meanwhile, so a leaf's nodes fill as a tree, not all from one.
+  int max_peer_clients = 2;
+  // A peer holds its place this long after its last request.
+  absl::Duration peer_lease = absl::Seconds(2);
 };
 
 // A version held for a task: not evicted while a holder lives.
@@ -147,6 +155,17 @@ class DatasetCache {
   // not in `live`. Returns the holds by task id.
   std::map<std::string, std::vector<std::shared_ptr<DatasetHold>>> Readopt(
       const std::set<std::string>& live);
+
+  // Whether peer node `client` may copy `version` from here now: true if
+  // it already is, or fewer than `max_peer_clients` others are (their
+  // leases not expired); it then holds a place until `peer_lease` after
+  // its last `AdmitPeer` or `TouchPeer`. An empty `client` (an older
+  // agent) is always let in.
+  bool AdmitPeer(const std::string& version, const std::string& client,
+                 absl::Time now);
+  // A request of an admitted peer (a file): renews its place.
+  void TouchPeer(const std::string& version, const std::string& client,
+                 absl::Time now);
 
   // The files of a complete version (for peers); NotFound otherwise.
   absl::StatusOr<std::vector<DatasetEntry>> Manifest(
@@ -188,6 +207,9 @@ class DatasetCache {
   mutable absl::Mutex mu_;
   std::map<std::string, int> holds_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<absl::Mutex>> filling_
+      ABSL_GUARDED_BY(mu_);
+  // Per version, the peers copying it from here and when each asked last.
+  std::map<std::string, std::map<std::string, absl::Time>> peer_clients_
       ABSL_GUARDED_BY(mu_);
 };
 

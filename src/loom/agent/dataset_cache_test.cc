@@ -219,6 +219,25 @@ TEST_F(DatasetCacheTest, AnAgentRestartHoldsWhatItsTasksReadAgain) {
   EXPECT_THAT(cache.Evict(), ElementsAre(w.version));
 }
 
+TEST_F(DatasetCacheTest, ServesAFewPeersAtOnce) {
+  DatasetCacheOptions o{root_.string(), 1 << 20};
+  o.max_peer_clients = 2;
+  o.peer_lease = absl::Seconds(2);
+  DatasetCache cache(o, &filler_);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  const std::string v = "0123456789abcdef";
+  EXPECT_TRUE(cache.AdmitPeer(v, "n1", t0));
+  EXPECT_TRUE(cache.AdmitPeer(v, "n2", t0));
+  EXPECT_FALSE(cache.AdmitPeer(v, "n3", t0));  // two copy already
+  EXPECT_TRUE(cache.AdmitPeer(v, "n1", t0));   // one of them asks again
+  EXPECT_TRUE(cache.AdmitPeer("fedcba9876543210", "n3", t0));  // per version
+  EXPECT_TRUE(cache.AdmitPeer(v, "", t0));  // an older agent: no name
+  // n1 goes on copying files; n2 is done (silent past its lease).
+  cache.TouchPeer(v, "n1", t0 + absl::Seconds(2));
+  EXPECT_TRUE(cache.AdmitPeer(v, "n3", t0 + absl::Seconds(3)));
+  EXPECT_FALSE(cache.AdmitPeer(v, "n4", t0 + absl::Seconds(3)));
+}
+
 TEST_F(DatasetCacheTest, ACopyThatDoesNotMatchIsNotComplete) {
   DatasetCache cache({root_.string(), 1 << 20}, &filler_);
   filler_.truncate_on_copy = true;

@@ -35,8 +35,16 @@ httplib::Headers PeerHeaders(const DatasetWant::Peer& peer) {
   return h;
 }
 
-std::string PeerQuery(const DatasetWant::Peer& peer) {
-  return peer.node.empty() ? "" : "?node=" + EncodeDatasetPath(peer.node);
+// `?node=PEER&from=SELF`: which node of the peer's agent serves, and who
+// asks (the peer counts its clients by it).
+std::string PeerQuery(const DatasetWant::Peer& peer, const std::string& self) {
+  std::string q;
+  if (!peer.node.empty()) q = "?node=" + EncodeDatasetPath(peer.node);
+  if (!self.empty()) {
+    absl::StrAppend(&q, q.empty() ? "?" : "&",
+                    "from=", EncodeDatasetPath(self));
+  }
+  return q;
 }
 
 int64_t SizeOf(const fs::path& p) {
@@ -70,13 +78,18 @@ absl::StatusOr<std::vector<DatasetEntry>> RcloneDatasetFiller::PeerManifest(
   const absl::Time deadline = absl::Now() + options_.peer_wait;
   int unreachable = 0;  // answers in a row that never came from peers[0]
   while (true) {
+    // A peer that has the version but serves as many nodes as it may (503):
+    // wait for it or another, rather than read the cold store.
+    bool busy = false;
     for (size_t i = 0; i < want.peers.size(); ++i) {
       const DatasetWant::Peer& p = want.peers[i];
       std::unique_ptr<httplib::Client> c = PeerClient(p.address);
-      httplib::Result r = c->Get(absl::StrCat("/v1/datasets/", want.version,
-                                              "/manifest", PeerQuery(p)),
-                                 PeerHeaders(p));
+      httplib::Result r =
+          c->Get(absl::StrCat("/v1/datasets/", want.version, "/manifest",
+                              PeerQuery(p, want.node)),
+                 PeerHeaders(p));
       if (i == 0) unreachable = (!r || r->status == 401) ? unreachable + 1 : 0;
+      busy = busy || (r && r->status == 503);
       if (!r || r->status != 200) continue;
       absl::StatusOr<std::vector<DatasetEntry>> m =
           ParseDatasetManifest(r->body);
@@ -85,7 +98,9 @@ absl::StatusOr<std::vector<DatasetEntry>> RcloneDatasetFiller::PeerManifest(
       return m;
     }
     // The filling peer is gone (or refuses us): the cold store.
-    if (!wait || unreachable >= 5 || absl::Now() >= deadline) break;
+    if ((!wait && !busy) || unreachable >= 5 || absl::Now() >= deadline) {
+      break;
+    }
     absl::SleepFor(options_.peer_poll);
   }
   return absl::NotFoundError("no peer has the version complete");
@@ -122,8 +137,8 @@ absl::Status RcloneDatasetFiller::Copy(
   std::vector<DatasetEntry> rest = entries;
   int64_t from_peer = 0;
   if (peer >= 0 && peer < static_cast<int>(want.peers.size())) {
-    absl::Status st =
-        CopyFromPeer(want.peers[peer], want.version, entries, dir, progress);
+    absl::Status st = CopyFromPeer(want.peers[peer], want.version, want.node,
+                                   entries, dir, progress);
     // The files the peer gave whole count as its; the cold store has the
     // rest when it failed part way.
     rest.clear();
@@ -185,8 +200,8 @@ absl::Status RcloneDatasetFiller::CopyFromStore(
 
 absl::Status RcloneDatasetFiller::CopyFromPeer(
     const DatasetWant::Peer& peer, const std::string& version,
-    const std::vector<DatasetEntry>& entries, const std::string& dir,
-    const std::function<void(int64_t)>& progress) {
+    const std::string& self, const std::vector<DatasetEntry>& entries,
+    const std::string& dir, const std::function<void(int64_t)>& progress) {
   std::atomic<size_t> next{0};
   std::atomic<int64_t> copied{0};
   std::mutex mu;
@@ -208,7 +223,7 @@ absl::Status RcloneDatasetFiller::CopyFromPeer(
       std::ofstream out(part, std::ios::binary | std::ios::trunc);
       httplib::Result r =
           c->Get(absl::StrCat("/v1/datasets/", version, "/files/",
-                              EncodeDatasetPath(e.path), PeerQuery(peer)),
+                              EncodeDatasetPath(e.path), PeerQuery(peer, self)),
                  PeerHeaders(peer), [&](const char* data, size_t n) {
                    out.write(data, static_cast<std::streamsize>(n));
                    progress(copied.fetch_add(static_cast<int64_t>(n)) +

@@ -53,7 +53,7 @@ class RcloneDatasetFiller : public DatasetFiller {
                              const std::string& dir,
                              const std::function<void(int64_t)>& progress);
   absl::Status CopyFromPeer(const DatasetWant::Peer& peer,
-                            const std::string& version,
+                            const std::string& version, const std::string& self,
                             const std::vector<DatasetEntry>& entries,
                             const std::string& dir,
                             const std::function<void(int64_t)>& progress);

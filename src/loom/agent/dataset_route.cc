@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "httplib.h"
 #include "loom/agent/agent_api.h"
 #include "loom/agent/api_reply.h"
@@ -74,7 +75,8 @@ void AgentApi::HandleDatasetPrefetch(const httplib::Request& req,
   }
   nlohmann::json out = nlohmann::json::array();
   bool all_present = true;
-  for (const DatasetWant& w : *wants) {
+  for (DatasetWant& w : *wants) {
+    w.node = (*node)->name;
     const std::string state = (*node)->dataset_prefetches->Start(w);
     all_present = all_present && state == "present";
     out.push_back({{"version", w.version}, {"state", state}});
@@ -93,6 +95,15 @@ void AgentApi::HandleDatasetManifest(const httplib::Request& req,
     SendStatus(res, m.status());
     return;
   }
+  // Enough peers copy from here already: this one waits and asks again (or
+  // asks a node that finished meanwhile).
+  if (!node->datasets->AdmitPeer(req.matches[1], req.get_param_value("from"),
+                                 absl::Now())) {
+    SendError(res, 503, "unavailable",
+              absl::StrCat("node ", node->name,
+                           " serves as many peers as it may; ask again"));
+    return;
+  }
   res.status = 200;
   res.set_content(DatasetManifestJson(*m), "application/json");
 }
@@ -101,6 +112,8 @@ void AgentApi::HandleDatasetFile(const httplib::Request& req,
                                  httplib::Response& res) {
   AgentNode* node = DatasetNode(req, res);
   if (node == nullptr) return;
+  node->datasets->TouchPeer(req.matches[1], req.get_param_value("from"),
+                            absl::Now());
   absl::StatusOr<std::string> path =
       node->datasets->FilePath(req.matches[1], req.matches[2]);
   if (!path.ok()) {
