@@ -134,13 +134,21 @@ void AgentApi::HandleDatasetFile(const httplib::Request& req,
     delete f;
   });
   res.status = 200;
+  // The peer keeps its place while the bytes flow (every 4 MiB), not only
+  // when it asks for a file.
+  DatasetCache* cache = node->datasets.get();
   res.set_content_provider(
       static_cast<size_t>(st.st_size), "application/octet-stream",
-      [file](size_t offset, size_t length, httplib::DataSink& sink) {
+      [file, cache, version = std::string(req.matches[1]),
+       from = req.get_param_value("from")](size_t offset, size_t length,
+                                           httplib::DataSink& sink) {
         char buf[1 << 16];
         const size_t want = std::min(length, sizeof buf);
         const ssize_t n = ::pread(*file, buf, want, static_cast<off_t>(offset));
         if (n <= 0) return false;
+        if (offset % (size_t{4} << 20) < static_cast<size_t>(n)) {
+          cache->TouchPeer(version, from, absl::Now());
+        }
         return sink.write(buf, static_cast<size_t>(n));
       });
 }
