@@ -249,6 +249,15 @@ TEST_F(RetentionTest, AFailedWriteKeepsTheRunForTheNextOne) {
   EXPECT_EQ(Sacct({}, 140)[0]["id"], id);
 }
 
+TEST_F(RetentionTest, AnInfiniteRetentionKeepsFinishedJobs) {
+  // `loom server --job-retention 0`, as Slurm's MinJobAge=0: never purged.
+  options_.job_retention = absl::InfiniteDuration();
+  Make();
+  const JobId id = RunJob(100, 110);
+  EXPECT_EQ(c_->PurgeExpiredJobs(T(1e9)), 0);
+  EXPECT_TRUE(c_->GetJob(id, T(1e9)).ok());
+}
+
 TEST_F(RetentionTest, FinishedJobsMoveToAccountingAfterTheirRetention) {
   const JobId ok = RunJob(10, 110);
   const JobId bad = RunJob(120, 130, 3);

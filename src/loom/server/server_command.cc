@@ -324,7 +324,7 @@ CLI::App* AddServerCommand(CLI::App& app, ServerFlags* f) {
                   "How long a finished job stays in the live state (loom "
                   "queue, loom show, GET /v1/jobs) before it moves to the "
                   "accounting store (loom sacct), as Slurm's MinJobAge: "
-                  "90s, 12h, 7d, ... (docs/accounting.md)")
+                  "90s, 12h, 7d, ...; 0: never (docs/accounting.md)")
       ->capture_default_str();
   AddConfigFileOption(cmd);
   return cmd;
@@ -407,7 +407,11 @@ int RunServer(const ServerFlags& f) {
         "--job-retention: expected a duration (90s, 12h, 7d), not '",
         f.job_retention, "'"));
   }
-  copts.job_retention = *retention;
+  // 0 keeps finished jobs in the live state for good, as Slurm's
+  // MinJobAge=0 does (docs/accounting.md).
+  copts.job_retention = *retention == absl::ZeroDuration()
+                            ? absl::InfiniteDuration()
+                            : *retention;
   copts.checkpoint_root = f.checkpoint_root;  // "": the agents' default
   if (!f.rclone_config.empty() &&
       ::access(f.rclone_config.c_str(), R_OK) != 0) {
