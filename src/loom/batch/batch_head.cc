@@ -281,7 +281,9 @@ void BatchHead::Route(OutputChunk chunk) {
   auto it = steps_.find(chunk.step);
   if (it == steps_.end() || it->second.client < 0) return;
   auto c = clients_.find(it->second.client);
-  if (c != clients_.end()) c->second->Send(EncodeOutput(chunk));
+  if (c != clients_.end()) {
+    client_output_[it->second.client].Send(*c->second, chunk);
+  }
 }
 
 void BatchHead::SignalStep(Step& step, int signal) {
@@ -342,6 +344,7 @@ void BatchHead::HostLost(int node) {
 
 void BatchHead::ClientGone(int client) {
   clients_.erase(client);
+  client_output_.erase(client);
   for (auto& [id, s] : steps_) {
     if (s.client != client) continue;
     s.client = -1;

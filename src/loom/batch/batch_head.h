@@ -68,6 +68,8 @@ class BatchHead {
   int srun_fd_ = -1;
   std::vector<Host> hosts_;  // by alloc node; [0] is this node
   std::map<int, std::unique_ptr<Conn>> clients_;
+  // Output to each client, bounded (an srun whose stdout is not read).
+  std::map<int, OutputSender> client_output_;
   int next_client_ = 0;
   std::map<uint32_t, Step> steps_;
   uint32_t next_step_ = 0;

@@ -93,7 +93,8 @@ int RunStepHost(const Env& task_env) {
   }
   Conn conn(fd);
   const Env node_env = NodeEnvironment(task_env);
-  StepRunner runner([&](OutputChunk c) { conn.Send(EncodeOutput(c)); },
+  OutputSender output;  // bounded: a head that does not keep up
+  StepRunner runner([&](OutputChunk c) { output.Send(conn, c); },
                     [&](const TaskEnd& e) {
                       conn.Send(EncodeJsonFrame(FrameType::kTaskExit,
                                                 {{"step", e.step},

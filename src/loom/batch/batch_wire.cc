@@ -169,6 +169,24 @@ void Conn::Send(std::string frame) {
   Flush();
 }
 
+void OutputSender::Send(Conn& conn, const OutputChunk& chunk) {
+  conn.Flush();
+  if (conn.pending() >= backlog_) {
+    dropped_ += chunk.bytes.size();
+    dropped_total_ += chunk.bytes.size();
+    return;
+  }
+  if (dropped_ > 0) {
+    conn.Send(EncodeOutput(
+        {chunk.step, chunk.procid, 2,
+         absl::StrCat("loom: ", dropped_,
+                      " bytes of output dropped: the reader did not keep "
+                      "up\n")}));
+    dropped_ = 0;
+  }
+  conn.Send(EncodeOutput(chunk));
+}
+
 bool Conn::Flush() {
   while (fd_ >= 0 && sent_ < out_.size()) {
     const ssize_t n =

@@ -85,6 +85,8 @@ class Conn {
   int fd() const { return fd_; }
   bool open() const { return fd_ >= 0; }
   bool wants_write() const { return sent_ < out_.size(); }
+  // Bytes queued and not written yet.
+  size_t pending() const { return out_.size() - sent_; }
   void Send(std::string frame);
   // Writes what the socket takes now. False when the peer is gone.
   bool Flush();
@@ -100,6 +102,28 @@ class Conn {
   FrameReader reader_;
   std::string out_;
   size_t sent_ = 0;
+};
+
+// The most bytes of tasks' output a connection queues for a reader that
+// does not keep up (an `srun` whose stdout is not read, a slow head).
+inline constexpr size_t kMaxOutputBacklog = size_t{16} << 20;
+
+// Output to one reader, bounded: a chunk that finds `backlog` bytes or more
+// queued on `conn` is dropped and counted; the next chunk that fits is
+// preceded by a line on that task's stderr saying how many bytes were lost
+// ("loom: 1048576 bytes of output dropped: the reader did not keep up").
+// Tasks never block on a slow reader, and memory stays bounded.
+class OutputSender {
+ public:
+  explicit OutputSender(size_t backlog = kMaxOutputBacklog)
+      : backlog_(backlog) {}
+  void Send(Conn& conn, const OutputChunk& chunk);
+  uint64_t dropped_total() const { return dropped_total_; }
+
+ private:
+  const size_t backlog_;
+  uint64_t dropped_ = 0;  // since the last notice
+  uint64_t dropped_total_ = 0;
 };
 
 // Sockets. Each returns a close-on-exec descriptor or an error naming the

@@ -759,5 +759,43 @@ TEST(Handshake, HeadTimesOutOnASilentHost) {
   EXPECT_LT(WireTestNowMs() - start, 2000);
 }
 
+TEST(OutputSender, DropsWhatAReaderThatDoesNotReadWouldPileUp) {
+  WireTestPair p;
+  Conn writer(p.Release(0));
+  const int reader = p.fd[1];
+  OutputSender out(/*backlog=*/256 << 10);
+  const std::string chunk(64 << 10, 'x');
+  // 64 MiB to a reader that reads nothing: the queue stays near the bound.
+  for (int i = 0; i < 1024; ++i) out.Send(writer, {1, 0, 1, chunk});
+  EXPECT_LE(writer.pending(), (256u << 10) + chunk.size() + 64);
+  EXPECT_GT(out.dropped_total(), 60u << 20);
+  // The reader drains the socket; the next chunk comes after a notice of
+  // what was lost.
+  FrameReader frames;
+  std::string notice;
+  const int64_t deadline = WireTestNowMs() + 5000;
+  bool sent_last = false;
+  while (notice.empty() && WireTestNowMs() < deadline) {
+    char buf[1 << 16];
+    const ssize_t n = ::recv(reader, buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0) frames.Append(std::string_view(buf, static_cast<size_t>(n)));
+    writer.Flush();
+    if (!sent_last && writer.pending() == 0) {
+      out.Send(writer, {1, 0, 1, "last\n"});
+      sent_last = true;
+    }
+    while (true) {
+      absl::StatusOr<std::optional<Frame>> f = frames.Next();
+      ASSERT_TRUE(f.ok());
+      if (!f->has_value()) break;
+      absl::StatusOr<OutputChunk> c = DecodeOutput((*f)->payload);
+      ASSERT_TRUE(c.ok());
+      if (c->stream == 2) notice = c->bytes;
+    }
+  }
+  EXPECT_THAT(notice, HasSubstr(absl::StrCat(out.dropped_total(),
+                                             " bytes of output dropped")));
+}
+
 }  // namespace
 }  // namespace loom::batch
