@@ -13,11 +13,8 @@
 namespace loom::trace_cells {
 
 using csv::Av;
-using csv::IsBlank;
-using csv::kUtf8Bom;
 using csv::ParseNumber;
 using csv::Quote;
-using csv::SplitCsvLine;
 using csv::TrimSpace;
 
 // The parsers below read one cell. Each returns true on success; on failure
