@@ -132,8 +132,45 @@ absl::Status BatchHead::AcceptHosts() {
   return absl::OkStatus();
 }
 
+int SweepStaleBatchDirs(const std::string& tmp, int64_t min_age_s) {
+  namespace fs = std::filesystem;
+  int removed = 0;
+  std::error_code ec;
+  const auto now = fs::file_time_type::clock::now();
+  for (auto it = fs::directory_iterator(tmp, ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind("loom-batch-", 0) != 0) continue;
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+        st.st_uid != ::geteuid()) {
+      continue;
+    }
+    std::error_code e2;
+    const auto mtime = fs::last_write_time(it->path(), e2);
+    if (e2 || now - mtime < std::chrono::seconds(min_age_s)) continue;
+    // A live head listens on its socket: leave it.
+    absl::StatusOr<int> fd = ConnectUnix((it->path() / "srun.sock").string());
+    if (fd.ok()) {
+      ::close(*fd);
+      continue;
+    }
+    fs::remove_all(it->path(), e2);
+    if (!e2) ++removed;
+  }
+  return removed;
+}
+
 absl::Status BatchHead::PrepareDir() {
   const std::string tmp = EnvOr(task_env_, "TMPDIR", "/tmp");
+  // What heads killed with SIGKILL (a node's agent killing a job's group)
+  // left here: their cleanup never ran.
+  if (const int n = SweepStaleBatchDirs(tmp, 60); n > 0) {
+    Say(absl::StrCat("removed ", n,
+                     " directories of batch heads that were "
+                     "killed in ",
+                     tmp));
+  }
   std::string templ = absl::StrCat(tmp, "/loom-batch-", rt_.job_id, "-XXXXXX");
   if (::mkdtemp(templ.data()) == nullptr) {
     return absl::InternalError(

@@ -20,6 +20,12 @@
 
 namespace loom::batch {
 
+// Removes the private directories (`TMP/loom-batch-JOB-XXXXXX`) that heads
+// killed with SIGKILL left behind: those owned by this user, older than
+// `min_age_s` seconds, whose `srun.sock` no process listens on. A live head
+// always listens, so it never loses its directory. Returns how many went.
+int SweepStaleBatchDirs(const std::string& tmp, int64_t min_age_s);
+
 class BatchHead {
  public:
   BatchHead(BatchInvocation invocation, Env task_env);

@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "loom/batch/batch_head.h"
 #include "loom/batch/batch_session.h"
 #include "loom/common/digest.h"
 
@@ -795,6 +796,39 @@ TEST(OutputSender, DropsWhatAReaderThatDoesNotReadWouldPileUp) {
   }
   EXPECT_THAT(notice, HasSubstr(absl::StrCat(out.dropped_total(),
                                              " bytes of output dropped")));
+}
+
+TEST(SweepStaleBatchDirs, RemovesOnlyTheDirsOfKilledHeads) {
+  namespace fs = std::filesystem;
+  WireTestTempDir tmp;
+  const fs::path root = tmp.path();
+  const auto old = fs::file_time_type::clock::now() - std::chrono::minutes(5);
+  // A head killed with SIGKILL: its socket file stays, no one listens.
+  fs::create_directories(root / "loom-batch-7-aaaaaa");
+  {
+    absl::StatusOr<int> fd =
+        ListenUnix((root / "loom-batch-7-aaaaaa" / "srun.sock").string());
+    ASSERT_TRUE(fd.ok()) << fd.status();
+    ::close(*fd);
+  }
+  fs::last_write_time(root / "loom-batch-7-aaaaaa", old);
+  // A live head: it listens.
+  fs::create_directories(root / "loom-batch-8-bbbbbb");
+  absl::StatusOr<int> live =
+      ListenUnix((root / "loom-batch-8-bbbbbb" / "srun.sock").string());
+  ASSERT_TRUE(live.ok()) << live.status();
+  fs::last_write_time(root / "loom-batch-8-bbbbbb", old);
+  // A head starting now (no socket yet), and something else.
+  fs::create_directories(root / "loom-batch-9-cccccc");
+  fs::create_directories(root / "other");
+  fs::last_write_time(root / "other", old);
+
+  EXPECT_EQ(SweepStaleBatchDirs(root.string(), 60), 1);
+  EXPECT_FALSE(fs::exists(root / "loom-batch-7-aaaaaa"));
+  EXPECT_TRUE(fs::exists(root / "loom-batch-8-bbbbbb"));
+  EXPECT_TRUE(fs::exists(root / "loom-batch-9-cccccc"));
+  EXPECT_TRUE(fs::exists(root / "other"));
+  ::close(*live);
 }
 
 }  // namespace
