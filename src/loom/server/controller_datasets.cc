@@ -202,8 +202,7 @@ void Controller::NoteDataUse(const JobRecord& job, TaskRecord& task,
       if (job.data_versions[i].version != version) continue;
       const std::string& name =
           i < job.spec.data.size() ? job.spec.data[i].name : "";
-      datasets_.RecordUse(name.empty() ? job.data_versions[i].source : name,
-                          item, now);
+      datasets_.RecordUse(name, job.data_versions[i].source, item, now);
       break;
     }
   }

@@ -328,10 +328,17 @@ TEST_F(DatasetsTest, NamedDatasetsAndWhatTheirFillsTook) {
   EXPECT_NE(text.find("loom_dataset_task_starts_total{dataset=\"set-a\","
                       "result=\"fill\"} 2"),
             std::string::npos);
-  // Removed: gone from the store; a second removal is NotFound.
+  // Removed: gone from the store; a second removal is NotFound. Its use
+  // stays listed under its name, with its source, marked removed.
   EXPECT_TRUE(c_->RemoveDataset("set-a").ok());
   EXPECT_EQ(c_->RemoveDataset("set-a").code(), absl::StatusCode::kNotFound);
   EXPECT_FALSE(store_->Get("/datasets/set-a").ok());
+  list = c_->ListDatasets()["datasets"];
+  ASSERT_EQ(list.size(), 1u) << list.dump(1);
+  EXPECT_EQ(list[0]["name"], "set-a");
+  EXPECT_EQ(list[0]["source"], "cold:sets/a");
+  EXPECT_EQ(list[0]["removed"], true);
+  EXPECT_EQ(list[0]["use"]["starts"], 2);
 }
 
 TEST_F(DatasetsTest, StoreDownKeepsTheJobPendingWithTheReason) {

@@ -145,9 +145,11 @@ absl::Status DatasetCatalog::Resolve(std::vector<DatasetSpec>* data) const {
   return absl::OkStatus();
 }
 
-void DatasetCatalog::RecordUse(const std::string& key,
+void DatasetCatalog::RecordUse(const std::string& name,
+                               const std::string& source,
                                const nlohmann::json& item, absl::Time now) {
   if (!item.is_object()) return;
+  const std::string& key = name.empty() ? source : name;
   auto it = uses_.find(key);
   if (it == uses_.end()) {
     if (uses_.size() >= kMaxCountedDatasets) return;
@@ -173,6 +175,8 @@ void DatasetCatalog::RecordUse(const std::string& key,
       IsDatasetVersion(v->get_ref<const std::string&>())) {
     u.version = v->get<std::string>();
   }
+  u.source = source;
+  u.named = !name.empty();
   u.last_used = now;
 }
 
@@ -213,10 +217,14 @@ nlohmann::json DatasetCatalog::Json(
     j["use"] = use_json(it == uses_.end() ? DatasetUse() : it->second);
     out.push_back(std::move(j));
   }
-  // Sources used without a name.
+  // Sources used without a name, and names removed since.
   for (const auto& [key, u] : uses_) {
     if (named_.contains(key)) continue;
-    out.push_back({{"name", ""}, {"source", key}, {"use", use_json(u)}});
+    nlohmann::json j = {{"name", u.named ? key : ""},
+                        {"source", u.source},
+                        {"use", use_json(u)}};
+    if (u.named) j["removed"] = true;
+    out.push_back(std::move(j));
   }
   return out;
 }

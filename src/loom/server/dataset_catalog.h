@@ -55,6 +55,8 @@ struct DatasetUse {
   double fill_seconds = 0;  // summed over `fills`
   int64_t verified_files = 0;
   std::string version;  // the last a task used
+  std::string source;   // of that task's job
+  bool named = false;   // counted under a name (the key)
   absl::Time last_used = absl::InfinitePast();
 };
 
@@ -80,15 +82,16 @@ class DatasetCatalog {
   // a source given beside a name that is not that dataset's.
   absl::Status Resolve(std::vector<DatasetSpec>* data) const;
 
-  // Counts one task's fill of dataset `key` (its name, or its source for
-  // one not named): an item of a task's `data` report ({version,
-  // cached_bytes, peer_bytes, cold_bytes, fill_ms, verified_files}).
-  void RecordUse(const std::string& key, const nlohmann::json& item,
-                 absl::Time now);
+  // Counts one task's fill of a dataset of `source`, under `name` when the
+  // job named it (else under the source): an item of a task's `data` report
+  // ({version, cached_bytes, peer_bytes, cold_bytes, fill_ms,
+  // verified_files}).
+  void RecordUse(const std::string& name, const std::string& source,
+                 const nlohmann::json& item, absl::Time now);
 
-  // `GET /v1/datasets`: the named datasets and every dataset used, each
-  // with its use; `holders` gives, for a version, the nodes whose caches
-  // hold it.
+  // `GET /v1/datasets`: the named datasets and every dataset used (one
+  // named once and removed since: `"removed": true`), each with its use;
+  // `holders` gives, for a version, the nodes whose caches hold it.
   nlohmann::json Json(
       const std::function<std::vector<std::string>(const std::string&)>&
           holders) const;
