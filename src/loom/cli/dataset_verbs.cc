@@ -32,8 +32,11 @@ std::string FormatDatasetTable(const Json& datasets) {
     }
     const std::string version = Str(use, "version");
     rows.push_back(
-        {Str(d, "name").empty() ? "-" : Str(d, "name"), Cell(d, "source"),
-         version.empty() ? "-" : version, nodes, absl::StrCat(starts),
+        {Str(d, "name").empty()
+             ? "-"
+             : Str(d, "name") + (d.value("removed", false) ? " (removed)" : ""),
+         Cell(d, "source"), version.empty() ? "-" : version, nodes,
+         absl::StrCat(starts),
          starts == 0 ? "-"
                      : absl::StrFormat("%.0f%%",
                                        100 * Num(use, "hit_ratio").value_or(0)),
