@@ -479,6 +479,7 @@ std::vector<std::string> DatasetCache::Evict() {
     if (holds_.contains(v.name)) continue;  // in use, or being filled
     fs::remove_all(VersionDir(v.name), ec);
     filling_.erase(v.name);
+    peer_clients_.erase(v.name);
     total -= v.bytes;
     gone.push_back(v.name);
   }

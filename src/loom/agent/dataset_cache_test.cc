@@ -163,17 +163,9 @@ TEST_F(DatasetCacheTest, APeersCorruptCopyIsFetchedAgainFromTheStore) {
 }
 
 TEST_F(DatasetCacheTest, AColdCopyWithAWrongChecksumIsNotComplete) {
-  filler_.with_hashes = true;
-  DatasetWant w = Want();
-  // The store now serves other bytes of the same size under the same
-  // listing (a corrupt object): the fill fails, nothing is marked complete.
-  filler_.files["a.bin"] = "aaab";
-  DatasetCache cache({root_.string(), 1 << 20}, &filler_);
-  // The listing must still give the job's version: keep the hashes of the
-  // original content.
-  std::vector<DatasetEntry> listed = filler_.Listing();
-  listed[0].hash = "sha256:" + Sha256Hex("aaaa");
-  w.version = DatasetVersion("cold:sets/a", listed);
+  // The store serves other bytes of the same size than its listing's
+  // checksum says (a corrupt object): the fill fails, nothing is marked
+  // complete.
   class Lying : public FakeFiller {
    public:
     std::vector<DatasetEntry> listing;
@@ -182,9 +174,12 @@ TEST_F(DatasetCacheTest, AColdCopyWithAWrongChecksumIsNotComplete) {
       return listing;
     }
   } lying;
-  lying.files = filler_.files;
   lying.with_hashes = true;
-  lying.listing = listed;
+  lying.files = filler_.files;
+  lying.listing = lying.Listing();  // the hashes of the original content
+  lying.files["a.bin"] = "aaab";
+  DatasetWant w = Want();
+  w.version = DatasetVersion("cold:sets/a", lying.listing);
   DatasetCache liar_cache({(root_ / "l").string(), 1 << 20}, &lying);
   auto hold = liar_cache.Ensure(w, no_progress_);
   EXPECT_EQ(hold.status().code(), absl::StatusCode::kDataLoss) << hold.status();

@@ -436,10 +436,11 @@ class Controller {
   nlohmann::json DataPeerJson(int n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool DataPeerUsable(int n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Peers for node `self` that hold `version` (as their agents reported):
-  // those under its leaf, then up to 3 elsewhere; `*held_here` when `self`
-  // holds it.
+  // those under its leaf (`*near_count` of them, may be null), then up to 3
+  // elsewhere; `*held_here` when `self` holds it.
   nlohmann::json DataHolderPeers(const std::string& version, int self,
-                                 bool* held_here) const
+                                 bool* held_here,
+                                 int* near_count = nullptr) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The launch's `data` for task `t`: each dataset's version and the nodes
   // to copy it from (the leaf's holders, or the job's filler under the

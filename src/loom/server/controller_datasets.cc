@@ -109,7 +109,8 @@ nlohmann::json Controller::DataPeerJson(int n) const {
 }
 
 nlohmann::json Controller::DataHolderPeers(const std::string& version, int self,
-                                           bool* held_here) const {
+                                           bool* held_here,
+                                           int* near_count) const {
   const Topology& topo = cluster_->topology;
   const int leaf = self >= 0 ? topo.leaf_of(self) : -1;
   NodeMask scratch(0);
@@ -127,6 +128,7 @@ nlohmann::json Controller::DataHolderPeers(const std::string& version, int self,
       }
     }
   }
+  if (near_count != nullptr) *near_count = static_cast<int>(near.size());
   nlohmann::json peers = nlohmann::json::array();
   for (int n : near) peers.push_back(DataPeerJson(n));
   for (int n : far) peers.push_back(DataPeerJson(n));
@@ -164,12 +166,10 @@ nlohmann::json Controller::DataLaunchJson(const JobRecord& job,
   nlohmann::json out = nlohmann::json::array();
   for (const JobDataVersion& d : job.data_versions) {
     bool held_here = false;
-    nlohmann::json peers = DataHolderPeers(d.version, self, &held_here);
+    int near = 0;
+    nlohmann::json peers = DataHolderPeers(d.version, self, &held_here, &near);
     bool from_store = true;
-    const bool near_holder =
-        !peers.empty() &&
-        topo.leaf_of(NodeIndex(peers[0]["node"].get<std::string>())) == leaf;
-    if (!held_here && !near_holder && filler != self) {
+    if (!held_here && near == 0 && filler != self) {
       // Wait for the leaf's filler and copy from it (its mates after it).
       peers = nlohmann::json::array();
       for (int n : mates) {
