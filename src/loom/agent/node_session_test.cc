@@ -6,9 +6,6 @@
 
 #include "loom/agent/node_session.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,6 +23,7 @@
 #include "httplib.h"
 #include "loom/agent/agent.h"
 #include "loom/agent/agent_test_util.h"
+#include "loom/common/refusing_port_test_util.h"
 #include "nlohmann/json.hpp"
 
 namespace loom {
@@ -92,23 +90,15 @@ TEST(AgentTest, RegistersAgainWhenTheServerForgetsTheNode) {
 }
 
 TEST(AgentTest, RetriesRegistrationAndFailsOverToTheNextServer) {
-  // A port nobody listens on.
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const int dead_port = ntohs(addr.sin_port);
-  ::close(fd);
+  // A port that refuses connections.
+  testing::RefusingPort dead;
+  ASSERT_NE(dead.port(), 0);
 
   FakeServer server;
   server.RejectRegistrations(2, 503);
   TempDir dir;
   AgentOptions options = BaseOptions(server, dir.path());
-  options.server_urls = {absl::StrCat("http://127.0.0.1:", dead_port),
-                         server.url()};
+  options.server_urls = {dead.url(), server.url()};
   std::unique_ptr<Agent> agent = StartAgent(std::move(options));
   ASSERT_NE(agent, nullptr);
   ASSERT_TRUE(WaitFor([&] { return agent->Registered("h200-0"); }));

@@ -49,9 +49,6 @@ class FakeServer {
   int port_ = 0;
 };
 
-// A loopback port that nothing listens on (just now).
-int UnusedPort();
-
 struct CliResult {
   int rc = -1;
   std::string out;

@@ -4,6 +4,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "loom/cli/cli_test_util.h"
+#include "loom/common/refusing_port_test_util.h"
 
 namespace loom {
 namespace {
@@ -18,7 +19,8 @@ TEST_F(VerbTest, ServerDiscoveryAndNetworkFailures) {
   EXPECT_THAT(r.err, HasSubstr("loom nodes: no loom server given: pass "
                                "--server URL, set LOOM_SERVER"));
 
-  const std::string down = absl::StrCat("http://127.0.0.1:", UnusedPort());
+  const testing::RefusingPort refusing;
+  const std::string down = refusing.url();
   r = Run({"projects", "--server", down});
   EXPECT_EQ(r.rc, 1);
   EXPECT_EQ(r.err, absl::StrCat("loom projects: cannot reach the loom server "

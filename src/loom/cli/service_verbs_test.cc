@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "loom/cli/cli_test_util.h"
+#include "loom/common/refusing_port_test_util.h"
 #include "loom/core/service_spec.h"
 
 namespace loom {
@@ -317,7 +318,8 @@ TEST_F(ServiceVerbTest, ApplyFailures) {
   EXPECT_EQ(r.err,
             "loom service apply: port: 30000 is the port of service embed\n");
   // No server: 1.
-  env_["LOOM_SERVER"] = absl::StrCat("http://127.0.0.1:", UnusedPort());
+  const testing::RefusingPort refusing;
+  env_["LOOM_SERVER"] = refusing.url();
   r = Run({"service", "apply", "-f", taken});
   EXPECT_EQ(r.rc, 1);
   EXPECT_THAT(r.err, HasSubstr("cannot reach the loom server"));

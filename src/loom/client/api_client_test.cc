@@ -1,7 +1,5 @@
 #include "loom/client/api_client.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -16,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "loom/common/refusing_port_test_util.h"
 
 namespace loom {
 namespace {
@@ -56,21 +55,6 @@ class FakeServer {
   std::thread thread_;
   int port_ = 0;
 };
-
-// A loopback port that nothing listens on (bound, then closed).
-int UnusedPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const int port = ntohs(addr.sin_port);
-  close(fd);
-  return port;
-}
 
 void JsonReply(httplib::Response& res, int status, const nlohmann::json& j) {
   res.status = status;
@@ -327,7 +311,8 @@ TEST_F(ApiClientTest, AgentErrorsPassedThroughAreStatusesAlsoWhenFollowing) {
 }
 
 TEST_F(ApiClientTest, TriesTheNextServerWhenOneIsDown) {
-  const std::string down = absl::StrCat("http://127.0.0.1:", UnusedPort());
+  const testing::RefusingPort refusing;
+  const std::string down = refusing.url();
   ApiClient client({down, fake_.url()});
   absl::StatusOr<nlohmann::json> job = client.GetJob(42);
   ASSERT_TRUE(job.ok()) << job.status();
@@ -337,7 +322,8 @@ TEST_F(ApiClientTest, TriesTheNextServerWhenOneIsDown) {
 }
 
 TEST(ApiClientNoServer, ConnectionRefusedNamesTheUrl) {
-  const std::string url = absl::StrCat("http://127.0.0.1:", UnusedPort());
+  const testing::RefusingPort refusing;
+  const std::string url = refusing.url();
   ApiClient client({url});
   absl::StatusOr<nlohmann::json> jobs = client.ListJobs();
   ASSERT_FALSE(jobs.ok());
@@ -349,8 +335,10 @@ TEST(ApiClientNoServer, ConnectionRefusedNamesTheUrl) {
 }
 
 TEST(ApiClientNoServer, AllServersDownListsEach) {
-  const std::string a = absl::StrCat("http://127.0.0.1:", UnusedPort());
-  const std::string b = absl::StrCat("http://127.0.0.1:", UnusedPort());
+  const testing::RefusingPort refusing_a;
+  const testing::RefusingPort refusing_b;
+  const std::string a = refusing_a.url();
+  const std::string b = refusing_b.url();
   // With several servers the client keeps trying for `failover_wait`.
   ApiClient client({a, b}, {.failover_wait = absl::Milliseconds(500)});
   const absl::Time start = absl::Now();
