@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "loom/common/fnv.h"
 
 namespace loom {
 namespace {
@@ -19,11 +20,7 @@ namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 
 uint64_t Mix(std::string_view text, uint64_t seed) {
-  uint64_t h = 1469598103934665603ULL ^ (seed * 0x9E3779B97F4A7C15ULL);
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
+  uint64_t h = Fnv1a64(text, seed * 0x9E3779B97F4A7C15ULL);
   h ^= h >> 33;
   h *= 0xff51afd7ed558ccdULL;
   h ^= h >> 33;

@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "loom/common/fnv.h"
 #include "loom/common/units.h"
 
 namespace loom {
@@ -124,15 +125,6 @@ std::string LoadedPathOf(void* handle) {
   if (map->l_name[0] == '/') return map->l_name;
   char real[PATH_MAX];
   return ::realpath(map->l_name, real) != nullptr ? std::string(real) : "";
-}
-
-uint64_t Fnv1a(std::string_view text, uint64_t seed) {
-  uint64_t h = 1469598103934665603ULL ^ seed;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return h;
 }
 
 }  // namespace
@@ -477,8 +469,8 @@ absl::StatusOr<std::vector<GpuDevice>> EmulatedGpuProbe::Probe() {
   gpus.reserve(emulation_.count);
   for (int i = 0; i < emulation_.count; ++i) {
     const std::string key = absl::StrCat(node_name_, "/", i);
-    const uint64_t a = Fnv1a(key, 0x6c6f6f6dULL);
-    const uint64_t b = Fnv1a(key, 0x67707573ULL);
+    const uint64_t a = Fnv1a64(key, 0x6c6f6f6dULL);
+    const uint64_t b = Fnv1a64(key, 0x67707573ULL);
     char uuid[64];
     std::snprintf(uuid, sizeof(uuid), "GPU-%08x-%04x-%04x-%04x-%012llx",
                   static_cast<unsigned>(a >> 32),

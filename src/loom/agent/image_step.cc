@@ -20,6 +20,7 @@
 #include "loom/agent/json_values.h"
 #include "loom/agent/mig_devices.h"
 #include "loom/agent/oci_bundle.h"
+#include "loom/common/fnv.h"
 #include "nlohmann/json.hpp"
 
 namespace loom {
@@ -33,12 +34,7 @@ constexpr char kDefaultPath[] =
 
 // FNV-1a, 64 bits, as 16 hex digits: a short name unique per host path.
 std::string ShortHash(std::string_view text) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return absl::StrCat(absl::Hex(h, absl::kZeroPad16));
+  return absl::StrCat(absl::Hex(Fnv1a64(text), absl::kZeroPad16));
 }
 
 // Env, Entrypoint and WorkingDir of the image's config (OCI image spec,

@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "loom/agent/task_files.h"
+#include "loom/common/fnv.h"
 
 namespace loom {
 namespace {
@@ -41,15 +42,6 @@ std::string OwnUnifiedCgroup(const std::string& file) {
     return path;
   }
   return "";
-}
-
-uint64_t Fnv1a(std::string_view text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
 }
 
 absl::Status MakeDir(const std::string& path) {
@@ -119,7 +111,7 @@ absl::StatusOr<std::unique_ptr<TaskGroups>> TaskGroups::Create(
   }
   return std::unique_ptr<TaskGroups>(new TaskGroups(
       hierarchy,
-      absl::StrCat(base, "/", absl::StrFormat("%016x", Fnv1a(state_dir)))));
+      absl::StrCat(base, "/", absl::StrFormat("%016x", Fnv1a64(state_dir)))));
 }
 
 absl::StatusOr<std::string> TaskGroups::Make(const std::string& task_id) const {
