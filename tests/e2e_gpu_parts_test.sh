@@ -30,7 +30,7 @@ network: {nodes_per_leaf: 2, leaves_per_spine: 2}
 YAML
 start_server
 for i in 0 1; do
-  AGENT_FLAGS=(--emulate-mig-log "$W/mig$i.log")
+  AGENT_FLAGS=(--emulate-mig-log "$W/mig$i.log" --health-interval 500ms)
   launch_agent "$i"
 done
 AGENT_FLAGS=()
@@ -39,6 +39,39 @@ wait_for 10 bash -c "[ \"\$('$LOOM' nodes -o json | grep -c '\"up\"')\" = 2 ]" |
 
 job_id() { grep -o 'job [0-9]*' | head -1 | grep -o '[0-9]*$'; }
 logs_of() { "$LOOM" logs "$1" 2>/dev/null; }
+
+# 0. A change of MIG mode that waits: another process holds GPU 0 (the MIG
+#    GPU) of both nodes open. The MIG job's launch is answered 503 and the
+#    job queued again without using a restart; both nodes take no new work
+#    and say why; once the GPUs are reset, each agent's next health round
+#    sees the mode made, the nodes take work again and the job runs.
+for i in 0 1; do "$LOOM" chaos hold-gpu "h200-$i" 0 > /dev/null || fail "chaos hold-gpu h200-$i 0"; done
+WAITS=$("$LOOM" run --mig 1g.18gb --name waits -- sh -c 'echo "CVD=$CUDA_VISIBLE_DEVICES"; exec sleep 300' | job_id) ||
+  fail "loom run --mig"
+mig_waiting() {
+  [ "$("$LOOM" nodes -o json | jq '[.nodes[] | select(.state == "cordoned" and .mig_waits == [0])] | length')" = "$1" ]
+}
+# The job goes to one node, then (queued again) to the other.
+wait_for 20 mig_waiting 2 || fail "nodes: $("$LOOM" nodes -o json | jq -c '.nodes[] | [.name, .state, .mig_waits, .reason]')"
+"$LOOM" nodes | grep -q "GPU 0: a change of MIG mode waits until the GPU is idle or reset" ||
+  fail "loom nodes: $("$LOOM" nodes)"
+wait_for 10 state_is "$WAITS" pending || fail "job $WAITS: $("$LOOM" show "$WAITS")"
+[ "$(jget "$WAITS" "j['requeues']")" = 0 ] || fail "a requeue was counted: $("$LOOM" show "$WAITS")"
+"$LOOM" show "$WAITS" | grep -q "answered 503: .*GPU 0: MIG mode must be turned on for this task" ||
+  fail "job events: $("$LOOM" show "$WAITS")"
+grep -q "GPU 0: MIG mode must be turned on" "$W/agent0.log" "$W/agent1.log" || fail "no agent log line"
+for i in 0 1; do "$LOOM" chaos reset-gpu "h200-$i" 0 > /dev/null || fail "chaos reset-gpu h200-$i 0"; done
+wait_for 20 state_is "$WAITS" running || fail "job $WAITS after the resets: $("$LOOM" show "$WAITS")"
+wait_for 10 mig_waiting 0 || fail "nodes after the resets: $("$LOOM" nodes)"
+have_cvd() { logs_of "$1" | grep -q '^CVD='; }
+wait_for 10 have_cvd "$WAITS" || fail "no output from job $WAITS"
+logs_of "$WAITS" | grep -q '^CVD=MIG-' || fail "job $WAITS: $(logs_of "$WAITS")"
+grep -q "MIG mode is on now; the node takes new work again" "$W/agent0.log" "$W/agent1.log" ||
+  fail "no settle log line"
+"$LOOM" cancel "$WAITS" > /dev/null
+not_running() { ! state_is "$1" running; }
+wait_for 20 not_running "$WAITS" || fail "job $WAITS did not end"
+echo "ok: a MIG mode change that waits requeues the job (no restart used) and cordons the nodes until the GPUs are reset"
 
 # 1. Seven slices and a 7-GPU job at once.
 IDS=()
@@ -52,7 +85,6 @@ all_running() { for j in "${IDS[@]}" "$WHOLE"; do state_is "$j" running || retur
 wait_for 20 all_running || fail "not all running: $("$LOOM" queue)"
 nodes=$(for j in "${IDS[@]}" "$WHOLE"; do jget "$j" "j['placement']['tasks'][0]['node']"; done | sort -u)
 [ "$(echo "$nodes" | wc -l)" = 1 ] || fail "the 8 jobs run on several nodes: $nodes"
-have_cvd() { logs_of "$1" | grep -q '^CVD='; }
 for j in "${IDS[@]}" "$WHOLE"; do wait_for 10 have_cvd "$j" || fail "no output from job $j"; done
 uuids=$(for j in "${IDS[@]}"; do logs_of "$j" | grep -o '^CVD=.*' | cut -d= -f2; done)
 [ "$(echo "$uuids" | grep -c '^MIG-')" = 7 ] || fail "MIG tasks' CUDA_VISIBLE_DEVICES: $uuids"

@@ -33,6 +33,7 @@
 #include "loom/agent/json_values.h"
 #include "loom/agent/launch_steps.h"
 #include "loom/agent/maintenance_runner.h"
+#include "loom/agent/mig_step.h"
 #include "loom/agent/node_session.h"
 #include "loom/agent/node_table.h"
 #include "loom/agent/task_runner.h"
@@ -360,6 +361,11 @@ absl::Status Agent::Impl::Init() {
   health.xid_watcher = xid_watcher_.get();
   health.on_change = [this] {
     for (const auto& node : nodes_->nodes()) ReportSoon(*node);
+  };
+  health.each_round = [this] {
+    for (const auto& node : nodes_->nodes()) {
+      if (SettleMigModes(*node, log_)) ReportSoon(*node);
+    }
   };
   health_ = std::make_unique<HealthMonitor>(std::move(health), log_);
 

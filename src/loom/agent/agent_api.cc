@@ -208,6 +208,11 @@ void AgentApi::HandleLaunch(const Request& req, Response& res) {
         // The request cannot run here (missing program, bad directory, ...).
         SendError(res, 400, "invalid_argument", Str(s.message()), field);
         break;
+      case absl::StatusCode::kAborted:
+        // The node cannot run it now (a GPU waits for a reset), and says
+        // so in its health: the server queues the job again.
+        SendError(res, 503, "unavailable", Str(s.message()), field);
+        break;
       default:
         SendError(res, 500, "internal", Str(s.message()), field);
     }

@@ -188,6 +188,50 @@ TEST(AgentTest, InjectedFaultsShowInHealthAndAnswers) {
       WaitFor([&] { return server.LastHealth("h200-0")["ok"] == true; }));
 }
 
+// A MIG launch on a GPU that another process holds open (an injected
+// fault): 503, which the server takes as "queue the job again"; the
+// heartbeats name the GPU in `mig_waits` until a health round finds the
+// change made (after a reset), and then leave it out.
+TEST(AgentTest, AMigModeChangeThatWaitsAnswers503) {
+  FakeServer server;
+  TempDir dir;
+  AgentOptions options = BaseOptions(server, dir.path());
+  options.health_interval = absl::Milliseconds(100);
+  std::unique_ptr<Agent> agent = StartAgent(std::move(options));
+  ASSERT_NE(agent, nullptr);
+  ASSERT_TRUE(WaitFor([&] { return server.heartbeat_count("h200-0") >= 1; }));
+  AgentClient client(*agent);
+  httplib::Result res = client.Post("/v1/faults", json{{"hold_gpu", 1}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json layout = json::array({json::array({"1g.18gb", 0})});
+  const json launch = {
+      {"task_id", "1.0.0"},
+      {"job_id", 1},
+      {"argv", json::array({"sleep", "30"})},
+      {"gpus", json::array({1})},
+      {"slice",
+       {{"mig", "1g.18gb"}, {"profile", 0}, {"start", 0}, {"layout", layout}}}};
+  res = client.Post("/v1/tasks", launch.dump());
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 503) << res->body;
+  EXPECT_THAT(res->body, HasSubstr("GPU 1: MIG mode must be turned on"));
+  auto last_waits = [&] {
+    const std::vector<json> beats = server.Heartbeats("h200-0");
+    return beats.empty() ? json() : beats.back().value("mig_waits", json());
+  };
+  ASSERT_TRUE(WaitFor([&] { return last_waits() == json::array({1}); }))
+      << last_waits();
+  res = client.Post("/v1/faults", json{{"reset_gpu", 1}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_TRUE(WaitFor([&] { return last_waits().is_null(); }));
+  // A fault for a GPU the node lacks is refused.
+  res = client.Post("/v1/faults", json{{"hold_gpu", 8}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+}
+
 // An agent that does not know its server's key runs nothing: without a join
 // token or a credential it can never learn one, and it answers 503 (saying
 // why) to every route but health and telemetry.

@@ -102,6 +102,12 @@ struct AgentNode {
   // Injected faults (fault_injector.h).
   std::atomic<bool> drop_heartbeats{false};
   std::atomic<uint32_t> failed_gpus{0};  // bit i: emulated GPU i failed
+
+  // GPUs whose change of MIG mode waits (bit i: GPU i), as a launch found
+  // (mig_step.h): the node takes no new work while any does, and the
+  // health monitor's rounds ask again (`SettleMigModes`). Mutable: the
+  // launch steps see the node as const.
+  mutable std::atomic<uint32_t> mig_waits{0};
 };
 
 // `<node>/lease`: the send time of the last answered heartbeat and the fence

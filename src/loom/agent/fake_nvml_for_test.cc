@@ -4,6 +4,9 @@
 // two "NVIDIA H200" GPUs. They are MIG-capable (mig_control.h): MIG mode off
 // and no instances whenever the library is initialised afresh; each MIG call
 // is appended as a line to the file `LOOM_FAKE_NVML_LOG` names, when set.
+// While `LOOM_FAKE_NVML_MIG_HELD` names a GPU index, another process holds
+// that GPU open: a change of its MIG mode is left pending (the activation
+// status is NVML_ERROR_IN_USE), until a later call finds it no longer held.
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -372,7 +375,13 @@ int nvmlDeviceSetMigMode(void* device, unsigned int mode, int* activation) {
   for (const FakeGi& gi : g_mig[g].gis) {
     if (mode == 0 && gi.used) return kInUse;
   }
-  g_mig[g].current = g_mig[g].pending = mode;
+  g_mig[g].pending = mode;
+  const char* held = std::getenv("LOOM_FAKE_NVML_MIG_HELD");
+  if (held != nullptr && std::atoi(held) == g) {
+    *activation = kInUse;
+    return 0;
+  }
+  g_mig[g].current = mode;
   *activation = 0;
   return 0;
 }

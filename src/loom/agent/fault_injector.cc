@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "loom/agent/emulated_mig_control.h"
 #include "loom/agent/json_values.h"
 #include "loom/agent/launch_request.h"
 
@@ -22,8 +23,8 @@ absl::StatusOr<size_t> FaultInjector::Apply(const json& body,
                                             std::string* field) {
   // Checked in full before anything changes.
   static constexpr const char* kKeys[] = {
-      "node", "drop_heartbeats", "fail_gpu", "heal_gpu", "delay_ms", "exit",
-      "clear"};
+      "node",      "drop_heartbeats", "fail_gpu", "heal_gpu", "hold_gpu",
+      "reset_gpu", "delay_ms",        "exit",     "clear"};
   bool any = false;
   for (const auto& item : body.items()) {
     const std::string& key = item.key();
@@ -34,15 +35,15 @@ absl::StatusOr<size_t> FaultInjector::Apply(const json& body,
       return absl::InvalidArgumentError(
           absl::StrCat("unknown fault '", key,
                        "'; known: drop_heartbeats, fail_gpu, heal_gpu, "
-                       "delay_ms, exit, clear"));
+                       "hold_gpu, reset_gpu, delay_ms, exit, clear"));
     }
     if (key != "node") any = true;
   }
   if (!any) {
     if (field != nullptr) *field = "body";
     return absl::InvalidArgumentError(
-        "no fault given (drop_heartbeats, fail_gpu, heal_gpu, delay_ms, "
-        "exit or clear)");
+        "no fault given (drop_heartbeats, fail_gpu, heal_gpu, hold_gpu, "
+        "reset_gpu, delay_ms, exit or clear)");
   }
   for (const char* key : {"drop_heartbeats", "exit", "clear"}) {
     if (body.contains(key) && !body[key].is_boolean()) {
@@ -69,15 +70,15 @@ absl::StatusOr<size_t> FaultInjector::Apply(const json& body,
                         "60000");
     }
   }
-  std::optional<int> fail_gpu, heal_gpu;
-  for (const char* key : {"fail_gpu", "heal_gpu"}) {
+  std::optional<int> fail_gpu, heal_gpu, hold_gpu, reset_gpu;
+  for (const char* key : {"fail_gpu", "heal_gpu", "hold_gpu", "reset_gpu"}) {
     if (!body.contains(key)) continue;
     std::optional<int64_t> g = AsInt(body[key]);
     if (!emulated_) {
       if (field != nullptr) *field = key;
       return absl::FailedPreconditionError(
           absl::StrCat(key,
-                       ": only emulated GPUs can be failed or healed (this "
+                       ": only emulated GPUs take injected faults (this "
                        "agent uses NVML)"));
     }
     if (!g || *g < 0 || *g >= static_cast<int64_t>(nodes[0]->gpus.size()) ||
@@ -86,8 +87,11 @@ absl::StatusOr<size_t> FaultInjector::Apply(const json& body,
                         absl::StrCat("must be a GPU index from 0 to ",
                                      nodes[0]->gpus.size() - 1));
     }
-    (std::string(key) == "fail_gpu" ? fail_gpu : heal_gpu) =
-        static_cast<int>(*g);
+    const std::string k = key;
+    (k == "fail_gpu"   ? fail_gpu
+     : k == "heal_gpu" ? heal_gpu
+     : k == "hold_gpu" ? hold_gpu
+                       : reset_gpu) = static_cast<int>(*g);
   }
 
   const bool clear = body.value("clear", false);
@@ -96,6 +100,9 @@ absl::StatusOr<size_t> FaultInjector::Apply(const json& body,
     for (AgentNode* node : nodes) {
       node->drop_heartbeats.store(false);
       node->failed_gpus.store(0);
+      if (auto* mig = dynamic_cast<EmulatedMigControl*>(node->mig.get())) {
+        for (const GpuDevice& g : node->gpus) (void)mig->Hold(g.index, false);
+      }
       log_("info", node->name, "fault injection: all faults cleared");
       report_soon_(*node);
     }
@@ -120,6 +127,26 @@ absl::StatusOr<size_t> FaultInjector::Apply(const json& body,
                : absl::StrCat("fault injection: GPU ", *heal_gpu,
                               " healthy again"));
       report_soon_(*node);
+    }
+  }
+  if (hold_gpu || reset_gpu) {
+    // The emulated MIG control (emulated_mig_control.h): a GPU another
+    // process holds open, on which a change of MIG mode waits; a reset.
+    for (AgentNode* node : nodes) {
+      auto* mig = dynamic_cast<EmulatedMigControl*>(node->mig.get());
+      if (mig == nullptr) continue;
+      if (hold_gpu) {
+        (void)mig->Hold(*hold_gpu, true);
+        log_("warn", node->name,
+             absl::StrCat("fault injection: GPU ", *hold_gpu,
+                          " held open by another process (a change of MIG "
+                          "mode waits)"));
+      }
+      if (reset_gpu) {
+        (void)mig->Reset(*reset_gpu);
+        log_("warn", node->name,
+             absl::StrCat("fault injection: GPU ", *reset_gpu, " reset"));
+      }
     }
   }
   if (delay) {

@@ -32,11 +32,11 @@ class FaultInjector {
         log_(log) {}
 
   // Applies the faults of `body` ({node?, drop_heartbeats?, fail_gpu?,
-  // heal_gpu?, delay_ms?, exit?, clear?}) to the node named by `node` (the
-  // query) or the body, or to every node. The body is checked in full
-  // before anything changes: `InvalidArgument` (with `*field`) for an
-  // unknown fault or a bad value, `FailedPrecondition` for failing a real
-  // GPU, `NotFound` for a node not served. Returns how many nodes it
+  // heal_gpu?, hold_gpu?, reset_gpu?, delay_ms?, exit?, clear?}) to the node
+  // named by `node` (the query) or the body, or to every node. The body is
+  // checked in full before anything changes: `InvalidArgument` (with `*field`)
+  // for an unknown fault or a bad value, `FailedPrecondition` for failing a
+  // real GPU, `NotFound` for a node not served. Returns how many nodes it
   // touched.
   absl::StatusOr<size_t> Apply(const nlohmann::json& body,
                                const std::string& node, std::string* field);

@@ -149,7 +149,7 @@ struct GpuEmulation {
   std::string driver_file;
   std::string cuda_file;
   // Where emulated MIG records the NVML calls it stands for
-  // (`--emulate-mig-log`, mig_control.h `EmulatedMigControl`); "": nowhere.
+  // (`--emulate-mig-log`, emulated_mig_control.h); "": nowhere.
   std::string mig_log;
 };
 

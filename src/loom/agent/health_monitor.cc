@@ -7,8 +7,16 @@
 
 namespace loom {
 
+namespace {
+
+// With the checks off (a zero interval), `each_round` still runs this often.
+constexpr absl::Duration kUpkeepInterval = absl::Seconds(10);
+
+}  // namespace
+
 void HealthMonitor::Start() {
-  if (options_.interval <= absl::ZeroDuration() || thread_.joinable()) return;
+  const bool checks = options_.interval > absl::ZeroDuration();
+  if ((!checks && !options_.each_round) || thread_.joinable()) return;
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -42,8 +50,14 @@ std::vector<std::string> HealthMonitor::CheckHost() const {
 }
 
 void HealthMonitor::Loop() {
+  const bool checks = options_.interval > absl::ZeroDuration();
   std::vector<std::string> last;
   while (!stop_.HasBeenNotified()) {
+    if (options_.each_round) options_.each_round();
+    if (!checks) {
+      stop_.WaitForNotificationWithTimeout(kUpkeepInterval);
+      continue;
+    }
     std::vector<std::string> problems = CheckHost();
     if (problems != last) {
       log_(problems.empty() ? "info" : "warn", "",

@@ -37,6 +37,10 @@ struct HealthMonitorOptions {
   const NvmlXidWatcher* xid_watcher = nullptr;
   // Called (on the monitor's thread) when the problems changed.
   std::function<void()> on_change;
+  // Called (on the monitor's thread) at the start of every round, for the
+  // node's own upkeep (MIG modes that wait: `SettleMigModes`); with a zero
+  // `interval` (no checks), every 10 s.
+  std::function<void()> each_round;
 };
 
 // Thread-safe.
@@ -46,7 +50,8 @@ class HealthMonitor {
       : options_(std::move(options)), log_(log) {}
   ~HealthMonitor() { Stop(); }
 
-  // Starts the rounds on a thread of their own (none for a zero interval).
+  // Starts the rounds on a thread of their own (none for a zero interval
+  // without `each_round`).
   void Start();
   // Ends the rounds; idempotent.
   void Stop();

@@ -1,17 +1,13 @@
 #include "loom/agent/mig_control.h"
 
 #include <dlfcn.h>
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
 #include <map>
-#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "loom/agent/json_values.h"
+#include "loom/agent/mig_control_internal.h"
 
 namespace loom {
 // The NVML declarations MIG needs (named, not anonymous: `NvmlMigControl`'s
@@ -61,7 +57,8 @@ struct NvmlComputeInstanceProfileInfo {  // nvmlComputeInstanceProfileInfo_t
 constexpr NvmlReturn kNvmlSuccess = 0;
 constexpr NvmlReturn kNvmlErrorNotSupported = 3;
 constexpr NvmlReturn kNvmlErrorNotFound = 6;
-constexpr unsigned int kNvmlDeviceMigEnable = 1;  // NVML_DEVICE_MIG_ENABLE
+constexpr unsigned int kNvmlDeviceMigDisable = 0;  // NVML_DEVICE_MIG_DISABLE
+constexpr unsigned int kNvmlDeviceMigEnable = 1;   // NVML_DEVICE_MIG_ENABLE
 // NVML_GPU_INSTANCE_PROFILE_COUNT of the profiles this code names (up to
 // 1_SLICE_REV2 = 9), NVML_COMPUTE_INSTANCE_PROFILE_COUNT (up to
 // 1_SLICE_REV1 = 7).
@@ -73,6 +70,10 @@ constexpr unsigned int kUuidBufferSize = 96;  // NVML_DEVICE_UUID_V2_...
 
 }  // namespace mig_nvml
 
+using mig_internal::Resolved;
+using mig_internal::ResolveLayout;
+using mig_internal::SortByStart;
+
 namespace {
 
 using json = nlohmann::json;
@@ -80,6 +81,7 @@ using mig_nvml::kComputeEngineShared;
 using mig_nvml::kComputeInstanceProfiles;
 using mig_nvml::kGpuInstanceProfiles;
 using mig_nvml::kMaxInstances;
+using mig_nvml::kNvmlDeviceMigDisable;
 using mig_nvml::kNvmlDeviceMigEnable;
 using mig_nvml::kNvmlErrorNotFound;
 using mig_nvml::kNvmlErrorNotSupported;
@@ -94,13 +96,19 @@ using mig_nvml::NvmlGpuInstancePlacement;
 using mig_nvml::NvmlGpuInstanceProfileInfo;
 using mig_nvml::NvmlReturn;
 
-struct Resolved {
-  const MigProfile* profile;
-  int start;
-};
+// loom's name of the profile with NVML id `id`.
+std::string ProfileName(const std::vector<MigProfile>& profiles,
+                        unsigned int id) {
+  for (const MigProfile& p : profiles) {
+    if (NvmlGpuInstanceProfileId(p) == static_cast<int>(id)) return p.name;
+  }
+  return absl::StrCat("nvml-profile-", id);
+}
 
-// The profiles of `layout` on a GPU with `profiles`; `InvalidArgument`
-// naming the GPU for an unknown name or a layout that cannot exist.
+}  // namespace
+
+namespace mig_internal {
+
 absl::StatusOr<std::vector<Resolved>> ResolveLayout(
     int gpu, const std::vector<MigProfile>& profiles, const MigLayout& layout) {
   if (profiles.empty()) {
@@ -125,15 +133,6 @@ absl::StatusOr<std::vector<Resolved>> ResolveLayout(
   return out;
 }
 
-// loom's name of the profile with NVML id `id`.
-std::string ProfileName(const std::vector<MigProfile>& profiles,
-                        unsigned int id) {
-  for (const MigProfile& p : profiles) {
-    if (NvmlGpuInstanceProfileId(p) == static_cast<int>(id)) return p.name;
-  }
-  return absl::StrCat("nvml-profile-", id);
-}
-
 void SortByStart(std::vector<MigInstanceInfo>& v) {
   std::sort(v.begin(), v.end(),
             [](const MigInstanceInfo& a, const MigInstanceInfo& b) {
@@ -141,16 +140,7 @@ void SortByStart(std::vector<MigInstanceInfo>& v) {
             });
 }
 
-uint64_t MigHash(std::string_view text, uint64_t seed) {
-  uint64_t h = 1469598103934665603ULL ^ seed;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
-
-}  // namespace
+}  // namespace mig_internal
 
 json MigStateJson(const MigState& state) {
   json instances = json::array();
@@ -253,6 +243,19 @@ struct NvmlMigControl::Api {
     unsigned int profile_id;
     int start;
   };
+
+  // GPU `gpu`'s MIG mode now and after the next activation; `*capable`
+  // false (and OK) when NVML says the GPU has no MIG.
+  absl::Status Mode(int gpu, NvmlDevice device, bool* capable,
+                    unsigned int* current, unsigned int* pending) const {
+    *current = *pending = 0;
+    const NvmlReturn rc = get_mig_mode(device, current, pending);
+    *capable = rc != kNvmlErrorNotSupported;
+    if (rc == kNvmlSuccess || rc == kNvmlErrorNotSupported) {
+      return absl::OkStatus();
+    }
+    return Fail(gpu, "nvmlDeviceGetMigMode", rc);
+  }
 
   absl::StatusOr<NvmlDevice> Device(int gpu) const {
     NvmlDevice device = nullptr;
@@ -592,10 +595,11 @@ absl::StatusOr<MigState> NvmlMigControl::Describe(int gpu) {
   if (!device.ok()) return device.status();
   MigState state;
   unsigned int current = 0, pending = 0;
-  NvmlReturn rc = api_->get_mig_mode(*device, &current, &pending);
-  if (rc == kNvmlErrorNotSupported) return state;  // not capable
-  if (rc != kNvmlSuccess) return api_->Fail(gpu, "nvmlDeviceGetMigMode", rc);
-  state.capable = true;
+  if (absl::Status s =
+          api_->Mode(gpu, *device, &state.capable, &current, &pending);
+      !s.ok() || !state.capable) {
+    return s.ok() ? absl::StatusOr<MigState>(state) : s;
+  }
   state.enabled = current == kNvmlDeviceMigEnable;
   state.pending = pending == kNvmlDeviceMigEnable;
   if (!state.enabled) return state;
@@ -606,124 +610,67 @@ absl::StatusOr<MigState> NvmlMigControl::Describe(int gpu) {
   return state;
 }
 
-// --- Emulated --------------------------------------------------------------
-
-EmulatedMigControl::EmulatedMigControl(std::string node_name,
-                                       std::vector<GpuDevice> gpus,
-                                       std::string log_path)
-    : node_name_(std::move(node_name)), log_path_(std::move(log_path)) {
-  int max_index = -1;
-  for (const GpuDevice& g : gpus) max_index = std::max(max_index, g.index);
-  gpus_.resize(static_cast<size_t>(max_index + 1));
-  for (const GpuDevice& g : gpus) {
-    gpus_[g.index].profiles = MigProfilesFor(g.model, g.memory_bytes);
-  }
-}
-
-absl::StatusOr<EmulatedMigControl::Gpu*> EmulatedMigControl::Find(int gpu) {
-  if (gpu < 0 || gpu >= static_cast<int>(gpus_.size())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("node ", node_name_, " has no GPU ", gpu));
-  }
-  return &gpus_[gpu];
-}
-
-void EmulatedMigControl::Record(const std::string& line) const {
-  if (log_path_.empty()) return;
-  const std::string text = absl::StrCat(line, " node=", node_name_, "\n");
-  const int fd = ::open(log_path_.c_str(),
-                        O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return;  // a record, not a reason to fail a launch
-  ssize_t n;
-  do {
-    n = ::write(fd, text.data(), text.size());  // one write: one line
-  } while (n < 0 && errno == EINTR);
-  ::close(fd);
-}
-
-absl::StatusOr<std::vector<MigInstanceInfo>> EmulatedMigControl::Ensure(
-    int gpu, const MigLayout& layout) {
-  absl::MutexLock lock(&mu_);
-  absl::StatusOr<Gpu*> found = Find(gpu);
-  if (!found.ok()) return found.status();
-  Gpu& g = **found;
-  absl::StatusOr<std::vector<Resolved>> wanted =
-      ResolveLayout(gpu, g.profiles, layout);
-  if (!wanted.ok()) return wanted.status();
-  const std::string at = absl::StrCat(" gpu=", gpu);
-  if (!g.enabled) {
-    Record(absl::StrCat("nvmlDeviceSetMigMode", at, " mode=1"));
-    g.enabled = true;
-  }
-  std::vector<bool> have(wanted->size(), false);
-  std::vector<Instance> kept;
-  for (const Instance& in : g.instances) {
-    bool keep = false;
-    for (size_t i = 0; i < wanted->size() && !keep; ++i) {
-      if (!have[i] && (*wanted)[i].profile->name == in.info.profile &&
-          (*wanted)[i].start == in.info.start) {
-        have[i] = keep = true;
+absl::StatusOr<MigState> NvmlMigControl::Disable(int gpu) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = Load(); !s.ok()) return s;
+    const std::vector<MigProfile> profiles = ProfilesOf(gpus_, gpu);
+    absl::StatusOr<NvmlDevice> device = api_->Device(gpu);
+    if (!device.ok()) return device.status();
+    bool capable = false;
+    unsigned int current = 0, pending = 0;
+    if (absl::Status s = api_->Mode(gpu, *device, &capable, &current, &pending);
+        !s.ok() || !capable) {
+      return s.ok() ? absl::StatusOr<MigState>(MigState{}) : s;
+    }
+    NvmlReturn rc = kNvmlSuccess;
+    if (current == kNvmlDeviceMigDisable && pending == kNvmlDeviceMigDisable) {
+      return MigState{.capable = true};
+    }
+    if (current == kNvmlDeviceMigEnable) {
+      std::vector<Api::Gi> gis;
+      absl::StatusOr<std::vector<MigInstanceInfo>> now =
+          api_->Instances(gpu, *device, profiles, &gis);
+      if (!now.ok()) return now.status();
+      for (const Api::Gi& gi : gis) {
+        if (absl::Status s = api_->DestroyGpuInstance(gpu, gi.handle);
+            !s.ok()) {
+          return s;
+        }
       }
     }
-    if (keep) {
-      kept.push_back(in);
-      continue;
+    NvmlReturn activation = kNvmlSuccess;
+    if (rc = api_->set_mig_mode(*device, kNvmlDeviceMigDisable, &activation);
+        rc != kNvmlSuccess) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("GPU ", gpu, ": cannot disable MIG mode: ",
+                       "nvmlDeviceSetMigMode: ", api_->Describe(rc)));
     }
-    Record(
-        absl::StrCat("nvmlComputeInstanceDestroy", at, " gi=", in.id, " ci=0"));
-    Record(absl::StrCat("nvmlGpuInstanceDestroy", at, " gi=", in.id));
   }
-  g.instances = std::move(kept);
-  for (size_t i = 0; i < wanted->size(); ++i) {
-    if (have[i]) continue;
-    const Resolved& w = (*wanted)[i];
-    std::set<int> ids;
-    for (const Instance& in : g.instances) ids.insert(in.id);
-    int id = 1;
-    while (ids.contains(id)) ++id;
-    const int nvml_profile = NvmlGpuInstanceProfileId(*w.profile);
-    Record(absl::StrCat("nvmlDeviceCreateGpuInstanceWithPlacement", at,
-                        " profile=", nvml_profile, " start=", w.start,
-                        " size=", w.profile->memory_slices));
-    Record(absl::StrCat(
-        "nvmlGpuInstanceCreateComputeInstance", at, " gi=", id,
-        " profile=", NvmlComputeInstanceProfileId(w.profile->compute_slices)));
-    const std::string key =
-        absl::StrCat(node_name_, "/", gpu, "/", w.profile->name, "@", w.start);
-    const uint64_t a = MigHash(key, 0x6d6967ULL);
-    const uint64_t b = MigHash(key, 0x736c696365ULL);
-    char uuid[64];
-    std::snprintf(uuid, sizeof(uuid), "MIG-%08x-%04x-%04x-%04x-%012llx",
-                  static_cast<unsigned>(a >> 32),
-                  static_cast<unsigned>((a >> 16) & 0xffff),
-                  static_cast<unsigned>(a & 0xffff),
-                  static_cast<unsigned>(b >> 48),
-                  static_cast<unsigned long long>(b & 0xffffffffffffULL));
-    g.instances.push_back({id, {w.profile->name, w.start, uuid, id}});
-  }
-  std::vector<MigInstanceInfo> out;
-  for (const Instance& in : g.instances) out.push_back(in.info);
-  SortByStart(out);
-  return out;
+  return Describe(gpu);
 }
 
-absl::StatusOr<std::vector<MigInstanceInfo>> EmulatedMigControl::List(int gpu) {
-  absl::StatusOr<MigState> state = Describe(gpu);
-  if (!state.ok()) return state.status();
-  return state->instances;
-}
-
-absl::StatusOr<MigState> EmulatedMigControl::Describe(int gpu) {
-  absl::MutexLock lock(&mu_);
-  absl::StatusOr<Gpu*> found = Find(gpu);
-  if (!found.ok()) return found.status();
-  const Gpu& g = **found;
-  MigState state;
-  state.capable = !g.profiles.empty();
-  state.enabled = state.pending = g.enabled;
-  for (const Instance& in : g.instances) state.instances.push_back(in.info);
-  SortByStart(state.instances);
-  return state;
+absl::StatusOr<MigState> NvmlMigControl::Settle(int gpu) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = Load(); !s.ok()) return s;
+    absl::StatusOr<NvmlDevice> device = api_->Device(gpu);
+    if (!device.ok()) return device.status();
+    bool capable = false;
+    unsigned int current = 0, pending = 0;
+    if (absl::Status s = api_->Mode(gpu, *device, &capable, &current, &pending);
+        !s.ok() || !capable) {
+      return s.ok() ? absl::StatusOr<MigState>(MigState{}) : s;
+    }
+    if (current != pending) {
+      NvmlReturn activation = kNvmlSuccess;
+      if (NvmlReturn rc = api_->set_mig_mode(*device, pending, &activation);
+          rc != kNvmlSuccess) {
+        return api_->Fail(gpu, "nvmlDeviceSetMigMode", rc);
+      }
+    }
+  }
+  return Describe(gpu);
 }
 
 }  // namespace loom

@@ -44,6 +44,14 @@ struct MigState {
   std::vector<MigInstanceInfo> instances;  // sorted by start
 };
 
+// Whether a change of MIG mode was asked for and waits: NVML activates a
+// mode change only on an idle GPU (another process holding it open makes it
+// wait, `NVML_ERROR_IN_USE`), and some platforms only at a GPU reset
+// (`NVML_ERROR_RESET_REQUIRED`). Until then the GPU keeps its mode now.
+inline bool MigModeWaits(const MigState& state) {
+  return state.capable && state.enabled != state.pending;
+}
+
 // `{"capable", "mode": "enabled"|"disabled", "pending": ..., "instances":
 // [{"profile", "start", "uuid"}]}`.
 nlohmann::json MigStateJson(const MigState& state);
@@ -78,6 +86,19 @@ class MigControl {
   // Whether GPU `gpu` is MIG-capable, its mode now and after a reset, and
   // its instances. Read-only: never changes the mode.
   [[nodiscard]] virtual absl::StatusOr<MigState> Describe(int gpu) = 0;
+
+  // Turns MIG mode off on GPU `gpu`, for a task that uses it whole or as a
+  // share: its instances are destroyed (compute instances first), then the
+  // mode is set. Returns the state after, which may say that the change
+  // waits (`MigModeWaits`). Nothing changes when the mode is off and no
+  // change waits; a GPU that is not MIG-capable is left as it is. Errors as
+  // `Ensure`'s.
+  [[nodiscard]] virtual absl::StatusOr<MigState> Disable(int gpu) = 0;
+
+  // Asks again for the mode that a waiting change wants
+  // (`nvmlDeviceSetMigMode` with the pending mode), as NVML says to once the
+  // GPU is idle, and returns the state after. Nothing when no change waits.
+  [[nodiscard]] virtual absl::StatusOr<MigState> Settle(int gpu) = 0;
 };
 
 // NVML's GPU instance profile id (`NVML_GPU_INSTANCE_PROFILE_*`) of a loom
@@ -113,6 +134,8 @@ class NvmlMigControl : public MigControl {
       int gpu, const MigLayout& layout) override;
   absl::StatusOr<std::vector<MigInstanceInfo>> List(int gpu) override;
   absl::StatusOr<MigState> Describe(int gpu) override;
+  absl::StatusOr<MigState> Disable(int gpu) override;
+  absl::StatusOr<MigState> Settle(int gpu) override;
 
  private:
   struct Api;
@@ -122,45 +145,6 @@ class NvmlMigControl : public MigControl {
   const std::string library_;
   absl::Mutex mu_;
   std::unique_ptr<Api> api_ ABSL_GUARDED_BY(mu_);  // null until loaded
-};
-
-// MIG of emulated GPUs, in memory: the same rules as `NvmlMigControl`
-// (a GPU whose model and memory `MigProfilesFor` knows is capable; MIG mode
-// starts off), UUIDs derived from the node's name, the GPU, the profile and
-// the start (the same instance gets the same UUID again, also after an
-// agent restart). When `log_path` is not empty, each NVML call that would
-// change the GPU is appended to it as one line, in the format of the test
-// stand-in NVML library's `LOOM_FAKE_NVML_LOG`, with ` node=NAME` at the
-// end (`nvmlDeviceCreateGpuInstanceWithPlacement gpu=0 profile=0 start=2
-// size=1 node=h200-0`). The state does not survive the agent.
-class EmulatedMigControl : public MigControl {
- public:
-  EmulatedMigControl(std::string node_name, std::vector<GpuDevice> gpus,
-                     std::string log_path = "");
-
-  absl::StatusOr<std::vector<MigInstanceInfo>> Ensure(
-      int gpu, const MigLayout& layout) override;
-  absl::StatusOr<std::vector<MigInstanceInfo>> List(int gpu) override;
-  absl::StatusOr<MigState> Describe(int gpu) override;
-
- private:
-  struct Instance {
-    int id = 0;  // the GPU instance id
-    MigInstanceInfo info;
-  };
-  struct Gpu {
-    std::vector<MigProfile> profiles;
-    bool enabled = false;
-    std::vector<Instance> instances;
-  };
-  // `InvalidArgument` for an index the node lacks.
-  absl::StatusOr<Gpu*> Find(int gpu) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Record(const std::string& line) const;
-
-  const std::string node_name_;
-  const std::string log_path_;
-  absl::Mutex mu_;
-  std::vector<Gpu> gpus_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace loom

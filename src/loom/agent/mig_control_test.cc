@@ -3,7 +3,9 @@
 // and seven 1g.18gb instances made at their placements, nothing made or
 // destroyed when the layout is there, a repartition destroying the old
 // instances before it creates the new ones and keeping those it can, the
-// read-only `Describe`; and `EmulatedMigControl`, with the calls it records.
+// read-only `Describe`, turning MIG off, a mode change that waits while the
+// GPU is held; and `EmulatedMigControl`, with the calls it records and its
+// faults.
 
 #include "loom/agent/mig_control.h"
 
@@ -21,6 +23,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "loom/agent/agent_test_util.h"
+#include "loom/agent/emulated_mig_control.h"
 
 namespace loom {
 namespace {
@@ -273,6 +276,63 @@ TEST_F(NvmlMigControlTest, BadLayoutsAndNoLibrary) {
             absl::StatusCode::kUnavailable);
 }
 
+TEST_F(NvmlMigControlTest, DisableDestroysTheInstancesThenTurnsTheModeOff) {
+  ASSERT_TRUE(mig_.Ensure(0, Seven1g()).ok());
+  Take();
+  absl::StatusOr<MigState> off = mig_.Disable(0);
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_TRUE(off->capable);
+  EXPECT_FALSE(off->enabled);
+  EXPECT_FALSE(MigModeWaits(*off));
+  EXPECT_THAT(off->instances, IsEmpty());
+  std::vector<std::string> calls = Take();
+  EXPECT_EQ(Calls(calls, "nvmlComputeInstanceDestroy").size(), 7u);
+  EXPECT_EQ(Calls(calls, "nvmlGpuInstanceDestroy").size(), 7u);
+  ASSERT_THAT(Calls(calls, "nvmlDeviceSetMigMode"),
+              ElementsAre("nvmlDeviceSetMigMode gpu=0 mode=0"));
+  size_t set = 0, last_destroy = 0;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (absl::StartsWith(calls[i], "nvmlDeviceSetMigMode")) set = i;
+    if (absl::StrContains(calls[i], "Destroy")) last_destroy = i;
+  }
+  EXPECT_LT(last_destroy, set);
+  // Off already, or never MIG: nothing changes.
+  ASSERT_TRUE(mig_.Disable(0).ok());
+  ASSERT_TRUE(mig_.Disable(1).ok());
+  calls = Take();
+  EXPECT_FALSE(AnyChange(calls)) << absl::StrJoin(calls, "\n");
+}
+
+TEST_F(NvmlMigControlTest, AModeChangeWaitsWhileTheGpuIsHeld) {
+  ::setenv("LOOM_FAKE_NVML_MIG_HELD", "0", 1);
+  absl::StatusOr<std::vector<MigInstanceInfo>> made = mig_.Ensure(0, Seven1g());
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(made.status().message(),
+              HasSubstr("MIG mode is enabled only after a GPU reset"));
+  absl::StatusOr<MigState> state = mig_.Describe(0);
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_FALSE(state->enabled);
+  EXPECT_TRUE(state->pending);
+  EXPECT_TRUE(MigModeWaits(*state));
+  // Still held: asking again leaves it waiting.
+  Take();
+  state = mig_.Settle(0);
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_TRUE(MigModeWaits(*state));
+  EXPECT_THAT(Calls(Take(), "nvmlDeviceSetMigMode"),
+              ElementsAre("nvmlDeviceSetMigMode gpu=0 mode=1"));
+  // Let go: the next ask makes it; then nothing waits, nothing is asked.
+  ::unsetenv("LOOM_FAKE_NVML_MIG_HELD");
+  state = mig_.Settle(0);
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_TRUE(state->enabled);
+  EXPECT_FALSE(MigModeWaits(*state));
+  Take();
+  ASSERT_TRUE(mig_.Settle(0).ok());
+  EXPECT_FALSE(AnyChange(Take()));
+  EXPECT_TRUE(mig_.Ensure(0, Seven1g()).ok());
+}
+
 // --- EmulatedMigControl ------------------------------------------------------
 
 std::vector<GpuDevice> EmulatedGpus(const std::string& node,
@@ -321,6 +381,54 @@ TEST(EmulatedMigControlTest, RecordsTheCallsItStandsFor) {
   state = mig.Describe(3);
   EXPECT_TRUE(state->enabled);
   EXPECT_EQ(state->instances.size(), 2u);
+}
+
+// The faults: a GPU held open makes a change of MIG mode wait, both ways,
+// until it is let go and asked again, or reset.
+TEST(EmulatedMigControlTest, AHeldGpuMakesModeChangesWait) {
+  TempDir dir;
+  const std::string log = absl::StrCat(dir.path(), "/mig.log");
+  EmulatedMigControl mig("h200-0", EmulatedGpus("h200-0"), log);
+  ASSERT_TRUE(mig.Hold(2, true).ok());
+  absl::StatusOr<std::vector<MigInstanceInfo>> made = mig.Ensure(2, Seven1g());
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(made.status().message(), HasSubstr("GPU 2: MIG mode is enabled "
+                                                 "only after a GPU reset"));
+  EXPECT_TRUE(MigModeWaits(mig.Describe(2).value()));
+  EXPECT_TRUE(MigModeWaits(mig.Settle(2).value()));
+  // Taken back: a task that wants the GPU whole turns MIG off, which
+  // needs no change now.
+  absl::StatusOr<MigState> off = mig.Disable(2);
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->enabled);
+  EXPECT_FALSE(MigModeWaits(*off));
+  // A reset makes a waiting mode take effect.
+  EXPECT_FALSE(mig.Ensure(2, Seven1g()).ok());
+  ASSERT_TRUE(mig.Reset(2).ok());
+  EXPECT_TRUE(mig.Describe(2)->enabled);
+  made = mig.Ensure(2, Seven1g());
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_EQ(made->size(), 7u);
+
+  // Turning it off while held waits too, with the instances already gone;
+  // let go and asked again, it is off.
+  ASSERT_TRUE(mig.Hold(2, true).ok());
+  std::remove(log.c_str());
+  off = mig.Disable(2);
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_TRUE(off->enabled);
+  EXPECT_TRUE(MigModeWaits(*off));
+  EXPECT_THAT(off->instances, IsEmpty());
+  const std::vector<std::string> lines = ReadLines(log);
+  EXPECT_EQ(Calls(lines, "nvmlGpuInstanceDestroy").size(), 7u);
+  EXPECT_THAT(Calls(lines, "nvmlDeviceSetMigMode"),
+              ElementsAre("nvmlDeviceSetMigMode gpu=2 mode=0 node=h200-0"));
+  ASSERT_TRUE(mig.Hold(2, false).ok());
+  off = mig.Settle(2);
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->enabled);
+  EXPECT_FALSE(MigModeWaits(*off));
+  EXPECT_EQ(mig.Hold(9, true).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(EmulatedMigControlTest, UuidsAreStableAndDifferPerNode) {

@@ -46,7 +46,7 @@ class MigStep : public LaunchStep {
 
   absl::Status Prepare(LaunchContext& ctx, std::string* field) const override {
     const LaunchRequest& r = ctx.request;
-    if (!r.slice || r.slice->mig.empty()) return absl::OkStatus();
+    if (!r.slice || r.slice->mig.empty()) return FreeOfMig(ctx, field);
     const SliceRequest& s = *r.slice;
     const AgentNode& node = ctx.node;
     const int g = r.gpus.empty() ? -1 : r.gpus.front();
@@ -101,7 +101,8 @@ class MigStep : public LaunchStep {
     absl::MutexLock lock(&mu_);
     absl::StatusOr<MigState> state = node.mig->Describe(g);
     if (!state.ok()) return SliceError(field, node, state.status());
-    if (absl::Status busy = CheckNoTaskLoses(node, r, g, *state); !busy.ok()) {
+    if (absl::Status busy = CheckNoTaskLoses(node, r, g, *state, &s.layout);
+        !busy.ok()) {
       ctx.log("warn", node.name,
               absl::StrCat("launch of task ", r.task_id,
                            " refused: ", Str(busy.message())));
@@ -109,7 +110,17 @@ class MigStep : public LaunchStep {
     }
     absl::StatusOr<std::vector<MigInstanceInfo>> instances =
         node.mig->Ensure(g, s.layout);
-    if (!instances.ok()) return SliceError(field, node, instances.status());
+    if (!instances.ok()) {
+      // MIG mode could not be turned on now: another process holds the GPU
+      // open, or the platform needs a reset. The node's state, not the
+      // task's fault.
+      absl::StatusOr<MigState> after = node.mig->Describe(g);
+      if (after.ok() && MigModeWaits(*after)) {
+        return ModeWaits(ctx, field, "slice", g, true);
+      }
+      return SliceError(field, node, instances.status());
+    }
+    NoteModeSettled(node, g);
     for (const MigInstanceInfo& in : *instances) {
       if (in.profile == s.mig && in.start == s.start && !in.uuid.empty()) {
         ctx.mig_uuid = in.uuid;
@@ -137,28 +148,95 @@ class MigStep : public LaunchStep {
   }
 
  private:
+  // A task that uses its GPUs whole, or shares one: a GPU that a task of a
+  // `mig.dynamic` pool left in MIG mode is turned back (`Disable`), or the
+  // task would see a MIG GPU's first instance instead of the GPU. A GPU
+  // whose MIG state cannot be read is launched on as it is.
+  absl::Status FreeOfMig(const LaunchContext& ctx, std::string* field) const {
+    const AgentNode& node = ctx.node;
+    const LaunchRequest& r = ctx.request;
+    if (node.mig == nullptr || r.gpus.empty()) return absl::OkStatus();
+    absl::MutexLock lock(&mu_);
+    for (int g : r.gpus) {
+      absl::StatusOr<MigState> state = node.mig->Describe(g);
+      if (!state.ok() || !state->capable ||
+          (!state->enabled && !state->pending)) {
+        continue;
+      }
+      if (absl::Status busy = CheckNoTaskLoses(node, r, g, *state, nullptr);
+          !busy.ok()) {
+        if (field != nullptr) *field = "gpus";
+        return absl::Status(busy.code(), absl::StrCat("node ", node.name, ": ",
+                                                      busy.message()));
+      }
+      absl::StatusOr<MigState> after = node.mig->Disable(g);
+      if (!after.ok()) {
+        if (field != nullptr) *field = "gpus";
+        return absl::Status(after.status().code(),
+                            absl::StrCat("node ", node.name, ": ",
+                                         Str(after.status().message())));
+      }
+      if (MigModeWaits(*after)) return ModeWaits(ctx, field, "gpus", g, false);
+      ctx.log("info", node.name,
+              absl::StrCat("GPU ", g, ": MIG mode turned off for task ",
+                           r.task_id, ", which ",
+                           r.slice ? "shares the GPU" : "uses the GPU whole"));
+      NoteModeSettled(node, g);
+    }
+    return absl::OkStatus();
+  }
+
+  // The change of GPU `g`'s MIG mode (to `on`) that the task needs waits:
+  // the node says so in its heartbeats (and takes no new work), and the
+  // launch is Aborted, which the agent answers with 503, so that the server
+  // queues the job again without using up a restart (docs/agent.md, "MIG").
+  static absl::Status ModeWaits(const LaunchContext& ctx, std::string* field,
+                                const char* field_name, int g, bool on) {
+    if (g >= 0 && g < 32) ctx.node.mig_waits.fetch_or(1u << g);
+    if (field != nullptr) *field = field_name;
+    const absl::Status status = absl::AbortedError(absl::StrCat(
+        "node ", ctx.node.name, ": GPU ", g, ": MIG mode must be turned ",
+        on ? "on" : "off",
+        " for this task, and the change waits until the GPU is idle (another "
+        "process may hold it open) or reset; the node takes no new work until "
+        "then"));
+    ctx.log("warn", ctx.node.name,
+            absl::StrCat("launch of task ", ctx.request.task_id,
+                         " not started: ", Str(status.message())));
+    return status;
+  }
+
+  static void NoteModeSettled(const AgentNode& node, int g) {
+    if (g >= 0 && g < 32) node.mig_waits.fetch_and(~(1u << g));
+  }
+
   // OK unless making `r`'s layout on GPU `g` (now `state`) would take away
   // what a live task of `node` (other than `r`'s) runs on: an instance
   // that the layout lacks, or, when the GPU changes at all, the GPU a task
-  // uses whole or as a share.
+  // uses whole or as a share. `layout` null: MIG mode is to be turned off.
   static absl::Status CheckNoTaskLoses(const AgentNode& node,
                                        const LaunchRequest& r, int g,
-                                       const MigState& state) {
-    const SliceRequest& s = *r.slice;
+                                       const MigState& state,
+                                       const MigLayout* layout) {
+    static const MigLayout kNone;
+    const MigLayout& want = layout != nullptr ? *layout : kNone;
+    const std::string change =
+        layout != nullptr ? absl::StrCat("the layout ", LayoutText(want))
+                          : std::string("turning MIG mode off");
     std::vector<const MigInstanceInfo*> doomed;
-    std::vector<bool> kept(s.layout.size(), false);
+    std::vector<bool> kept(want.size(), false);
     for (const MigInstanceInfo& in : state.instances) {
       bool keep = false;
-      for (size_t i = 0; i < s.layout.size() && !keep; ++i) {
-        if (!kept[i] && s.layout[i].first == in.profile &&
-            s.layout[i].second == in.start) {
+      for (size_t i = 0; i < want.size() && !keep; ++i) {
+        if (!kept[i] && want[i].first == in.profile &&
+            want[i].second == in.start) {
           kept[i] = keep = true;
         }
       }
       if (!keep) doomed.push_back(&in);
     }
     const bool changes =
-        !state.enabled || !doomed.empty() ||
+        state.enabled != (layout != nullptr) || !doomed.empty() ||
         std::find(kept.begin(), kept.end(), false) != kept.end();
     if (!changes) return absl::OkStatus();
     // The node's task table; the step only reads it (`node.mu` is not
@@ -181,18 +259,20 @@ class MigStep : public LaunchStep {
         for (const MigInstanceInfo* in : doomed) {
           if (in->uuid != uuid) continue;
           return absl::FailedPreconditionError(absl::StrCat(
-              "GPU ", g, ": the layout ", LayoutText(s.layout),
-              " would destroy MIG instance ", in->profile, " at memory slice ",
-              in->start, " (", uuid, "), which running task ", id, " uses"));
+              "GPU ", g, ": ", change, " would destroy MIG instance ",
+              in->profile, " at memory slice ", in->start, " (", uuid,
+              "), which running task ", id, " uses"));
         }
         continue;
       }
       if (std::find(unit.gpus.begin(), unit.gpus.end(), g) != unit.gpus.end()) {
         return absl::FailedPreconditionError(absl::StrCat(
             "GPU ", g, ": running task ", id,
-            " uses the GPU (not a MIG instance of it); its layout cannot "
-            "change to ",
-            LayoutText(s.layout), " under it"));
+            " uses the GPU (not a MIG instance of it); ",
+            layout != nullptr
+                ? absl::StrCat("its layout cannot change to ", LayoutText(want))
+                : std::string("its MIG mode cannot change"),
+            " under it"));
       }
     }
     return absl::OkStatus();
@@ -201,7 +281,49 @@ class MigStep : public LaunchStep {
   mutable absl::Mutex mu_;  // serialises the MIG launches' layouts
 };
 
+// Whether a live task of `node` uses GPU `g` (whole, shared or MIG).
+bool GpuInUse(const AgentNode& node, int g) {
+  absl::Mutex& mu = const_cast<absl::Mutex&>(node.mu);
+  absl::MutexLock lock(&mu);
+  for (const auto& [id, unit] : node.units) {
+    const bool live =
+        unit.launching ||
+        std::any_of(unit.procs.begin(), unit.procs.end(),
+                    [](const TaskProcess& p) { return !p.ended(); });
+    if (live &&
+        std::find(unit.gpus.begin(), unit.gpus.end(), g) != unit.gpus.end()) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
+
+bool SettleMigModes(const AgentNode& node, const AgentLog& log) {
+  const uint32_t waits = node.mig_waits.load();
+  if (waits == 0 || node.mig == nullptr) return false;
+  bool settled = false;
+  for (int g = 0; g < 32; ++g) {
+    if (((waits >> g) & 1) == 0) continue;
+    // A GPU in use cannot change now; it may have been reset by hand.
+    absl::StatusOr<MigState> state =
+        GpuInUse(node, g) ? node.mig->Describe(g) : node.mig->Settle(g);
+    if (!state.ok()) {
+      log("warn", node.name,
+          absl::StrCat("GPU ", g, ": cannot settle its MIG mode: ",
+                       Str(state.status().message())));
+      continue;
+    }
+    if (MigModeWaits(*state)) continue;
+    node.mig_waits.fetch_and(~(1u << g));
+    settled = true;
+    log("info", node.name,
+        absl::StrCat("GPU ", g, ": MIG mode is ", state->enabled ? "on" : "off",
+                     " now; the node takes new work again"));
+  }
+  return settled;
+}
 
 std::unique_ptr<const LaunchStep> MakeMigStep() {
   return std::make_unique<MigStep>();

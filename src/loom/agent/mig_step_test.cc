@@ -2,13 +2,16 @@
 // a MIG task sees only its instance (`CUDA_VISIBLE_DEVICES=MIG-...`), a
 // share gets `LOOM_GPU_MEMORY_LIMIT`, a repartition under a running task is
 // refused with nothing changed, malformed slices are refused naming their
-// field; the flag of the emulated MIG log, and the registration's `mig`.
+// field, a whole-GPU task turns MIG mode off, a change of mode that waits
+// is Aborted and asked again by the health rounds; the flag of the emulated
+// MIG log, and the registration's `mig`.
 
 #include "loom/agent/mig_step.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -22,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "loom/agent/agent_command.h"
 #include "loom/agent/agent_test_util.h"
+#include "loom/agent/emulated_mig_control.h"
 #include "loom/agent/launch_request.h"
 #include "loom/agent/node_table.h"
 #include "loom/agent/task_runner.h"
@@ -203,6 +207,96 @@ TEST_F(MigStepTest, RefusesARepartitionUnderARunningTask) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(refused.status().message(), HasSubstr("running task 7.0.0"));
   EXPECT_FALSE(node().mig->Describe(5)->enabled);
+}
+
+// A GPU that a MIG task of a dynamic pool left in MIG mode is turned back
+// for a task that uses it whole, once no task runs in its instances.
+TEST_F(MigStepTest, AWholeGpuTaskTurnsMigOff) {
+  ASSERT_TRUE(Launch(SliceBody("10.0.0", 4, Mig1g(0))).ok());
+  ASSERT_TRUE(node().mig->Describe(4)->enabled);
+  json whole = SliceBody("11.0.0", 4, Mig1g(0));
+  whole.erase("slice");
+  absl::StatusOr<json> refused = Launch(whole);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(field_, "gpus");
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("GPU 4: turning MIG mode off would destroy MIG "
+                        "instance 1g.18gb at memory slice 0"));
+  EXPECT_TRUE(node().mig->Describe(4)->enabled);
+
+  ASSERT_TRUE(runner_->Stop(node(), "10.0.0", 9, absl::ZeroDuration()).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    runner_->Poll(node());
+    absl::MutexLock lock(&node().mu);
+    const TaskUnit& u = node().units.at("10.0.0");
+    return std::all_of(u.procs.begin(), u.procs.end(),
+                       [](const TaskProcess& p) { return p.ended(); });
+  }));
+  absl::StatusOr<json> launched = Launch(whole);
+  ASSERT_TRUE(launched.ok()) << launched.status();
+  const MigState state = node().mig->Describe(4).value();
+  EXPECT_FALSE(state.enabled);
+  EXPECT_THAT(state.instances, ::testing::IsEmpty());
+  EXPECT_EQ(log_.LinesWith("GPU 4: MIG mode turned off for task 11.0.0"), 1);
+  // GPUs never in MIG mode are left alone.
+  json other = whole;
+  other["task_id"] = "12.0.0";
+  other["gpus"] = json::array({5, 6});
+  ASSERT_TRUE(Launch(other).ok());
+  EXPECT_EQ(node().mig_waits.load(), 0u);
+}
+
+// A change of MIG mode that waits (another process holds the GPU open) is
+// not the task's fault: Aborted (503), the GPU noted in `mig_waits` until a
+// health round finds the change made.
+TEST_F(MigStepTest, AModeChangeThatWaitsIsAbortedAndAskedAgain) {
+  auto* mig = dynamic_cast<EmulatedMigControl*>(node().mig.get());
+  ASSERT_NE(mig, nullptr);
+  ASSERT_TRUE(mig->Hold(2, true).ok());
+  absl::StatusOr<json> waits = Launch(SliceBody("20.0.0", 2, Mig1g(3)));
+  EXPECT_EQ(waits.status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(field_, "slice");
+  EXPECT_THAT(waits.status().message(),
+              HasSubstr("node h200-0: GPU 2: MIG mode must be turned on for "
+                        "this task, and the change waits"));
+  EXPECT_EQ(node().mig_waits.load(), 1u << 2);
+  {
+    absl::MutexLock lock(&node().mu);
+    EXPECT_FALSE(node().units.contains("20.0.0"));
+  }
+  // Still held: a round asks again, and it still waits.
+  EXPECT_FALSE(SettleMigModes(node(), log_.log()));
+  EXPECT_EQ(node().mig_waits.load(), 1u << 2);
+  // Let go: the next round makes the change and forgets the GPU.
+  ASSERT_TRUE(mig->Hold(2, false).ok());
+  EXPECT_TRUE(SettleMigModes(node(), log_.log()));
+  EXPECT_EQ(node().mig_waits.load(), 0u);
+  EXPECT_TRUE(node().mig->Describe(2)->enabled);
+  EXPECT_EQ(log_.LinesWith("GPU 2: MIG mode is on now"), 1);
+  ASSERT_TRUE(Launch(SliceBody("21.0.0", 2, Mig1g(3))).ok());
+
+  // Turning it off for a whole-GPU task may wait too (field `gpus`).
+  ASSERT_TRUE(runner_->Stop(node(), "21.0.0", 9, absl::ZeroDuration()).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    runner_->Poll(node());
+    absl::MutexLock lock(&node().mu);
+    const TaskUnit& u = node().units.at("21.0.0");
+    return std::all_of(u.procs.begin(), u.procs.end(),
+                       [](const TaskProcess& p) { return p.ended(); });
+  }));
+  ASSERT_TRUE(mig->Hold(2, true).ok());
+  json whole = SliceBody("22.0.0", 2, Mig1g(0));
+  whole.erase("slice");
+  waits = Launch(whole);
+  EXPECT_EQ(waits.status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(field_, "gpus");
+  EXPECT_THAT(waits.status().message(), HasSubstr("must be turned off"));
+  EXPECT_EQ(node().mig_waits.load(), 1u << 2);
+  // A reset by hand: the next round sees it done.
+  ASSERT_TRUE(mig->Reset(2).ok());
+  EXPECT_TRUE(SettleMigModes(node(), log_.log()));
+  EXPECT_FALSE(node().mig->Describe(2)->enabled);
+  EXPECT_TRUE(Launch(whole).ok());
 }
 
 TEST_F(MigStepTest, MalformedSlicesAreRefusedNamingTheField) {

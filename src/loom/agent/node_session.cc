@@ -372,6 +372,17 @@ json NodeLabelsJson(const AgentNode& node) {
   return labels;
 }
 
+// The GPUs whose change of MIG mode waits (`AgentNode::mig_waits`): the
+// server gives the node no new work while there are any.
+json MigWaitsJson(const AgentNode& node) {
+  json out = json::array();
+  const uint32_t waits = node.mig_waits.load();
+  for (int g = 0; g < 32; ++g) {
+    if ((waits >> g) & 1) out.push_back(g);
+  }
+  return out;
+}
+
 // The node's software stack, which the server compares with its pool's
 // `stack` (drift).
 json NodeStackJson(const AgentNode& node) {
@@ -415,6 +426,7 @@ json NodeSession::RegistrationBody(Link& link,
       {"stack", NodeStackJson(node)},
       {"health", health_.HealthJson(node)},
       {"tasks", runner_.Statuses(node, ended_ids)},
+      {"mig_waits", MigWaitsJson(node)},
       {"images", node.images ? NodeImagesJson(*node.images) : json::array()},
       {"image_pulls", node.prepulls ? node.prepulls->Json() : json::array()},
       {"datasets", node.datasets ? node.datasets->CompleteVersions()
@@ -562,6 +574,9 @@ void NodeSession::Heartbeat(Worker& worker, Link& link) {
                {"health", health_.HealthJson(node)},
                {"tasks", runner_.Statuses(node, &ended)}};
   if (maintenance) body["maintenance"] = *std::move(maintenance);
+  // Only while some GPU's MIG mode change waits: the server takes its
+  // absence for none.
+  if (node.mig_waits.load() != 0) body["mig_waits"] = MigWaitsJson(node);
   // The node's images and pulls only when they changed since the server
   // last heard of them (pulls in progress: every time, for their progress).
   const uint64_t images_gen = node.images ? node.images->Generation() : 0;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "loom/agent/data_dir.h"
 #include "loom/agent/dataset_filler.h"
+#include "loom/agent/emulated_mig_control.h"
 #include "loom/agent/fake_task_launcher.h"
 #include "loom/agent/json_values.h"
 #include "loom/agent/shim_task_launcher.h"

@@ -69,7 +69,12 @@ absl::StatusOr<json> TaskRunner::Launch(AgentNode& node, const LaunchRequest& r,
   LaunchContext& ctx = launch->ctx;
   bool fetch = false;
   for (const auto& step : options_.steps) {
-    if (absl::Status s = step->Prepare(ctx, field); !s.ok()) return s;
+    if (absl::Status s = step->Prepare(ctx, field); !s.ok()) {
+      // Aborted: the node cannot run it now (a GPU's MIG mode change
+      // waits), which its heartbeats say: the server hears it soon.
+      if (absl::IsAborted(s)) Report(node);
+      return s;
+    }
   }
   for (const auto& step : options_.steps)
     fetch = fetch || step->NeedsFetch(ctx);

@@ -237,13 +237,14 @@ int Chaos(const Verb& v) {
                         : action == "thaw"     ? "thaw_heartbeats"
                                                : "heal"},
              {"node", target}};
-  } else if (action == "fail-gpu" || action == "heal-gpu") {
+  } else if (action == "fail-gpu" || action == "heal-gpu" ||
+             action == "hold-gpu" || action == "reset-gpu") {
     if (!absl::SimpleAtoi(value, &n) || n < 0) {
       return v.Fail(kExitUsage, absl::StrCat(action, ": give NODE GPU_INDEX"));
     }
-    fault = {{"action", action == "fail-gpu" ? "fail_gpu" : "heal_gpu"},
-             {"node", target},
-             {"gpu", n}};
+    std::string wire = action;
+    std::replace(wire.begin(), wire.end(), '-', '_');
+    fault = {{"action", wire}, {"node", target}, {"gpu", n}};
   } else if (action == "slow") {
     absl::StatusOr<absl::Duration> d = ParseDuration(value);
     if (!d.ok() || *d < absl::ZeroDuration()) {
@@ -257,7 +258,8 @@ int Chaos(const Verb& v) {
     return v.Fail(kExitUsage,
                   absl::StrCat("unknown chaos action '", action,
                                "': kill-agent, freeze, thaw, kill-task, "
-                               "fail-gpu, heal-gpu, slow, heal"));
+                               "fail-gpu, heal-gpu, hold-gpu, reset-gpu, "
+                               "slow, heal"));
   }
   std::unique_ptr<ApiClient> client = MakeClient(v);
   if (client == nullptr) return kExitUsage;
@@ -295,7 +297,9 @@ void AddClusterVerbs(CLI::App& app, JobCommandFlags* f) {
       "Inject a fault (drills and tests): kill-agent NODE, freeze NODE "
       "(drop its heartbeats: a partition), thaw NODE, kill-task JOB "
       "[--task N], fail-gpu NODE GPU (emulated GPUs), heal-gpu NODE GPU, "
-      "slow NODE DELAY (agent answers late), heal NODE (lift all)");
+      "hold-gpu NODE GPU (another process holds it open: MIG mode changes "
+      "wait), reset-gpu NODE GPU, slow NODE DELAY (agent answers late), heal "
+      "NODE (lift all)");
   chaos->add_option("action", f->chaos_action, "The fault")->required();
   chaos->add_option("target", f->chaos_target, "A node name, or a job ID")
       ->required();

@@ -19,14 +19,17 @@ absl::StatusOr<nlohmann::json> Chaos(
   };
   const std::string action = text_field("action");
   static constexpr const char* kActions[] = {
-      "kill_agent", "freeze_heartbeats", "thaw_heartbeats", "kill_task",
-      "fail_gpu",   "heal_gpu",          "slow_agent",      "heal"};
+      "kill_agent", "freeze_heartbeats", "thaw_heartbeats",
+      "kill_task",  "fail_gpu",          "heal_gpu",
+      "hold_gpu",   "reset_gpu",         "slow_agent",
+      "heal"};
   if (std::find(std::begin(kActions), std::end(kActions), action) ==
       std::end(kActions)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "action: '", action,
         "' is not one of kill_agent, freeze_heartbeats, thaw_heartbeats, "
-        "kill_task, fail_gpu, heal_gpu, slow_agent, heal"));
+        "kill_task, fail_gpu, heal_gpu, hold_gpu, reset_gpu, slow_agent, "
+        "heal"));
   }
   auto int_field = [&](const char* key) -> absl::StatusOr<int64_t> {
     auto it = body.find(key);
@@ -77,7 +80,8 @@ absl::StatusOr<nlohmann::json> Chaos(
       fault["exit"] = true;
     } else if (action == "freeze_heartbeats" || action == "thaw_heartbeats") {
       fault["drop_heartbeats"] = action == "freeze_heartbeats";
-    } else if (action == "fail_gpu" || action == "heal_gpu") {
+    } else if (action == "fail_gpu" || action == "heal_gpu" ||
+               action == "hold_gpu" || action == "reset_gpu") {
       absl::StatusOr<int64_t> gpu = int_field("gpu");
       if (!gpu.ok()) return gpu.status();
       fault[action] = *gpu;

@@ -319,9 +319,9 @@ absl::Status Controller::PersistNode(int node) {
 
 void Controller::UpdateSchedulable(int node) {
   const Node& n = nodes_[node];
-  scheduler_->SetNodeSchedulable(node, n.state == Node::State::kUp &&
-                                           !n.suspect && !n.cordoned &&
-                                           !n.draining && n.drift.empty());
+  scheduler_->SetNodeSchedulable(
+      node, n.state == Node::State::kUp && !n.suspect && !n.cordoned &&
+                !n.draining && n.drift.empty() && n.mig_waits.empty());
 }
 
 std::vector<AgentAction> Controller::TakeActions() {

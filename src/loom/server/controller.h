@@ -402,6 +402,11 @@ class Controller {
   // Locality and prefetch (controller_data_locality.cc): the `datasets` of
   // an agent's registration or heartbeat to the scheduler; a prefetch
   // action (`POST /v1/datasets/prefetch`) per node the pass reported.
+  // The GPUs of an agent's registration or heartbeat whose change of MIG
+  // mode waits (`mig_waits`; absent: none): the node takes no new work
+  // while there are any.
+  void ApplyMigWaits(int n, const nlohmann::json& body)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyDatasets(int n, const nlohmann::json& body)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A running task's `data` report: counted once per task run.

@@ -259,6 +259,7 @@ absl::StatusOr<nlohmann::json> Controller::Register(const nlohmann::json& body,
   ApplyMaintenanceReport(n, body);
   ApplyImages(n, body);
   ApplyDatasets(n, body);
+  ApplyMigWaits(n, body);
   // Usable RDMA NICs (docs/agent.md "NICs"): those up; an agent that
   // reports no list leaves the cluster spec's count.
   if (auto nics = body.find("nics"); nics != body.end() && nics->is_array()) {
@@ -304,6 +305,7 @@ absl::StatusOr<nlohmann::json> Controller::Heartbeat(const nlohmann::json& body,
   ApplyMaintenanceReport(n, body);
   ApplyImages(n, body);
   ApplyDatasets(n, body);
+  ApplyMigWaits(n, body);
   if (absl::Status st = Persist(dirty); !st.ok()) {
     // Do not acknowledge exits that are not on disk: the agent reports
     // them again.
@@ -430,8 +432,9 @@ void Controller::ActionDone(const AgentAction& action,
     }
     t.state = TaskRecord::State::kLost;
     // Aborted: the agent was not ready for it (HTTP 503, as just after it
-    // registered): not the job's fault, so it is queued again as a moved
-    // job is, without using up a restart.
+    // registered, or while a GPU's change of MIG mode waits): not the job's
+    // fault, so it is queued again as a moved job is, without using up a
+    // restart.
     if (absl::IsAborted(status) && job.state == JobState::kRunning) {
       job.preempted = true;
       job.launch_not_ready = true;
@@ -451,6 +454,25 @@ void Controller::ActionDone(const AgentAction& action,
     (void)Persist({&job});
     return;
   }
+}
+
+void Controller::ApplyMigWaits(int n, const nlohmann::json& body) {
+  std::vector<int> waits;
+  if (auto it = body.find("mig_waits"); it != body.end() && it->is_array()) {
+    for (const nlohmann::json& g : *it) {
+      if (!g.is_number_integer()) continue;
+      const int64_t gpu = g.get<int64_t>();
+      if (gpu >= 0 && gpu < cluster_->nodes[n].gpus) {
+        waits.push_back(static_cast<int>(gpu));
+      }
+    }
+    std::sort(waits.begin(), waits.end());
+    waits.erase(std::unique(waits.begin(), waits.end()), waits.end());
+  }
+  Node& node = nodes_[n];
+  if (waits == node.mig_waits) return;
+  node.mig_waits = std::move(waits);
+  UpdateSchedulable(n);
 }
 
 void Controller::ApplyHealth(int n, const nlohmann::json& body, absl::Time now,

@@ -34,6 +34,9 @@ struct ControllerNode {
   // Drained by a failed health check (until an operator uncordons it).
   bool unhealthy = false;
   std::vector<std::string> health;  // the agent's last health problems
+  // GPUs whose change of MIG mode waits, as the agent last said (not
+  // persisted): no new work until there are none (docs/agent.md "MIG").
+  std::vector<int> mig_waits;
   std::string reason;
   std::string address;
   std::string hostname;

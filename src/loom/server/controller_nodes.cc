@@ -45,7 +45,8 @@ std::string Controller::NodeStateName(int n) const {
   if (node.draining) {
     return scheduler_->JobsOnNode(n).empty() ? "drained" : "draining";
   }
-  if (node.cordoned) return "cordoned";
+  // Cordoned by its agent while a change of MIG mode waits.
+  if (node.cordoned || !node.mig_waits.empty()) return "cordoned";
   if (!node.drift.empty()) return "drifted";
   return "up";
 }
@@ -61,6 +62,13 @@ nlohmann::json Controller::NodeJson(int n, absl::Time now) const {
                           FormatDurationShort(now - node.last_heartbeat));
   } else if (state == "drifted") {
     reason = DriftReason(n);
+  } else if (state == "cordoned" && !node.cordoned) {
+    reason = absl::StrCat(
+        node.mig_waits.size() == 1 ? "GPU " : "GPUs ",
+        absl::StrJoin(node.mig_waits, ", "),
+        ": a change of MIG mode waits until the GPU is idle or reset "
+        "(another process may hold it open); its agent asks again every "
+        "health round, and the node takes no new work until then");
   } else if (state == "up" && !node.outdated.empty()) {
     reason = absl::StrCat("outdated: ", absl::StrJoin(node.outdated, "; "),
                           " (an upgrade is due; it keeps working)");
@@ -69,6 +77,7 @@ nlohmann::json Controller::NodeJson(int n, absl::Time now) const {
           {"state", state},
           {"reason", reason},
           {"health", node.health},
+          {"mig_waits", node.mig_waits},
           {"address", node.address},
           {"hostname", node.hostname},
           {"pool", cluster_->pools[spec.pool].name},

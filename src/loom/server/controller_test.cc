@@ -597,5 +597,43 @@ TEST_F(ControllerTest, CordonAndDrain) {
   EXPECT_EQ((*c_->GetNode("h200-1", T(6)))["state"], "drained");
 }
 
+// A node whose agent says a GPU's change of MIG mode waits (`mig_waits`)
+// takes no new work, says why, and keeps what runs; it is back once a
+// heartbeat no longer names the GPU.
+TEST_F(ControllerTest, ANodeWhoseMigModeChangeWaitsTakesNoNewWork) {
+  Register(0, nlohmann::json::array(), 1);
+  ASSERT_TRUE(c_->Submit(Gang(4), "alice", T(1)).ok());
+  c_->Tick(T(1));
+  ASSERT_EQ(State(1), "running");
+  auto r = c_->Heartbeat({{"name", "h200-0"},
+                          {"tasks", nlohmann::json::array()},
+                          {"mig_waits", {2, "x", 99, -1, 2}}},
+                         T(2));
+  ASSERT_TRUE(r.ok()) << r.status();
+  nlohmann::json node = *c_->GetNode("h200-0", T(2));
+  EXPECT_EQ(node["state"], "cordoned");
+  EXPECT_EQ(node["mig_waits"], nlohmann::json::array({2}));
+  EXPECT_EQ(node["reason"].get<std::string>().rfind(
+                "GPU 2: a change of MIG mode waits until the GPU is idle or "
+                "reset",
+                0),
+            0u)
+      << node["reason"];
+  EXPECT_EQ(State(1), "running");
+  ASSERT_TRUE(c_->Submit(Gang(2), "bob", T(2)).ok());
+  c_->Tick(T(3));
+  EXPECT_EQ(State(2), "pending");
+  // An operator's uncordon does not clear what the agent reports.
+  ASSERT_TRUE(c_->SetNodeMode("h200-0", "uncordon", T(3)).ok());
+  c_->Tick(T(3));
+  EXPECT_EQ(State(2), "pending");
+  Beat(0, nlohmann::json::array(), 4);  // no `mig_waits`: none
+  node = *c_->GetNode("h200-0", T(4));
+  EXPECT_EQ(node["state"], "up");
+  EXPECT_EQ(node["reason"], "");
+  c_->Tick(T(4));
+  EXPECT_EQ(State(2), "running");
+}
+
 }  // namespace
 }  // namespace loom

@@ -533,7 +533,8 @@ void HttpServer::DispatchLoop() {
       const std::string message =
           absl::StrCat("agent ", a.node, " answered ", r->status, ": ", what);
       // 503: the agent is not ready (it has registered, but not yet taken
-      // in its server's key): the task can go again as it is.
+      // in its server's key), or the node cannot run it now (a GPU's change
+      // of MIG mode waits): the task can go again as it is.
       st = r->status == 400   ? absl::InvalidArgumentError(message)
            : r->status == 503 ? absl::AbortedError(message)
                               : absl::InternalError(message);
