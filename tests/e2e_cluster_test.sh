@@ -46,7 +46,13 @@ done
 grep -q '"state": *"succeeded"' "$W/retry.json" && grep -q '"restart_count": *1' "$W/retry.json" ||
   fail "restart policy: $(cat "$W/retry.json")"
 "$LOOM" logs "$RETRY" | grep -q "run 1" || fail "logs of the second run"
-echo "ok: a failed run was restarted with LOOM_RESTART_COUNT=1"
+# The failed run's output is still there, and `loom show` lists it.
+[ "$("$LOOM" logs "$RETRY" --run 0)" = "run 0" ] || fail "logs of the first run: $("$LOOM" logs "$RETRY" --run 0 2>&1)"
+"$LOOM" show "$RETRY" | grep -q "^Past runs: *0 on h200-[0-9]* (loom logs $RETRY --run N)" ||
+  fail "show: $("$LOOM" show "$RETRY")"
+"$LOOM" logs "$RETRY" --run 5 > "$W/run5.out" 2>&1 && fail "a run that never was has logs"
+grep -q "job $RETRY has no run 5 whose logs are kept (runs kept: 0, 1)" "$W/run5.out" || fail "run 5: $(cat "$W/run5.out")"
+echo "ok: a failed run was restarted with LOOM_RESTART_COUNT=1, and its output is still readable"
 
 # Bad input: a 400 with the field, exit status 1; nothing created.
 before=$("$LOOM" queue --all -o json | grep -c '"id"')

@@ -107,6 +107,7 @@ struct JobCommandFlags {
   // logs
   bool follow = false;
   int task = 0;
+  int log_run = -1;  // logs --run
   int process = 0;
   // checkpoint
   int64_t step = -1;  // -1: not given

@@ -14,6 +14,7 @@
 #include "loom/cli/output_format.h"
 #include "loom/cli/reply_fields.h"
 #include "loom/cli/run_spec.h"
+#include "loom/common/hostlist.h"
 #include "loom/common/units.h"
 #include "loom/core/job_spec.h"
 
@@ -308,6 +309,24 @@ std::string FormatJobDetails(const nlohmann::json& job, absl::Time now) {
                     " requeued: preempted, moved or its node lost)");
   }
   add("Restarts", restarts);
+  // Earlier runs whose logs can still be read.
+  if (const Json* past = Field(job, "past_runs");
+      past != nullptr && past->is_array() && !past->empty()) {
+    std::vector<std::string> runs;
+    for (const Json& r : *past) {
+      std::vector<std::string> nodes;
+      if (const Json* n = Field(r, "nodes"); n != nullptr && n->is_array()) {
+        for (const Json& name : *n) {
+          if (name.is_string()) nodes.push_back(name.get<std::string>());
+        }
+      }
+      runs.push_back(absl::StrCat(
+          Cell(r, "run"), " on ",
+          nodes.empty() ? std::string("-") : CompressHostlist(nodes)));
+    }
+    add("Past runs", absl::StrCat(absl::StrJoin(runs, "; "), " (loom logs ",
+                                  Cell(job, "id"), " --run N)"));
+  }
   if (std::optional<int64_t> by = Int(job, "preempted_by")) {
     add("Preempted by", absl::StrCat("job ", *by));
   }

@@ -103,6 +103,19 @@ TEST(FormatJobDetails, DescribesARunningJob) {
   EXPECT_THAT(text, Not(HasSubstr("Exit code")));
 }
 
+TEST(FormatJobDetails, PastRunsSayWhereTheyRanAndHowToReadThem) {
+  Json job = SampleJobs()["jobs"][0];
+  job["restart_count"] = 2;
+  job["restarts_used"] = 2;
+  job["past_runs"] = {{{"run", 0}, {"nodes", {"h200-0", "h200-1"}}},
+                      {{"run", 1}, {"nodes", {"h200-3"}}}};
+  EXPECT_THAT(FormatJobDetails(job, kNow),
+              HasSubstr("\nPast runs:  0 on h200-[0-1]; 1 on h200-3 (loom logs "
+                        "41 --run N)\n"));
+  job["past_runs"] = Json::array();
+  EXPECT_THAT(FormatJobDetails(job, kNow), Not(HasSubstr("Past runs")));
+}
+
 TEST(FormatJobDetails, AJobInAnImageShowsItsReferenceAndDigest) {
   Json job = SampleJobs()["jobs"][0];
   job["spec"] = {{"command", {"python", "t.py"}},

@@ -301,6 +301,7 @@ int PrintJobLogs(const Verb& v, int64_t id) {
   if (client == nullptr) return kExitUsage;
   LogRequest request;
   request.task = v.flags.task;
+  request.run = v.flags.log_run;
   request.process = v.flags.process;
   request.stream = v.flags.stderr_stream ? "stderr" : "stdout";
   request.follow = v.flags.follow;
@@ -457,6 +458,12 @@ void AddJobVerbs(CLI::App& app, JobCommandFlags* f) {
   logs->add_option("--process", f->process,
                    "Process of the task, with processes_per_task > 1 "
                    "(default 0, the task's LOCAL_RANK 0)")
+      ->check(CLI::NonNegativeNumber);
+  logs->add_option("--run", f->log_run,
+                   "An earlier run of a restarted or requeued job (its "
+                   "LOOM_RESTART_COUNT; the last 5 are kept). Default: the "
+                   "current run, or while the job waits to run again, the "
+                   "last one")
       ->check(CLI::NonNegativeNumber);
 
   logs->add_flag("--stderr", f->stderr_stream,

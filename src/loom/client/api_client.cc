@@ -607,6 +607,7 @@ absl::Status ApiClient::StreamLogs(int64_t id, const LogRequest& request,
   }
   std::string path = absl::StrCat("/v1/jobs/", id, "/logs?task=", request.task,
                                   "&stream=", Escape(request.stream));
+  if (request.run >= 0) absl::StrAppend(&path, "&run=", request.run);
   if (request.process > 0) absl::StrAppend(&path, "&process=", request.process);
   if (request.offset > 0) absl::StrAppend(&path, "&offset=", request.offset);
 

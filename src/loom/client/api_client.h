@@ -62,6 +62,7 @@ struct AccountingFilter {
 // Which output of a job `StreamLogs` fetches.
 struct LogRequest {
   int task = 0;
+  int run = -1;                   // a run (LOOM_RESTART_COUNT); -1: current
   int process = 0;                // of a task that runs several
   std::string stream = "stdout";  // stdout | stderr
 

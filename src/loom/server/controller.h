@@ -137,7 +137,12 @@ class Controller {
     std::string node;
     bool live = false;
   };
-  absl::StatusOr<TaskLogSource> TaskLogs(JobId id, int task) const;
+  // `run` >= 0: that run of the job (`LOOM_RESTART_COUNT`), the current
+  // one or one of its kept past runs (`JobRecord::past_runs`); NotFound
+  // otherwise. -1: the current run, or, while the job waits to run again,
+  // the last past run.
+  absl::StatusOr<TaskLogSource> TaskLogs(JobId id, int task,
+                                         int run = -1) const;
   // The user job `id` runs as (NotFound when there is none): cheap, for
   // access checks.
   absl::StatusOr<std::string> JobUser(JobId id) const;
@@ -340,6 +345,10 @@ class Controller {
   void ForgetDrainedNodes(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Status Load(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `TaskLogs` of task `task` of past run `run` of `job`.
+  absl::StatusOr<TaskLogSource> PastRunLogs(const JobRecord& job, int task,
+                                            int run) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Retention (controller_retention.cc). Forgets job `id` everywhere in
   // memory once it is purged from the store.
   void ForgetJob(JobId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

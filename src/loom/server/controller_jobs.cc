@@ -11,6 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "loom/common/units.h"
 #include "loom/core/job_array.h"
 #include "loom/sched/placement.h"
@@ -473,7 +474,22 @@ absl::StatusOr<std::pair<std::string, std::string>> Controller::TaskLocation(
 }
 
 absl::StatusOr<Controller::TaskLogSource> Controller::TaskLogs(JobId id,
-                                                               int task) const {
+                                                               int task,
+                                                               int run) const {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(id);
+    if (it != jobs_.end()) {
+      const JobRecord& job = it->second;
+      int want = run;
+      if (want < 0 && job.tasks.empty() && !job.past_runs.empty()) {
+        want = job.past_runs.back().run;  // waiting to run again
+      }
+      if (want >= 0 && !(!job.tasks.empty() && want == job.restart_count)) {
+        return PastRunLogs(job, task, want);
+      }
+    }
+  }
   absl::StatusOr<std::pair<std::string, std::string>> where =
       TaskLocation(id, task);
   if (!where.ok()) return where.status();
@@ -489,6 +505,41 @@ absl::StatusOr<Controller::TaskLogSource> Controller::TaskLogs(JobId id,
     out.node = t.node;
     out.live = TaskLive(t);
   }
+  return out;
+}
+
+absl::StatusOr<Controller::TaskLogSource> Controller::PastRunLogs(
+    const JobRecord& job, int task, int run) const {
+  const PastRun* past = nullptr;
+  for (const PastRun& r : job.past_runs) {
+    if (r.run == run) past = &r;
+  }
+  if (past == nullptr) {
+    std::vector<int> kept;
+    for (const PastRun& r : job.past_runs) kept.push_back(r.run);
+    if (!job.tasks.empty()) kept.push_back(job.restart_count);
+    return absl::NotFoundError(absl::StrCat(
+        "job ", job.id, " has no run ", run, " whose logs are kept",
+        kept.empty()
+            ? std::string(" (it has not run yet)")
+            : absl::StrCat(" (runs kept: ", absl::StrJoin(kept, ", "), ")")));
+  }
+  if (task < 0 || static_cast<size_t>(task) >= past->nodes.size()) {
+    return absl::NotFoundError(
+        absl::StrCat("run ", run, " of job ", job.id, " has no task ", task));
+  }
+  const std::string& node = past->nodes[task];
+  const int n = NodeIndex(node);
+  if (n < 0 || nodes_[n].address.empty()) {
+    return absl::UnavailableError(absl::StrCat(
+        "node ", node.empty() ? std::string("(unknown)") : node,
+        ", where task ", task, " of run ", run, " ran, has no agent address"));
+  }
+  TaskLogSource out;
+  out.address = nodes_[n].address;
+  out.task_id = TaskIdOf(job.id, task, run);
+  out.node = node;
+  out.live = false;
   return out;
 }
 

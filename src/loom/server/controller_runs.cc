@@ -24,8 +24,23 @@ constexpr const char* kNotAgainAfterRefusal =
     "; not queued again: the agent refused the task as specified, and would "
     "refuse it again";
 
-std::string TaskId(JobId job, int index, int restart) {
-  return fmt::format("{}.{}.{}", job, index, restart);
+// The run that just ended unfinished joins the job's past runs (the oldest
+// goes beyond `kKeptPastRuns`), for its logs. A run that never launched a
+// task leaves nothing to read.
+void KeepPastRun(JobRecord& job) {
+  if (job.tasks.empty()) return;
+  PastRun run;
+  run.run = job.restart_count;
+  run.nodes.resize(job.tasks.size());
+  for (const TaskRecord& t : job.tasks) {
+    if (t.index >= 0 && static_cast<size_t>(t.index) < run.nodes.size()) {
+      run.nodes[t.index] = t.node;
+    }
+  }
+  job.past_runs.push_back(std::move(run));
+  if (job.past_runs.size() > kKeptPastRuns) {
+    job.past_runs.erase(job.past_runs.begin());
+  }
 }
 
 }  // namespace
@@ -68,7 +83,7 @@ void Controller::StartJob(JobRecord& job, absl::Time now) {
       t.gpus = {p.tasks[i].slice_gpu};
       t.slice = SliceOf(scheduler_->state(), p.tasks[i]);
     }
-    t.task_id = TaskId(job.id, t.index, job.restart_count);
+    t.task_id = TaskIdOf(job.id, t.index, job.restart_count);
     t.state = TaskRecord::State::kLaunching;
     job.tasks.push_back(std::move(t));
   }
@@ -322,6 +337,7 @@ void Controller::FinishJob(JobRecord& job, absl::Time now) {
       ++job.restarts_used;
       failed_at_[job.id] = now;  // recovery time: until it runs again
     }
+    KeepPastRun(job);
     ++job.restart_count;
     job.preempted = false;
     job.launch_not_ready = false;

@@ -257,6 +257,89 @@ TEST_F(ControllerTest, RestartPolicyRequeuesTheWholeGang) {
   EXPECT_EQ(State(1, 14), "failed");
 }
 
+// The logs of a run that failed stay readable after the job restarts:
+// while it waits to run again (by default) and later by its number, also
+// across a restart of the server; the last `kKeptPastRuns` are kept.
+TEST_F(ControllerTest, EarlierRunsKeepTheirLogs) {
+  Register(0, nlohmann::json::array(), 1);
+  Register(1, nlohmann::json::array(), 1);
+  JobSpec spec = Gang(16);
+  spec.restart.max = 10;
+  spec.restart.backoff = absl::Seconds(5);
+  ASSERT_TRUE(c_->Submit(spec, "alice", T(2)).ok());
+  EXPECT_EQ(c_->TaskLogs(1, 0).status().message(),
+            "job 1 has not started, so it has no logs");
+  c_->Tick(T(2));
+  auto first = c_->TakeActions();
+  ASSERT_EQ(first.size(), 2u);
+  for (const AgentAction& a : first) c_->ActionDone(a, absl::OkStatus(), T(2));
+  Beat(0,
+       {{{"task_id", first[0].task_id}, {"state", "exited"}, {"exit_code", 3}}},
+       3);
+  c_->TakeActions();
+  Beat(1,
+       {{{"task_id", first[1].task_id}, {"state", "exited"}, {"signal", 15}}},
+       4);
+  ASSERT_EQ(State(1, 4), "pending");
+  // Waiting to run again: the run that failed.
+  absl::StatusOr<Controller::TaskLogSource> logs = c_->TaskLogs(1, 0);
+  ASSERT_TRUE(logs.ok()) << logs.status();
+  EXPECT_EQ(logs->task_id, first[0].task_id);
+  EXPECT_EQ(logs->node, first[0].node);
+  EXPECT_EQ(logs->address, "127.0.0.2:7100");
+  EXPECT_FALSE(logs->live);
+  logs = c_->TaskLogs(1, 1, 0);
+  ASSERT_TRUE(logs.ok()) << logs.status();
+  EXPECT_EQ(logs->task_id, first[1].task_id);
+  EXPECT_EQ(c_->TaskLogs(1, 0, 3).status().message(),
+            "job 1 has no run 3 whose logs are kept (runs kept: 0)");
+  EXPECT_EQ(c_->TaskLogs(1, 2, 0).status().message(),
+            "run 0 of job 1 has no task 2");
+
+  // A new server knows the past run; the next run is the current one.
+  Make();
+  Register(0, nlohmann::json::array(), 8);
+  Register(1, nlohmann::json::array(), 8);
+  c_->Tick(T(9.5));
+  auto second = c_->TakeActions();
+  ASSERT_EQ(second.size(), 2u);
+  for (const AgentAction& a : second) {
+    c_->ActionDone(a, absl::OkStatus(), T(9.6));
+  }
+  logs = c_->TaskLogs(1, 0);
+  ASSERT_TRUE(logs.ok()) << logs.status();
+  EXPECT_EQ(logs->task_id, second[0].task_id);
+  EXPECT_TRUE(logs->live);
+  EXPECT_EQ(c_->TaskLogs(1, 0, 1)->task_id, second[0].task_id);
+  EXPECT_EQ(c_->TaskLogs(1, 0, 0)->task_id, first[0].task_id);
+  EXPECT_EQ(c_->TaskLogs(1, 0, 4).status().message(),
+            "job 1 has no run 4 whose logs are kept (runs kept: 0, 1)");
+
+  // Only the last 5 past runs are kept.
+  std::vector<AgentAction> run = second;
+  for (int r = 1; r <= 6; ++r) {
+    const double t = 10 + 10 * r;
+    Beat(0,
+         {{{"task_id", run[0].task_id}, {"state", "exited"}, {"exit_code", 1}}},
+         t);
+    c_->TakeActions();
+    Beat(1,
+         {{{"task_id", run[1].task_id}, {"state", "exited"}, {"signal", 15}}},
+         t + 1);
+    Beat(0, nlohmann::json::array(), t + 6.5);  // not silent
+    Beat(1, nlohmann::json::array(), t + 6.5);
+    c_->Tick(T(t + 7));
+    run = c_->TakeActions();
+    ASSERT_EQ(run.size(), 2u) << "run " << r;
+    for (const AgentAction& a : run)
+      c_->ActionDone(a, absl::OkStatus(), T(t + 7));
+  }
+  EXPECT_EQ(c_->TaskLogs(1, 0, 1).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(c_->TaskLogs(1, 0, 2)->task_id, "1.0.2");
+  EXPECT_EQ(c_->TaskLogs(1, 0, 6)->task_id, "1.0.6");
+  EXPECT_EQ(c_->TaskLogs(1, 0, 7)->task_id, run[0].task_id);
+}
+
 // A job token's run (issue 15, item 7): valid while the run is the job's
 // current one and runs; not before, not after a restart, not once it ended.
 TEST_F(ControllerTest, OnlyTheCurrentLiveRunChecksOut) {

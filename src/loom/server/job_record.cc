@@ -176,6 +176,13 @@ nlohmann::json JobRecordToJson(const JobRecord& j) {
   if (j.recovery) out["recovery"] = RecoveryToJson(*j.recovery);
   if (!j.spare_nodes.empty()) out["spare_nodes"] = j.spare_nodes;
   if (!j.last_nodes.empty()) out["last_nodes"] = j.last_nodes;
+  if (!j.past_runs.empty()) {
+    nlohmann::json runs = nlohmann::json::array();
+    for (const PastRun& r : j.past_runs) {
+      runs.push_back({{"run", r.run}, {"nodes", r.nodes}});
+    }
+    out["past_runs"] = std::move(runs);
+  }
   if (!j.data_versions.empty()) {
     nlohmann::json data = nlohmann::json::array();
     for (const JobDataVersion& d : j.data_versions) {
@@ -280,6 +287,24 @@ absl::StatusOr<JobRecord> JobRecordFromJson(const nlohmann::json& in) {
     }
     j.spare_nodes = in.value("spare_nodes", std::vector<std::string>{});
     j.last_nodes = in.value("last_nodes", std::vector<std::string>{});
+    if (auto runs = in.find("past_runs");
+        runs != in.end() && runs->is_array()) {
+      for (const nlohmann::json& r : *runs) {
+        if (!r.is_object() ||
+            !r.value("run", nlohmann::json()).is_number_integer()) {
+          continue;
+        }
+        PastRun past;
+        past.run = r["run"].get<int>();
+        if (auto nodes = r.find("nodes");
+            nodes != r.end() && nodes->is_array()) {
+          for (const nlohmann::json& n : *nodes) {
+            past.nodes.push_back(n.is_string() ? n.get<std::string>() : "");
+          }
+        }
+        j.past_runs.push_back(std::move(past));
+      }
+    }
     if (auto d = in.find("data_versions"); d != in.end() && d->is_array()) {
       for (const nlohmann::json& v : *d) {
         if (!v.is_object()) continue;
@@ -428,6 +453,12 @@ nlohmann::json JobApiJson(
   }
   // Only for a job that asked for spares, as `spares` in its spec.
   if (job.spec.spares > 0) j["spare_nodes"] = job.spare_nodes;
+  // Earlier runs whose logs can still be read (`loom logs --run N`).
+  nlohmann::json past = nlohmann::json::array();
+  for (const PastRun& r : job.past_runs) {
+    past.push_back({{"run", r.run}, {"nodes", r.nodes}});
+  }
+  j["past_runs"] = std::move(past);
   if (!job.tasks.empty()) {
     nlohmann::json tasks = nlohmann::json::array();
     absl::flat_hash_set<std::string> nodes;
@@ -471,6 +502,10 @@ nlohmann::json JobApiJson(
   j["events"] = job.events.ToJson();
   if (job.events.dropped() > 0) j["events_dropped"] = job.events.dropped();
   return j;
+}
+
+std::string TaskIdOf(JobId job, int index, int run) {
+  return absl::StrCat(job, ".", index, ".", run);
 }
 
 }  // namespace loom

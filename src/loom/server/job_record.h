@@ -110,6 +110,21 @@ struct JobDataVersion {
   int64_t bytes = 0;
 };
 
+// A run of a job that ended without finishing (it was restarted or
+// requeued): its number (`LOOM_RESTART_COUNT`) and the node of each task,
+// so that its logs can still be read (`loom logs JOB --run N`; task i's id
+// is `JOB.i.N`).
+struct PastRun {
+  int run = 0;
+  std::vector<std::string> nodes;  // [task index]
+};
+
+// How many past runs a job keeps (the newest).
+inline constexpr size_t kKeptPastRuns = 5;
+
+// The id of task `index` of run `run` of job `job`: "JOB.INDEX.RUN".
+std::string TaskIdOf(JobId job, int index, int run);
+
 struct JobRecord {
   JobId id = 0;
   JobSpec spec;
@@ -196,6 +211,9 @@ struct JobRecord {
   nlohmann::json replica_probes;
   std::optional<absl::Time> drain_since;
   std::vector<TaskRecord> tasks;
+  // The runs before the current one that ended unfinished, oldest first, at
+  // most `kKeptPastRuns`.
+  std::vector<PastRun> past_runs;
   // Bounded: the last `JobEvents::kMaxJobEvents`, repeats coalesced.
   JobEvents events;
 

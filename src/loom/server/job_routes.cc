@@ -198,11 +198,12 @@ void HttpServer::JobRoutes() {
         absl::StatusOr<JobId> id = JobToTouch(req, false);
         if (!id.ok()) return ReplyError(res, id.status());
         // Numbers only: they are passed on to the agent's URL.
-        int64_t task = 0, process = 0, offset = 0;
+        int64_t task = 0, process = 0, offset = 0, run = -1;
         for (auto [name, value] :
              {std::pair<const char*, int64_t*>{"task", &task},
               {"process", &process},
-              {"offset", &offset}}) {
+              {"offset", &offset},
+              {"run", &run}}) {
           if (req.has_param(name) &&
               (!absl::SimpleAtoi(req.get_param_value(name), value) ||
                *value < 0)) {
@@ -210,12 +211,13 @@ void HttpServer::JobRoutes() {
                                        name, ": not a non-negative number")));
           }
         }
-        if (task > INT32_MAX) {
-          return ReplyError(res,
-                            absl::InvalidArgumentError("task: out of range"));
+        if (task > INT32_MAX || run > INT32_MAX) {
+          return ReplyError(
+              res, absl::InvalidArgumentError(absl::StrCat(
+                       task > INT32_MAX ? "task" : "run", ": out of range")));
         }
-        absl::StatusOr<Controller::TaskLogSource> where =
-            controller_->TaskLogs(*id, static_cast<int>(task));
+        absl::StatusOr<Controller::TaskLogSource> where = controller_->TaskLogs(
+            *id, static_cast<int>(task), static_cast<int>(run));
         if (!where.ok()) return ReplyError(res, where.status());
         TaskLogRequest r;
         r.address = where->address;
