@@ -106,6 +106,12 @@ TEST_F(HttpServerTest, BadInputGetsClearErrors) {
   auto logs = client_->Get("/v1/jobs/1/logs?offset=-1");
   ASSERT_TRUE(logs);
   EXPECT_EQ(logs->status, 400);
+  for (const char* run : {"-1", "x", "99999999999"}) {
+    logs = client_->Get(absl::StrCat("/v1/jobs/1/logs?run=", run));
+    ASSERT_TRUE(logs);
+    EXPECT_EQ(logs->status, 400) << run;
+    EXPECT_THAT(logs->body, ::testing::HasSubstr("run: ")) << run;
+  }
   auto r = client_->Get("/v1/nowhere");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 404);
