@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -150,6 +151,8 @@ class FakeServer {
     auto it = bearers_.find(path);
     return it == bearers_.end() ? "" : it->second;
   }
+  // Heartbeats get no answer until unfrozen (a frozen leader).
+  void set_frozen(bool frozen) { frozen_.store(frozen); }
   // Told to agents at registration (`fence_after_ms`); 0: not sent.
   void set_fence_after_ms(int ms) {
     absl::MutexLock lock(&mu_);
@@ -234,6 +237,11 @@ class FakeServer {
   }
 
   void OnHeartbeat(const httplib::Request& req, httplib::Response& res) {
+    // A frozen server: the connection is taken, the answer never comes in
+    // time (waits up to 30 s, less once unfrozen or stopped).
+    for (int i = 0; i < 300 && frozen_.load(); ++i) {
+      absl::SleepFor(absl::Milliseconds(100));
+    }
     const json body = json::parse(req.body, nullptr, false);
     absl::MutexLock lock(&mu_);
     const std::string node = body.value("name", "");
@@ -285,6 +293,7 @@ class FakeServer {
   int reject_registrations_ ABSL_GUARDED_BY(mu_) = 0;
   int reject_status_ ABSL_GUARDED_BY(mu_) = 503;
   int attempts_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<bool> frozen_{false};
 };
 
 inline AgentOptions BaseOptions(const FakeServer& server,

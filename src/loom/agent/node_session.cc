@@ -318,7 +318,10 @@ void NodeSession::Problem(Link& link, const std::string& message) {
 NodeSession::ServerReply NodeSession::Post(Worker& worker,
                                            const std::string& path,
                                            const json& body,
-                                           const std::string& bearer) {
+                                           const std::string& bearer,
+                                           absl::Duration timeout) {
+  if (timeout <= absl::ZeroDuration()) timeout = options_.request_timeout;
+  const int64_t timeout_us = absl::ToInt64Microseconds(timeout);
   ServerReply reply;
   const std::string payload = Dump(body);
   const size_t n = worker.clients.size();
@@ -328,6 +331,8 @@ NodeSession::ServerReply NodeSession::Post(Worker& worker,
   for (size_t i = 0; i < n; ++i) {
     const size_t idx = (worker.preferred + i) % n;
     const std::string& url = options_.server_urls[idx];
+    worker.clients[idx]->set_read_timeout(timeout_us / 1000000,
+                                          timeout_us % 1000000);
     httplib::Result res = worker.clients[idx]->Post(
         path.c_str(), headers, payload, "application/json");
     if (!res) {
@@ -597,11 +602,21 @@ void NodeSession::Heartbeat(Worker& worker, Link& link) {
   }
   const absl::Time sent = absl::Now();
   std::string bearer;
+  // A server that took the connection and never answers (a frozen leader)
+  // must not hold the heartbeat past the fence: each server gets a quarter
+  // of the fence time, so that the others of the list are tried in time
+  // (docs/ha.md).
+  absl::Duration timeout = options_.request_timeout;
   {
     absl::MutexLock lock(&mu_);
     bearer = link.credential;
+    if (link.fence_after > absl::ZeroDuration()) {
+      timeout = std::clamp(link.fence_after / 4,
+                           std::min(absl::Seconds(1), timeout), timeout);
+    }
   }
-  ServerReply reply = Post(worker, "/v1/agents/heartbeat", body, bearer);
+  ServerReply reply =
+      Post(worker, "/v1/agents/heartbeat", body, bearer, timeout);
   if (!reply.answered || reply.status != 200) {
     stats_.Failed();
   } else {

@@ -129,8 +129,11 @@ class NodeSession {
   void ScheduleNext(Link& link, absl::Duration delay);
   void Backoff(Link& link);
   void Problem(Link& link, const std::string& message);
+  // Tries each server in turn (from the one that answered last), each
+  // with `timeout` to answer (`request_timeout` when zero).
   ServerReply Post(Worker& worker, const std::string& path,
-                   const nlohmann::json& body, const std::string& bearer);
+                   const nlohmann::json& body, const std::string& bearer,
+                   absl::Duration timeout = absl::ZeroDuration());
   void HandleServerReply(Link& link, const nlohmann::json& reply,
                          const std::vector<std::string>& reported_ended);
   nlohmann::json RegistrationBody(Link& link,

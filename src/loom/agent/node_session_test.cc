@@ -190,6 +190,43 @@ TEST(AgentTest, FencesItsTasksWhenHeartbeatsGoUnanswered) {
   EXPECT_EQ(server.LastStatus("h200-0", "9.0.0")["signal"], SIGKILL);
 }
 
+// A frozen server (it takes the connection and never answers, as a stopped
+// leader does) holds a heartbeat a quarter of the fence time at most: the
+// agent tries the next server in time, and its task is not fenced.
+TEST(AgentTest, AFrozenServerDoesNotHoldHeartbeatsPastTheFence) {
+  FakeServer frozen;
+  FakeServer next;
+  frozen.set_fence_after_ms(4000);
+  next.set_fence_after_ms(4000);
+  TempDir dir;
+  AgentOptions options = BaseOptions(frozen, dir.path());
+  options.server_urls = {frozen.url(), next.url()};
+  std::unique_ptr<Agent> agent = StartAgent(std::move(options));
+  ASSERT_NE(agent, nullptr);
+  ASSERT_TRUE(WaitFor([&] { return agent->Registered("h200-0"); }));
+  AgentClient client(*agent);
+  httplib::Result res =
+      client.Post("/v1/tasks", Launch("9.0.0", {"/bin/sleep", "60"}));
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 201) << res->body;
+  ASSERT_TRUE(WaitFor([&] { return frozen.heartbeat_count("h200-0") >= 2; }));
+  frozen.set_frozen(true);
+  // The next server hears from the agent within a quarter of the fence
+  // (1 s) and a heartbeat interval.
+  const absl::Time froze = absl::Now();
+  ASSERT_TRUE(WaitFor([&] { return next.heartbeat_count("h200-0") >= 1; },
+                      absl::Seconds(3)));
+  EXPECT_LT(absl::Now() - froze, absl::Seconds(3));
+  // Past the fence time since the freeze, the task still runs.
+  absl::SleepFor(absl::Seconds(4.5) - (absl::Now() - froze));
+  res = client.Get("/v1/tasks/9.0.0");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(json::parse(res->body, nullptr, false).value("state", ""),
+            "running")
+      << res->body;
+  frozen.set_frozen(false);
+}
+
 TEST(AgentTest, SaysOnceWhenItCannotWriteTheLease) {
   FakeServer server;
   server.set_fence_after_ms(5000);
