@@ -176,10 +176,16 @@ assert not bad, bad[:5]
 print("ok: %d scrapes of loom_gpu_seconds_total, never down (last %.3f)" % (len(v), v[-1]))
 EOF
 
-# The history still answers: one job, a dependency on a purged one.
+# The history still answers: one job, a purged array by its ID and one of
+# its elements as A_I, a dependency on a purged one.
 first=$((ARRAYS[0] + 1))
 "$LOOM" sacct -j "$first" -o json | grep -q '"live": *false' ||
   fail "loom sacct -j $first: $("$LOOM" sacct -j "$first" -o json)"
+n0=$(( N < 1000 ? N : 1000 ))
+[ "$("$LOOM" sacct -j "${ARRAYS[0]}" -o json | grep -c '"ref"')" = "$n0" ] ||
+  fail "loom sacct -j ${ARRAYS[0]} lists $("$LOOM" sacct -j "${ARRAYS[0]}" -o json | grep -c '"ref"') elements, not $n0"
+"$LOOM" sacct -j "${ARRAYS[0]}_7" -o json | grep -q "\"ref\": *\"${ARRAYS[0]}_7\"" ||
+  fail "loom sacct -j ${ARRAYS[0]}_7: $("$LOOM" sacct -j "${ARRAYS[0]}_7" -o json)"
 "$LOOM" show "${ARRAYS[0]}" > "$W/show.out" 2>&1 && fail "loom show of a purged job succeeded"
 grep -q "left the live state" "$W/show.out" || fail "loom show of a purged job: $(cat "$W/show.out")"
 out=$("$LOOM" run -g 1 --dependency "afterok:${ARRAYS[0]}" -- true 2>&1) ||

@@ -108,6 +108,9 @@ struct AgentNode {
   // health monitor's rounds ask again (`SettleMigModes`). Mutable: the
   // launch steps see the node as const.
   mutable std::atomic<uint32_t> mig_waits{0};
+  // Of those, the GPUs whose MIG mode is to go off (for a task that uses
+  // the GPU whole): asked for again until it is off.
+  mutable std::atomic<uint32_t> mig_wants_off{0};
 };
 
 // `<node>/lease`: the send time of the last answered heartbeat and the fence

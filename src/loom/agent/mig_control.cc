@@ -483,7 +483,9 @@ absl::StatusOr<std::vector<MigInstanceInfo>> NvmlMigControl::Ensure(
                      api_->Describe(rc), ")"));
   }
   if (rc != kNvmlSuccess) return api_->Fail(gpu, "nvmlDeviceGetMigMode", rc);
-  if (current != kNvmlDeviceMigEnable) {
+  // Also when it is on and a change to off waits (`Disable` left it so):
+  // asking for on again takes that change back.
+  if (current != kNvmlDeviceMigEnable || pending != kNvmlDeviceMigEnable) {
     NvmlReturn activation = kNvmlSuccess;
     if (rc = api_->set_mig_mode(*device, kNvmlDeviceMigEnable, &activation);
         rc != kNvmlSuccess) {

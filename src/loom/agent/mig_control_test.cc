@@ -303,8 +303,21 @@ TEST_F(NvmlMigControlTest, DisableDestroysTheInstancesThenTurnsTheModeOff) {
   EXPECT_FALSE(AnyChange(calls)) << absl::StrJoin(calls, "\n");
 }
 
+// Sets an environment variable for as long as it lives.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() { Clear(); }
+  void Clear() { ::unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
 TEST_F(NvmlMigControlTest, AModeChangeWaitsWhileTheGpuIsHeld) {
-  ::setenv("LOOM_FAKE_NVML_MIG_HELD", "0", 1);
+  ScopedEnv held("LOOM_FAKE_NVML_MIG_HELD", "0");
   absl::StatusOr<std::vector<MigInstanceInfo>> made = mig_.Ensure(0, Seven1g());
   EXPECT_EQ(made.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(made.status().message(),
@@ -322,7 +335,7 @@ TEST_F(NvmlMigControlTest, AModeChangeWaitsWhileTheGpuIsHeld) {
   EXPECT_THAT(Calls(Take(), "nvmlDeviceSetMigMode"),
               ElementsAre("nvmlDeviceSetMigMode gpu=0 mode=1"));
   // Let go: the next ask makes it; then nothing waits, nothing is asked.
-  ::unsetenv("LOOM_FAKE_NVML_MIG_HELD");
+  held.Clear();
   state = mig_.Settle(0);
   ASSERT_TRUE(state.ok()) << state.status();
   EXPECT_TRUE(state->enabled);

@@ -21,6 +21,13 @@
 namespace loom {
 namespace {
 
+// Serialises the MIG launches' layouts, and the health rounds' retries of
+// a mode change, of every node of the agent.
+absl::Mutex& MigLaunchMutex() {
+  static absl::Mutex* mu = new absl::Mutex();
+  return *mu;
+}
+
 std::string LayoutText(const MigLayout& layout) {
   return absl::StrCat(
       "[",
@@ -98,7 +105,7 @@ class MigStep : public LaunchStep {
                         absl::FailedPreconditionError(
                             "cannot make MIG instances (no MIG control)"));
     }
-    absl::MutexLock lock(&mu_);
+    absl::MutexLock lock(&MigLaunchMutex());
     absl::StatusOr<MigState> state = node.mig->Describe(g);
     if (!state.ok()) return SliceError(field, node, state.status());
     if (absl::Status busy = CheckNoTaskLoses(node, r, g, *state, &s.layout);
@@ -148,15 +155,17 @@ class MigStep : public LaunchStep {
   }
 
  private:
-  // A task that uses its GPUs whole, or shares one: a GPU that a task of a
-  // `mig.dynamic` pool left in MIG mode is turned back (`Disable`), or the
-  // task would see a MIG GPU's first instance instead of the GPU. A GPU
-  // whose MIG state cannot be read is launched on as it is.
+  // A task that uses its GPUs whole, or shares one: a GPU in MIG mode (as a
+  // MIG task of a `mig.dynamic` pool leaves it, or set by hand) is turned
+  // back (`Disable`), or the task would see the GPU's first instance
+  // instead of the GPU. A GPU whose MIG state cannot be read is launched on
+  // as it is. A change that fails or waits is the node's state: Aborted,
+  // as `ModeWaits`.
   absl::Status FreeOfMig(const LaunchContext& ctx, std::string* field) const {
     const AgentNode& node = ctx.node;
     const LaunchRequest& r = ctx.request;
     if (node.mig == nullptr || r.gpus.empty()) return absl::OkStatus();
-    absl::MutexLock lock(&mu_);
+    absl::MutexLock lock(&MigLaunchMutex());
     for (int g : r.gpus) {
       absl::StatusOr<MigState> state = node.mig->Describe(g);
       if (!state.ok() || !state->capable ||
@@ -171,10 +180,8 @@ class MigStep : public LaunchStep {
       }
       absl::StatusOr<MigState> after = node.mig->Disable(g);
       if (!after.ok()) {
-        if (field != nullptr) *field = "gpus";
-        return absl::Status(after.status().code(),
-                            absl::StrCat("node ", node.name, ": ",
-                                         Str(after.status().message())));
+        return ModeWaits(ctx, field, "gpus", g, false,
+                         Str(after.status().message()));
       }
       if (MigModeWaits(*after)) return ModeWaits(ctx, field, "gpus", g, false);
       ctx.log("info", node.name,
@@ -190,16 +197,29 @@ class MigStep : public LaunchStep {
   // the node says so in its heartbeats (and takes no new work), and the
   // launch is Aborted, which the agent answers with 503, so that the server
   // queues the job again without using up a restart (docs/agent.md, "MIG").
+  // `failure`, when given: the change failed (NVML's error) rather than
+  // waits; the health rounds ask again all the same.
   static absl::Status ModeWaits(const LaunchContext& ctx, std::string* field,
-                                const char* field_name, int g, bool on) {
-    if (g >= 0 && g < 32) ctx.node.mig_waits.fetch_or(1u << g);
+                                const char* field_name, int g, bool on,
+                                const std::string& failure = "") {
+    if (g >= 0 && g < 32) {
+      if (on) {
+        ctx.node.mig_wants_off.fetch_and(~(1u << g));
+      } else {
+        ctx.node.mig_wants_off.fetch_or(1u << g);
+      }
+      ctx.node.mig_waits.fetch_or(1u << g);
+    }
     if (field != nullptr) *field = field_name;
+    const std::string what =
+        failure.empty() ? std::string(
+                              "the change waits until the GPU is idle (another "
+                              "process may hold it open) or reset")
+                        : absl::StrCat("the change failed (", failure, ")");
     const absl::Status status = absl::AbortedError(absl::StrCat(
         "node ", ctx.node.name, ": GPU ", g, ": MIG mode must be turned ",
-        on ? "on" : "off",
-        " for this task, and the change waits until the GPU is idle (another "
-        "process may hold it open) or reset; the node takes no new work until "
-        "then"));
+        on ? "on" : "off", " for this task, and ", what,
+        "; the node takes no new work until then"));
     ctx.log("warn", ctx.node.name,
             absl::StrCat("launch of task ", ctx.request.task_id,
                          " not started: ", Str(status.message())));
@@ -277,8 +297,6 @@ class MigStep : public LaunchStep {
     }
     return absl::OkStatus();
   }
-
-  mutable absl::Mutex mu_;  // serialises the MIG launches' layouts
 };
 
 // Whether a live task of `node` uses GPU `g` (whole, shared or MIG).
@@ -303,19 +321,23 @@ bool GpuInUse(const AgentNode& node, int g) {
 bool SettleMigModes(const AgentNode& node, const AgentLog& log) {
   const uint32_t waits = node.mig_waits.load();
   if (waits == 0 || node.mig == nullptr) return false;
+  absl::MutexLock lock(&MigLaunchMutex());  // not under a launch's feet
   bool settled = false;
   for (int g = 0; g < 32; ++g) {
     if (((waits >> g) & 1) == 0) continue;
-    // A GPU in use cannot change now; it may have been reset by hand.
-    absl::StatusOr<MigState> state =
-        GpuInUse(node, g) ? node.mig->Describe(g) : node.mig->Settle(g);
+    const bool off = ((node.mig_wants_off.load() >> g) & 1) != 0;
+    // A GPU in use cannot change now; it may have been reset by hand. One
+    // to turn off is asked again the whole way (its instances too).
+    absl::StatusOr<MigState> state = GpuInUse(node, g) ? node.mig->Describe(g)
+                                     : off             ? node.mig->Disable(g)
+                                                       : node.mig->Settle(g);
     if (!state.ok()) {
       log("warn", node.name,
           absl::StrCat("GPU ", g, ": cannot settle its MIG mode: ",
                        Str(state.status().message())));
       continue;
     }
-    if (MigModeWaits(*state)) continue;
+    if (MigModeWaits(*state) || (off && state->enabled)) continue;
     node.mig_waits.fetch_and(~(1u << g));
     settled = true;
     log("info", node.name,

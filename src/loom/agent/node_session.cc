@@ -602,17 +602,21 @@ void NodeSession::Heartbeat(Worker& worker, Link& link) {
   }
   const absl::Time sent = absl::Now();
   std::string bearer;
-  // A server that took the connection and never answers (a frozen leader)
-  // must not hold the heartbeat past the fence: each server gets a quarter
-  // of the fence time, so that the others of the list are tried in time
-  // (docs/ha.md).
+  // With several servers, one that took the connection and never answers
+  // (a frozen leader) must not hold the heartbeat until the fence: each
+  // gets half the time left before it (at least 1 s), so that the others
+  // are tried in time, while a slow but live leader still has seconds to
+  // answer (docs/ha.md). With one server there is nothing else to try.
   absl::Duration timeout = options_.request_timeout;
   {
     absl::MutexLock lock(&mu_);
     bearer = link.credential;
-    if (link.fence_after > absl::ZeroDuration()) {
-      timeout = std::clamp(link.fence_after / 4,
-                           std::min(absl::Seconds(1), timeout), timeout);
+    if (options_.server_urls.size() > 1 &&
+        link.fence_after > absl::ZeroDuration()) {
+      const absl::Duration left =
+          link.fence_after - (absl::Now() - link.last_ack_sent);
+      timeout =
+          std::clamp(left / 2, std::min(absl::Seconds(1), timeout), timeout);
     }
   }
   ServerReply reply =

@@ -335,7 +335,9 @@ bool AcctWindow(const Verb& v, std::optional<absl::Time>* since,
 int Sacct(const Verb& v) {
   const AccountingFlags& a = v.flags.accounting;
   AccountingFilter filter;
-  filter.ids = v.flags.jobs;
+  // As given: an element ("12_7") is resolved by the server, also once its
+  // array is purged.
+  filter.ids = v.flags.job_refs;
   filter.user = v.flags.user;
   filter.project = v.flags.project;
   filter.limit = a.limit;

@@ -422,17 +422,20 @@ TEST_F(AcctVerbTest, SacctWindowDefaultsToTodayUnlessJobsAreNamed) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(acct_params_, Json({{"since", "2026-11-29T00:00:00.000Z"},
                                 {"until", "2026-11-29T15:20:00.000Z"}}));
-  // -j: no window (an element's ID asked of the server).
+  // -j: no window; elements go to the server as they are (it knows those
+  // of purged arrays too), and an array's ID stands for its elements there.
   r = Run({"sacct", "-j", "12,10_3", "--jobs", "14"});
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_EQ(acct_params_, Json({{"ids", "12,13,14"}}));
+  EXPECT_EQ(acct_params_, Json({{"ids", "12,10_3,14"}}));
   r = Run({"sacct", "-j", "12", "-S", "now-7d"});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(acct_params_,
             Json({{"ids", "12"}, {"since", "2026-11-22T16:20:00.000Z"}}));
-  r = Run({"sacct", "-j", "10_9"});
-  EXPECT_EQ(r.rc, 1);
-  EXPECT_THAT(r.err, HasSubstr("no job 10_9"));
+  // A malformed reference is refused before anything is sent.
+  acct_params_ = Json();
+  r = Run({"sacct", "-j", "10_x"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_TRUE(acct_params_.is_null());
 }
 
 TEST_F(AcctVerbTest, SacctOutputs) {

@@ -85,9 +85,10 @@ void AddJobCommands(CLI::App& app, JobCommandFlags* f) {
 
 int RunJobCommand(std::string_view verb, const JobCommandFlags& given,
                   const CommandContext& context) {
-  // Job references ("12", "12_7") become job IDs.
+  // Job references ("12", "12_7") become job IDs; sacct passes them on as
+  // they are (the server knows the elements of purged arrays too).
   JobCommandFlags flags = given;
-  if (!given.job_refs.empty()) {
+  if (!given.job_refs.empty() && verb != "sacct") {
     const cli::Verb first{std::string(verb), given, context};
     std::unique_ptr<ApiClient> client;
     for (const std::string& ref : given.job_refs) {

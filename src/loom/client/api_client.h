@@ -50,7 +50,9 @@ struct JobFilter {
 // or 0 fields do not filter. `since` and `until` are RFC 3339 times, sent as
 // given.
 struct AccountingFilter {
-  std::vector<int64_t> ids;
+  // Job IDs, and array elements ("12_7"); an array's ID stands for its
+  // elements.
+  std::vector<std::string> ids;
   std::string user;
   std::string project;
   std::vector<std::string> states;  // loom's: succeeded, failed, ...

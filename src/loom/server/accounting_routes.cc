@@ -9,6 +9,7 @@
 #include "absl/time/civil_time.h"
 #include "absl/time/clock.h"
 #include "loom/common/job_id.h"
+#include "loom/core/job_array.h"
 #include "loom/server/http_server.h"
 #include "loom/server/route_util.h"
 #include "loom/server/usage_ledger.h"
@@ -43,11 +44,23 @@ absl::StatusOr<std::optional<absl::Time>> AcctTimeParam(
   return t;
 }
 
-absl::StatusOr<FinishedJobQuery> AcctQueryOf(const http::HttpRequest& req) {
+absl::StatusOr<FinishedJobQuery> AcctQueryOf(
+    const http::HttpRequest& req, std::vector<ArrayElementRef>* elements) {
   FinishedJobQuery q;
   if (req.has_param("ids")) {
+    // Job IDs and array elements ("12_7"), as sacct -j takes them.
     for (absl::string_view s :
          absl::StrSplit(req.get_param_value("ids"), ',', absl::SkipEmpty())) {
+      if (s.find('_') != absl::string_view::npos) {
+        absl::StatusOr<ArrayElementRef> ref =
+            ParseArrayElementRef(std::string_view(s.data(), s.size()));
+        if (!ref.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("ids: bad array element \"", std::string(s), "\""));
+        }
+        elements->push_back(*ref);
+        continue;
+      }
       absl::StatusOr<int64_t> id = ParseJobId(std::string(s));
       if (!id.ok()) {
         return absl::InvalidArgumentError(
@@ -88,9 +101,11 @@ absl::StatusOr<FinishedJobQuery> AcctQueryOf(const http::HttpRequest& req) {
 void HttpServer::AccountingRoutes() {
   Handle("GET", "/v1/accounting/jobs",
          [this](const Request& req, Response& res) {
-           absl::StatusOr<FinishedJobQuery> q = AcctQueryOf(req);
+           std::vector<ArrayElementRef> elements;
+           absl::StatusOr<FinishedJobQuery> q = AcctQueryOf(req, &elements);
            if (!q.ok()) return ReplyError(res, q.status());
-           ReplyResult(res, controller_->AccountingJobs(*q, absl::Now()));
+           ReplyResult(res,
+                       controller_->AccountingJobs(*q, absl::Now(), elements));
          });
   Handle("GET", "/v1/usage", [this](const Request& req, Response& res) {
     if (!req.has_param("by")) {

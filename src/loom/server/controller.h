@@ -159,9 +159,12 @@ class Controller {
   int PurgeExpiredJobs(absl::Time now);
   // `loom sacct`: the jobs that match `query`, live ones and those in the
   // accounting store, in id order (`GET /v1/accounting/jobs`). The store
-  // is read after the live state and outside the controller's lock.
-  absl::StatusOr<nlohmann::json> AccountingJobs(const FinishedJobQuery& query,
-                                                absl::Time now) const;
+  // is read after the live state and outside the controller's lock. As
+  // sacct -j: an array's ID in `query.ids` stands for its elements, and
+  // `elements` ("12_7") name one each, live or purged.
+  absl::StatusOr<nlohmann::json> AccountingJobs(
+      const FinishedJobQuery& query, absl::Time now,
+      const std::vector<ArrayElementRef>& elements = {}) const;
   // `loom report usage`: GPU-seconds of the hours that overlap [since,
   // until) grouped as `g`, from the usage ledger plus the runs not in it yet
   // (running, or ended and not yet written).
@@ -408,14 +411,14 @@ class Controller {
   // leaf), and whether to wait for the first of them.
   nlohmann::json DataLaunchJson(const JobRecord& job, const TaskRecord& t) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Locality and prefetch (controller_data_locality.cc): the `datasets` of
-  // an agent's registration or heartbeat to the scheduler; a prefetch
-  // action (`POST /v1/datasets/prefetch`) per node the pass reported.
   // The GPUs of an agent's registration or heartbeat whose change of MIG
   // mode waits (`mig_waits`; absent: none): the node takes no new work
   // while there are any.
   void ApplyMigWaits(int n, const nlohmann::json& body)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Locality and prefetch (controller_data_locality.cc): the `datasets` of
+  // an agent's registration or heartbeat to the scheduler; a prefetch
+  // action (`POST /v1/datasets/prefetch`) per node the pass reported.
   void ApplyDatasets(int n, const nlohmann::json& body)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A running task's `data` report: counted once per task run.

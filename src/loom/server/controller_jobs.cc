@@ -521,7 +521,8 @@ absl::StatusOr<Controller::TaskLogSource> Controller::PastRunLogs(
     return absl::NotFoundError(absl::StrCat(
         "job ", job.id, " has no run ", run, " whose logs are kept",
         kept.empty()
-            ? std::string(" (it has not run yet)")
+            ? std::string(job.restart_count == 0 ? " (it has not run yet)"
+                                                 : " (none is kept)")
             : absl::StrCat(" (runs kept: ", absl::StrJoin(kept, ", "), ")")));
   }
   if (task < 0 || static_cast<size_t>(task) >= past->nodes.size()) {

@@ -177,11 +177,59 @@ absl::StatusOr<const JobRecord*> Controller::DependeeOf(
   return &**purged;
 }
 
+namespace {
+
+// The accounting rows of the elements of purged array `array` (index
+// `index`, or all for -1) that match `query`'s filters, into `rows`. The
+// elements' IDs follow the array's, one per index (`elements`, or, in rows
+// written before it was kept, until a batch of IDs holds none of them).
+absl::Status StoredElements(AccountingStore& accounting,
+                            const FinishedJobQuery& query, JobId array,
+                            int64_t elements, int index,
+                            std::map<JobId, nlohmann::json>* rows) {
+  constexpr int64_t kBatch = 1000;
+  FinishedJobQuery filters = query;
+  filters.ids.clear();
+  for (int64_t first = array + 1;; first += kBatch) {
+    if (elements > 0 && first > array + elements) break;
+    FinishedJobQuery batch;
+    for (int64_t id = first; id < first + kBatch; ++id) {
+      batch.ids.push_back(id);
+    }
+    absl::StatusOr<std::vector<FinishedJob>> found = accounting.Find(batch);
+    if (!found.ok()) return found.status();
+    bool any = false;
+    for (const FinishedJob& f : *found) {
+      nlohmann::json doc = nlohmann::json::parse(f.document, nullptr, false);
+      if (!doc.is_object() || doc.value("array_job", JobId{0}) != array) {
+        continue;
+      }
+      any = true;
+      if ((index >= 0 && doc.value("array_index", -1) != index) ||
+          !FinishedJobMatches(filters, f) || rows->contains(f.id)) {
+        continue;
+      }
+      (*rows)[f.id] = std::move(doc);
+    }
+    if (!any && elements <= 0) break;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<nlohmann::json> Controller::AccountingJobs(
-    const FinishedJobQuery& query, absl::Time now) const {
-  if (query.limit < 0) {
+    const FinishedJobQuery& given, absl::Time now,
+    const std::vector<ArrayElementRef>& elements) const {
+  if (given.limit < 0) {
     return absl::InvalidArgumentError("limit: must be 0 or more");
   }
+  // Jobs named (sacct -j): an array's ID stands for its elements, an
+  // element ("12_7") for itself; those of arrays no longer live are looked
+  // up in the store.
+  const bool named = !given.ids.empty() || !elements.empty();
+  FinishedJobQuery query = given;
+  std::vector<ArrayElementRef> stored_elements;
   // Live jobs first, then the store: a job purged in between is in the
   // store by then (it is written there before it leaves the live state),
   // and one in both is shown once, as live.
@@ -190,21 +238,68 @@ absl::StatusOr<nlohmann::json> Controller::AccountingJobs(
   {
     absl::MutexLock lock(&mu_);
     accounting = accounting_;
+    for (JobId id : given.ids) {
+      auto array = arrays_.find(id);
+      if (array == arrays_.end()) continue;
+      for (size_t p = 0; p < array->second.indices.size(); ++p) {
+        query.ids.push_back(id + 1 + static_cast<JobId>(p));
+      }
+    }
+    for (const ArrayElementRef& ref : elements) {
+      if (absl::StatusOr<JobId> e = ElementIdLocked(ref); e.ok()) {
+        query.ids.push_back(*e);
+      } else if (!jobs_.contains(ref.array_job)) {
+        stored_elements.push_back(ref);
+      }
+    }
     for (const auto& [id, job] : jobs_) {
-      if (IsArrayJob(job) || !LiveJobMatches(query, job, now)) continue;
+      if ((named && query.ids.empty()) || IsArrayJob(job) ||
+          !LiveJobMatches(query, job, now)) {
+        continue;
+      }
       rows[id] = JobAccountingJson(job, now, true);
     }
   }
   if (accounting != nullptr) {
     FinishedJobQuery q = query;
     q.limit = 0;  // array records are dropped below
-    absl::StatusOr<std::vector<FinishedJob>> stored = accounting->Find(q);
+    absl::StatusOr<std::vector<FinishedJob>> stored =
+        std::vector<FinishedJob>();
+    if (!named || !q.ids.empty()) stored = accounting->Find(q);
     if (!stored.ok()) return stored.status();
     for (const FinishedJob& f : *stored) {
       if (rows.contains(f.id)) continue;
       nlohmann::json doc = nlohmann::json::parse(f.document, nullptr, false);
-      if (!doc.is_object() || doc.value("array", false)) continue;
+      if (!doc.is_object()) continue;
+      if (doc.value("array", false)) {
+        // A purged array named by its ID: its elements.
+        if (std::find(given.ids.begin(), given.ids.end(), f.id) !=
+            given.ids.end()) {
+          if (absl::Status s =
+                  StoredElements(*accounting, given, f.id,
+                                 doc.value("elements", int64_t{0}), -1, &rows);
+              !s.ok()) {
+            return s;
+          }
+        }
+        continue;
+      }
       rows[f.id] = std::move(doc);
+    }
+    for (const ArrayElementRef& ref : stored_elements) {
+      absl::StatusOr<std::optional<FinishedJob>> array =
+          accounting->Get(ref.array_job);
+      if (!array.ok()) return array.status();
+      if (!array->has_value()) continue;
+      nlohmann::json doc =
+          nlohmann::json::parse((*array)->document, nullptr, false);
+      if (!doc.is_object() || !doc.value("array", false)) continue;
+      if (absl::Status s = StoredElements(*accounting, given, ref.array_job,
+                                          doc.value("elements", int64_t{0}),
+                                          ref.index, &rows);
+          !s.ok()) {
+        return s;
+      }
     }
   }
   nlohmann::json jobs = nlohmann::json::array();

@@ -368,6 +368,56 @@ TEST_F(RetentionTest, AnArrayMovesWithAllItsElements) {
   EXPECT_THAT(purged.status().message(), HasSubstr("left the live state"));
 }
 
+// As sacct -j: an array's ID stands for its elements and "A_I" for one,
+// while the array is live and once it is purged (then from the store).
+TEST_F(RetentionTest, SacctNamesArraysAndElementsLiveAndPurged) {
+  const JobId other = RunJob(5, 6);
+  const JobId a = Submit("resources: {gpus: 8}\narray: 3,5,7\n", 10);
+  for (int round = 0; round < 3; ++round) {
+    c_->Tick(T(10 + round));
+    for (const AgentAction& l : Launches()) {
+      // Index 5 fails.
+      Exit(l, l.body["env"].value("LOOM_ARRAY_TASK_ID", "") == "5" ? 2 : 0,
+           10.5 + round);
+    }
+  }
+  c_->Tick(T(20));
+  auto refs = [](const nlohmann::json& rows) {
+    std::vector<std::string> out;
+    for (const nlohmann::json& r : rows) out.push_back(r["ref"]);
+    return out;
+  };
+  auto sacct = [&](std::vector<int64_t> ids,
+                   std::vector<ArrayElementRef> elements, double t,
+                   std::vector<std::string> states = {}) {
+    FinishedJobQuery q;
+    q.ids = std::move(ids);
+    q.states = std::move(states);
+    auto r = c_->AccountingJobs(q, T(t), elements);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? refs((*r)["jobs"]) : std::vector<std::string>{};
+  };
+  const std::string p = std::to_string(a) + "_";
+  for (double t : {30.0, 200.0}) {
+    if (t == 200) {
+      ASSERT_EQ(c_->PurgeExpiredJobs(T(t)), 5) << "the array, 3 elements, "
+                                                  "the other job";
+      ASSERT_FALSE(c_->GetJob(a, T(t)).ok());
+    }
+    EXPECT_EQ(sacct({a}, {}, t),
+              (std::vector<std::string>{p + "3", p + "5", p + "7"}))
+        << "at " << t;
+    EXPECT_EQ(sacct({}, {{a, 5}}, t), (std::vector<std::string>{p + "5"}));
+    EXPECT_EQ(sacct({other}, {{a, 7}}, t),
+              (std::vector<std::string>{std::to_string(other), p + "7"}));
+    // Other filters still apply; an index the array lacks is nothing.
+    EXPECT_EQ(sacct({a}, {}, t, {"failed"}),
+              (std::vector<std::string>{p + "5"}));
+    EXPECT_TRUE(sacct({}, {{a, 4}}, t).empty());
+    EXPECT_TRUE(sacct({}, {{a + 100, 1}}, t).empty());
+  }
+}
+
 TEST_F(RetentionTest, AFailedMoveLeavesTheJobsLive) {
   const JobId id = RunJob(10, 20);
   faulty_.FailNextCommits(1, absl::UnavailableError("disk busy"));

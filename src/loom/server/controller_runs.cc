@@ -26,9 +26,9 @@ constexpr const char* kNotAgainAfterRefusal =
 
 // The run that just ended unfinished joins the job's past runs (the oldest
 // goes beyond `kKeptPastRuns`), for its logs. A run that never launched a
-// task leaves nothing to read.
+// task, or that an agent was not ready for (503), left nothing to read.
 void KeepPastRun(JobRecord& job) {
-  if (job.tasks.empty()) return;
+  if (job.tasks.empty() || job.launch_not_ready) return;
   PastRun run;
   run.run = job.restart_count;
   run.nodes.resize(job.tasks.size());

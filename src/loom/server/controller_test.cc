@@ -567,8 +567,10 @@ TEST_F(ControllerTest, LaunchAnAgentWasNotReadyForIsQueuedAgainAsAMove) {
   auto job = *c_->GetJob(1, T(2.1));
   EXPECT_EQ(job["state"], "pending") << job.dump();
   EXPECT_EQ(job["restart_count"], 1);
-  // It never ran there: no requeue counted either (`requeue.max`).
+  // It never ran there: no requeue counted either (`requeue.max`), and no
+  // past run kept (there is no output to read).
   EXPECT_EQ(job["requeues"], 0);
+  EXPECT_EQ(job["past_runs"], nlohmann::json::array());
   c_->Tick(T(3));
   EXPECT_EQ(State(1), "running");
 }

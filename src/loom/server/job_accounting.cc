@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "loom/core/job_array.h"
 #include "loom/server/job_events_store.h"
 
 namespace loom {
@@ -25,8 +26,14 @@ nlohmann::json JobAccountingJson(const JobRecord& job, absl::Time now,
                  : absl::StrCat(job.id);
   j["array_job"] = job.array_job;
   j["array_index"] = job.array_index;
-  // The record of a whole array (its elements have rows of their own).
-  if (!job.spec.array.empty() && job.array_job == 0) j["array"] = true;
+  // The record of a whole array (its elements have rows of their own, IDs
+  // from the array's + 1 on, one per index).
+  if (!job.spec.array.empty() && job.array_job == 0) {
+    j["array"] = true;
+    if (absl::StatusOr<ArraySpec> a = ParseArraySpec(job.spec.array); a.ok()) {
+      j["elements"] = a->indices.size();
+    }
+  }
   j["name"] = job.spec.name;
   j["user"] = job.spec.user;
   j["project"] = job.spec.project;
