@@ -19,6 +19,10 @@
 namespace loom {
 namespace {
 
+// How long a job whose launch an agent was not ready for waits before it is
+// queued again, at least.
+constexpr absl::Duration kNotReadyBackoff = absl::Milliseconds(500);
+
 // Ends the reason of a job whose launch an agent refused (HTTP 400).
 constexpr const char* kNotAgainAfterRefusal =
     "; not queued again: the agent refused the task as specified, and would "
@@ -329,7 +333,12 @@ void Controller::FinishJob(JobRecord& job, absl::Time now) {
     const std::string why = job.reason.empty()
                                 ? absl::StrCat("exit code ", *job.exit_code)
                                 : job.reason;
-    const absl::Duration wait = retry.wait;
+    // A launch the node was not ready for (503) waits a little: long
+    // enough for the heartbeat that says why (a GPU's MIG mode change
+    // waits) to take the node out, so that the job does not bounce off it.
+    const absl::Duration wait =
+        job.launch_not_ready ? std::max(retry.wait, kNotReadyBackoff)
+                             : retry.wait;
     if (preempted) {
       // A run that never started on a node not ready for it is no requeue.
       if (!job.launch_not_ready) ++job.requeues;
