@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -104,15 +103,8 @@ absl::StatusOr<std::vector<MigInstanceInfo>> EmulatedMigControl::Ensure(
         " profile=", NvmlComputeInstanceProfileId(w.profile->compute_slices)));
     const std::string key =
         absl::StrCat(node_name_, "/", gpu, "/", w.profile->name, "@", w.start);
-    const uint64_t a = Fnv1a64(key, 0x6d6967ULL);
-    const uint64_t b = Fnv1a64(key, 0x736c696365ULL);
-    char uuid[64];
-    std::snprintf(uuid, sizeof(uuid), "MIG-%08x-%04x-%04x-%04x-%012llx",
-                  static_cast<unsigned>(a >> 32),
-                  static_cast<unsigned>((a >> 16) & 0xffff),
-                  static_cast<unsigned>(a & 0xffff),
-                  static_cast<unsigned>(b >> 48),
-                  static_cast<unsigned long long>(b & 0xffffffffffffULL));
+    const std::string uuid =
+        EmulatedUuid("MIG", key, 0x6d6967ULL, 0x736c696365ULL);
     g.instances.push_back({id, {w.profile->name, w.start, uuid, id}});
   }
   std::vector<MigInstanceInfo> out;

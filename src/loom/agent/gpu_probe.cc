@@ -10,7 +10,6 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
-#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -469,15 +468,8 @@ absl::StatusOr<std::vector<GpuDevice>> EmulatedGpuProbe::Probe() {
   gpus.reserve(emulation_.count);
   for (int i = 0; i < emulation_.count; ++i) {
     const std::string key = absl::StrCat(node_name_, "/", i);
-    const uint64_t a = Fnv1a64(key, 0x6c6f6f6dULL);
-    const uint64_t b = Fnv1a64(key, 0x67707573ULL);
-    char uuid[64];
-    std::snprintf(uuid, sizeof(uuid), "GPU-%08x-%04x-%04x-%04x-%012llx",
-                  static_cast<unsigned>(a >> 32),
-                  static_cast<unsigned>((a >> 16) & 0xffff),
-                  static_cast<unsigned>(a & 0xffff),
-                  static_cast<unsigned>(b >> 48),
-                  static_cast<unsigned long long>(b & 0xffffffffffffULL));
+    const std::string uuid =
+        EmulatedUuid("GPU", key, 0x6c6f6f6dULL, 0x67707573ULL);
     GpuDevice gpu;
     gpu.index = i;
     gpu.model = emulation_.model;
