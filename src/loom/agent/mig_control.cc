@@ -589,24 +589,37 @@ absl::StatusOr<std::vector<MigInstanceInfo>> NvmlMigControl::List(int gpu) {
   return state->instances;
 }
 
-absl::StatusOr<MigState> NvmlMigControl::Describe(int gpu) {
-  absl::MutexLock lock(&mu_);
+struct NvmlMigControl::ModeNow {
+  NvmlDevice device = nullptr;
+  bool capable = false;
+  unsigned int current = 0;
+  unsigned int pending = 0;
+};
+
+absl::StatusOr<NvmlMigControl::ModeNow> NvmlMigControl::ReadMode(int gpu) {
   if (absl::Status s = Load(); !s.ok()) return s;
-  const std::vector<MigProfile> profiles = ProfilesOf(gpus_, gpu);
   absl::StatusOr<NvmlDevice> device = api_->Device(gpu);
   if (!device.ok()) return device.status();
-  MigState state;
-  unsigned int current = 0, pending = 0;
-  if (absl::Status s =
-          api_->Mode(gpu, *device, &state.capable, &current, &pending);
-      !s.ok() || !state.capable) {
-    return s.ok() ? absl::StatusOr<MigState>(state) : s;
+  ModeNow mode{.device = *device};
+  if (absl::Status s = api_->Mode(gpu, mode.device, &mode.capable,
+                                  &mode.current, &mode.pending);
+      !s.ok()) {
+    return s;
   }
-  state.enabled = current == kNvmlDeviceMigEnable;
-  state.pending = pending == kNvmlDeviceMigEnable;
+  return mode;
+}
+
+absl::StatusOr<MigState> NvmlMigControl::Describe(int gpu) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<ModeNow> mode = ReadMode(gpu);
+  if (!mode.ok()) return mode.status();
+  MigState state{.capable = mode->capable};
+  if (!state.capable) return state;
+  state.enabled = mode->current == kNvmlDeviceMigEnable;
+  state.pending = mode->pending == kNvmlDeviceMigEnable;
   if (!state.enabled) return state;
   absl::StatusOr<std::vector<MigInstanceInfo>> instances =
-      api_->Instances(gpu, *device, profiles);
+      api_->Instances(gpu, mode->device, ProfilesOf(gpus_, gpu));
   if (!instances.ok()) return instances.status();
   state.instances = *std::move(instances);
   return state;
@@ -615,24 +628,17 @@ absl::StatusOr<MigState> NvmlMigControl::Describe(int gpu) {
 absl::StatusOr<MigState> NvmlMigControl::Disable(int gpu) {
   {
     absl::MutexLock lock(&mu_);
-    if (absl::Status s = Load(); !s.ok()) return s;
-    const std::vector<MigProfile> profiles = ProfilesOf(gpus_, gpu);
-    absl::StatusOr<NvmlDevice> device = api_->Device(gpu);
-    if (!device.ok()) return device.status();
-    bool capable = false;
-    unsigned int current = 0, pending = 0;
-    if (absl::Status s = api_->Mode(gpu, *device, &capable, &current, &pending);
-        !s.ok() || !capable) {
-      return s.ok() ? absl::StatusOr<MigState>(MigState{}) : s;
-    }
-    NvmlReturn rc = kNvmlSuccess;
-    if (current == kNvmlDeviceMigDisable && pending == kNvmlDeviceMigDisable) {
+    absl::StatusOr<ModeNow> mode = ReadMode(gpu);
+    if (!mode.ok()) return mode.status();
+    if (!mode->capable) return MigState{};
+    if (mode->current == kNvmlDeviceMigDisable &&
+        mode->pending == kNvmlDeviceMigDisable) {
       return MigState{.capable = true};
     }
-    if (current == kNvmlDeviceMigEnable) {
+    if (mode->current == kNvmlDeviceMigEnable) {
       std::vector<Api::Gi> gis;
       absl::StatusOr<std::vector<MigInstanceInfo>> now =
-          api_->Instances(gpu, *device, profiles, &gis);
+          api_->Instances(gpu, mode->device, ProfilesOf(gpus_, gpu), &gis);
       if (!now.ok()) return now.status();
       for (const Api::Gi& gi : gis) {
         if (absl::Status s = api_->DestroyGpuInstance(gpu, gi.handle);
@@ -642,7 +648,8 @@ absl::StatusOr<MigState> NvmlMigControl::Disable(int gpu) {
       }
     }
     NvmlReturn activation = kNvmlSuccess;
-    if (rc = api_->set_mig_mode(*device, kNvmlDeviceMigDisable, &activation);
+    if (NvmlReturn rc = api_->set_mig_mode(mode->device, kNvmlDeviceMigDisable,
+                                           &activation);
         rc != kNvmlSuccess) {
       return absl::FailedPreconditionError(
           absl::StrCat("GPU ", gpu, ": cannot disable MIG mode: ",
@@ -655,18 +662,13 @@ absl::StatusOr<MigState> NvmlMigControl::Disable(int gpu) {
 absl::StatusOr<MigState> NvmlMigControl::Settle(int gpu) {
   {
     absl::MutexLock lock(&mu_);
-    if (absl::Status s = Load(); !s.ok()) return s;
-    absl::StatusOr<NvmlDevice> device = api_->Device(gpu);
-    if (!device.ok()) return device.status();
-    bool capable = false;
-    unsigned int current = 0, pending = 0;
-    if (absl::Status s = api_->Mode(gpu, *device, &capable, &current, &pending);
-        !s.ok() || !capable) {
-      return s.ok() ? absl::StatusOr<MigState>(MigState{}) : s;
-    }
-    if (current != pending) {
+    absl::StatusOr<ModeNow> mode = ReadMode(gpu);
+    if (!mode.ok()) return mode.status();
+    if (!mode->capable) return MigState{};
+    if (mode->current != mode->pending) {
       NvmlReturn activation = kNvmlSuccess;
-      if (NvmlReturn rc = api_->set_mig_mode(*device, pending, &activation);
+      if (NvmlReturn rc =
+              api_->set_mig_mode(mode->device, mode->pending, &activation);
           rc != kNvmlSuccess) {
         return api_->Fail(gpu, "nvmlDeviceSetMigMode", rc);
       }

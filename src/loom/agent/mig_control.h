@@ -139,7 +139,11 @@ class NvmlMigControl : public MigControl {
 
  private:
   struct Api;
+  struct ModeNow;
   absl::Status Load() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Loads NVML and reads GPU `gpu`'s handle and its current and pending
+  // MIG modes.
+  absl::StatusOr<ModeNow> ReadMode(int gpu) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::vector<GpuDevice> gpus_;
   const std::string library_;
