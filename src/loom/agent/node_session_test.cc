@@ -191,8 +191,8 @@ TEST(AgentTest, FencesItsTasksWhenHeartbeatsGoUnanswered) {
 }
 
 // A frozen server (it takes the connection and never answers, as a stopped
-// leader does) holds a heartbeat a quarter of the fence time at most: the
-// agent tries the next server in time, and its task is not fenced.
+// leader does) holds a heartbeat half the time left before the fence at
+// most: the agent tries the next server in time, and its task is not fenced.
 TEST(AgentTest, AFrozenServerDoesNotHoldHeartbeatsPastTheFence) {
   FakeServer frozen;
   FakeServer next;
@@ -211,8 +211,8 @@ TEST(AgentTest, AFrozenServerDoesNotHoldHeartbeatsPastTheFence) {
   ASSERT_EQ(res->status, 201) << res->body;
   ASSERT_TRUE(WaitFor([&] { return frozen.heartbeat_count("h200-0") >= 2; }));
   frozen.set_frozen(true);
-  // The next server hears from the agent within a quarter of the fence
-  // (1 s) and a heartbeat interval.
+  // The next server hears from the agent within half the time left before
+  // the fence (under 2 s) and a heartbeat interval.
   const absl::Time froze = absl::Now();
   ASSERT_TRUE(WaitFor([&] { return next.heartbeat_count("h200-0") >= 1; },
                       absl::Seconds(3)));
