@@ -613,7 +613,8 @@ absl::StatusOr<MigState> NvmlMigControl::Describe(int gpu) {
   absl::MutexLock lock(&mu_);
   absl::StatusOr<ModeNow> mode = ReadMode(gpu);
   if (!mode.ok()) return mode.status();
-  MigState state{.capable = mode->capable};
+  MigState state;
+  state.capable = mode->capable;
   if (!state.capable) return state;
   state.enabled = mode->current == kNvmlDeviceMigEnable;
   state.pending = mode->pending == kNvmlDeviceMigEnable;
