@@ -20,6 +20,24 @@ void DatasetPrefetches::Shutdown() {
   for (std::thread& t : threads) t.join();
 }
 
+nlohmann::json DatasetPrefetches::Reports(uint64_t* through) {
+  absl::MutexLock lock(&mu_);
+  nlohmann::json out = nlohmann::json::array();
+  *through = 0;
+  for (const auto& [number, item] : reports_) {
+    out.push_back(item);
+    *through = number;
+  }
+  return out;
+}
+
+void DatasetPrefetches::Acknowledge(uint64_t through) {
+  absl::MutexLock lock(&mu_);
+  while (!reports_.empty() && reports_.front().first <= through) {
+    reports_.pop_front();
+  }
+}
+
 std::vector<std::thread> DatasetPrefetches::TakeEnded() {
   std::vector<std::thread> ended;
   for (auto it = fills_.begin(); it != fills_.end();) {
@@ -58,12 +76,25 @@ std::string DatasetPrefetches::Start(const DatasetWant& want) {
       Fill& fill = fills_[want.version];
       fill.thread = std::thread([this, want] {
         const absl::Time start = absl::Now();
-        absl::StatusOr<std::shared_ptr<DatasetHold>> hold =
-            cache_->Ensure(want, [](int64_t, int64_t) {});
+        DatasetFillStats stats;
+        absl::StatusOr<std::shared_ptr<DatasetHold>> hold = cache_->Ensure(
+            want, [](int64_t, int64_t) {}, &stats);
         const bool ok = hold.ok();
         const std::string why = ok ? "" : std::string(hold.status().message());
         hold = absl::CancelledError();  // released: evictable like any other
         absl::MutexLock lock(&mu_);
+        if (ok && stats.peer_bytes + stats.cold_bytes > 0) {
+          if (reports_.size() >= kMaxPrefetchReports) reports_.pop_front();
+          reports_.emplace_back(
+              ++last_report_,
+              nlohmann::json{
+                  {"source", want.source},
+                  {"version", want.version},
+                  {"peer_bytes", stats.peer_bytes},
+                  {"cold_bytes", stats.cold_bytes},
+                  {"fill_ms", absl::ToInt64Milliseconds(stats.fill_time)},
+                  {"verified_files", stats.verified_files}});
+        }
         if (ok) {
           log_("info", node_,
                absl::StrCat("prefetched dataset ", want.source, " version ",

@@ -56,6 +56,22 @@ TEST(DatasetPrefetchTest, FillsInTheBackgroundAndHeartbeatsReportIt) {
     return false;
   };
   ASSERT_TRUE(WaitFor(reported)) << "no heartbeat listed " << version;
+  // What the fill copied, said once (the server answered): 12 bytes from
+  // the cold store.
+  auto prefetched = [&] {
+    std::vector<json> out;
+    for (const json& hb : server.Heartbeats("h200-0")) {
+      if (hb.contains("prefetched")) out.push_back(hb["prefetched"]);
+    }
+    return out;
+  };
+  ASSERT_TRUE(WaitFor([&] { return !prefetched().empty(); }));
+  const json said = prefetched()[0];
+  ASSERT_EQ(said.size(), 1u) << said;
+  EXPECT_EQ(said[0]["version"], version);
+  EXPECT_EQ(said[0]["source"], "cold:sets/a");
+  EXPECT_EQ(said[0]["cold_bytes"], 12);
+  EXPECT_EQ(said[0]["peer_bytes"], 0);
   EXPECT_TRUE(fs::exists(
       absl::StrCat(dir.path(), "/datasets/", version, "/data/d/b.bin")));
   // Complete now: asked again, nothing to do; and later heartbeats leave
@@ -68,6 +84,7 @@ TEST(DatasetPrefetchTest, FillsInTheBackgroundAndHeartbeatsReportIt) {
   ASSERT_TRUE(
       WaitFor([&] { return server.Heartbeats("h200-0").size() >= seen + 2; }));
   EXPECT_FALSE(server.Heartbeats("h200-0").back().contains("datasets"));
+  EXPECT_EQ(prefetched().size(), 1u);  // the second fill copied nothing
 }
 
 TEST(DatasetPrefetchTest, RefusesABadBody) {

@@ -600,6 +600,12 @@ void NodeSession::Heartbeat(Worker& worker, Link& link) {
     absl::MutexLock lock(&mu_);
     if (link.datasets_sent != datasets) body["datasets"] = datasets;
   }
+  // What prefetches copied, until the server has it.
+  uint64_t prefetched_through = 0;
+  if (node.dataset_prefetches) {
+    json prefetched = node.dataset_prefetches->Reports(&prefetched_through);
+    if (!prefetched.empty()) body["prefetched"] = std::move(prefetched);
+  }
   const absl::Time sent = absl::Now();
   std::string bearer;
   // With several servers, one that took the connection and never answers
@@ -639,6 +645,9 @@ void NodeSession::Heartbeat(Worker& worker, Link& link) {
       if (body.contains("images")) link.images_sent = images_gen;
       if (body.contains("image_pulls")) link.pulls_sent = pulls_gen;
       if (body.contains("datasets")) link.datasets_sent = std::move(datasets);
+      if (body.contains("prefetched")) {
+        node.dataset_prefetches->Acknowledge(prefetched_through);
+      }
       link.last_ack_sent = sent;
       link.fenced = false;
       fence_after = link.fence_after;

@@ -40,15 +40,19 @@ std::string FormatDatasetTable(const Json& datasets) {
          starts == 0 ? "-"
                      : absl::StrFormat("%.0f%%",
                                        100 * Num(use, "hit_ratio").value_or(0)),
-         FormatBytes(Int(use, "cold_bytes").value_or(0)),
-         FormatBytes(Int(use, "peer_bytes").value_or(0)),
+         // What the cold store and peers sent: for tasks and prefetches.
+         FormatBytes(Int(use, "cold_bytes").value_or(0) +
+                     Int(use, "prefetch_cold_bytes").value_or(0)),
+         FormatBytes(Int(use, "peer_bytes").value_or(0) +
+                     Int(use, "prefetch_peer_bytes").value_or(0)),
          Int(use, "fills").value_or(0) == 0
              ? "-"
              : absl::StrFormat("%.1fs",
-                               Num(use, "fill_seconds_mean").value_or(0))});
+                               Num(use, "fill_seconds_mean").value_or(0)),
+         absl::StrCat(Int(use, "prefetches").value_or(0))});
   }
   return FormatTable({"NAME", "SOURCE", "VERSION", "NODES", "STARTS", "HIT",
-                      "COLD", "PEER", "FILL"},
+                      "COLD", "PEER", "FILL", "PREFETCHES"},
                      rows);
 }
 

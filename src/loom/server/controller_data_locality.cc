@@ -26,6 +26,14 @@ constexpr size_t kMaxNodeDatasets = 256;  // as agents cap their lists
 }  // namespace
 
 void Controller::ApplyDatasets(int n, const nlohmann::json& body) {
+  // What prefetches the server asked of the node copied: counted once.
+  if (auto p = body.find("prefetched"); p != body.end() && p->is_array()) {
+    size_t seen = 0;
+    for (const nlohmann::json& item : *p) {
+      if (++seen > kMaxNodeDatasets) break;
+      datasets_.RecordPrefetch(cluster_->nodes[n].name, item);
+    }
+  }
   auto it = body.find("datasets");
   // Absent (an older agent, or a heartbeat whose list did not change) or
   // not a list: what the scheduler knows stays.
@@ -51,14 +59,15 @@ void Controller::SendPrefetches(const PassResult& pass, absl::Time now,
     // The items of a launch's `data` for the versions the nodes lack, each
     // with the nodes that hold it (under the node's leaf first) as peers;
     // without any, the node reads the cold store itself.
-    std::vector<const JobDataVersion*> wanted;
+    std::vector<size_t> wanted;  // of job.data_versions
     std::vector<std::string> sources;
-    for (const JobDataVersion& d : job.data_versions) {
+    for (size_t i = 0; i < job.data_versions.size(); ++i) {
+      const JobDataVersion& d = job.data_versions[i];
       if (std::find(p.datasets.begin(), p.datasets.end(), d.version) ==
           p.datasets.end()) {
         continue;
       }
-      wanted.push_back(&d);
+      wanted.push_back(i);
       sources.push_back(absl::StrCat(d.source, " (", d.version, ")"));
     }
     if (wanted.empty()) continue;
@@ -66,15 +75,20 @@ void Controller::SendPrefetches(const PassResult& pass, absl::Time now,
     for (int n : p.nodes) {
       if (!DataPeerUsable(n)) continue;
       nlohmann::json data = nlohmann::json::array();
-      for (const JobDataVersion* d : wanted) {
+      for (size_t i : wanted) {
+        const JobDataVersion& d = job.data_versions[i];
         bool held_here = false;
-        data.push_back({{"source", d->source},
-                        {"mount", d->mount},
-                        {"version", d->version},
-                        {"files", d->files},
-                        {"bytes", d->bytes},
+        data.push_back({{"source", d.source},
+                        {"mount", d.mount},
+                        {"version", d.version},
+                        {"files", d.files},
+                        {"bytes", d.bytes},
                         {"fill_from_store", true},
-                        {"peers", DataHolderPeers(d->version, n, &held_here)}});
+                        {"peers", DataHolderPeers(d.version, n, &held_here)}});
+        // Its report is counted under the job's name for it, if any.
+        datasets_.NotePrefetchAsked(
+            cluster_->nodes[n].name, d.version,
+            i < job.spec.data.size() ? job.spec.data[i].name : "", d.source);
       }
       AgentAction a;
       a.kind = AgentAction::Kind::kPrefetch;

@@ -486,6 +486,42 @@ TEST_F(DataLocalityTest, AReservedGangsNodesPrefetchItsData) {
   for (const AgentAction& a : c_->TakeActions()) {
     EXPECT_NE(a.kind, AgentAction::Kind::kPrefetch);
   }
+  // The node's report of what the fill copied is counted once, under the
+  // dataset's source: a second report of it, one from a node not asked and
+  // a malformed one are not.
+  auto prefetched = [&](const std::string& node, nlohmann::json items) {
+    auto r = c_->Heartbeat({{"name", node},
+                            {"tasks", nlohmann::json::array()},
+                            {"prefetched", std::move(items)}},
+                           T(5));
+    ASSERT_TRUE(r.ok()) << r.status();
+  };
+  const nlohmann::json item = {
+      {"source", "cold:sets/a"}, {"version", Version()}, {"peer_bytes", 0},
+      {"cold_bytes", 100},       {"fill_ms", 1500},      {"verified_files", 1}};
+  prefetched(free, {item});
+  prefetched(busy, {item, 7, {{"version", 3}}});
+  prefetched(busy, {item});
+  nlohmann::json listed = c_->ListDatasets()["datasets"];
+  ASSERT_EQ(listed.size(), 1u) << listed.dump();
+  const nlohmann::json& use = listed[0]["use"];
+  EXPECT_EQ(listed[0]["source"], "cold:sets/a");
+  EXPECT_EQ(use["prefetches"], 1) << use.dump();
+  EXPECT_EQ(use["prefetch_cold_bytes"], 100);
+  EXPECT_EQ(use["prefetch_peer_bytes"], 0);
+  EXPECT_EQ(use["starts"], 0);  // not a task start
+  EXPECT_EQ(use["cold_bytes"], 0);
+  std::string metrics;
+  MetricsWriter w(&metrics);
+  c_->WriteMetrics(w, T(6));
+  EXPECT_TRUE(w.status().ok()) << w.status();
+  EXPECT_NE(metrics.find("loom_dataset_prefetches_total{dataset=\"cold:sets/"
+                         "a\"} 1"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("loom_dataset_prefetch_bytes_total{dataset=\"cold:"
+                         "sets/a\",from=\"cold\"} 100"),
+            std::string::npos);
 }
 
 }  // namespace

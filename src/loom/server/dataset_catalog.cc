@@ -145,17 +145,59 @@ absl::Status DatasetCatalog::Resolve(std::vector<DatasetSpec>* data) const {
   return absl::OkStatus();
 }
 
+DatasetUse* DatasetCatalog::UseOf(const std::string& name,
+                                  const std::string& source) {
+  const std::string& key = name.empty() ? source : name;
+  auto it = uses_.find(key);
+  if (it == uses_.end()) {
+    if (uses_.size() >= kMaxCountedDatasets) return nullptr;
+    it = uses_.emplace(key, DatasetUse()).first;
+    it->second.source = source;
+    it->second.named = !name.empty();
+  }
+  return &it->second;
+}
+
+void DatasetCatalog::NotePrefetchAsked(const std::string& node,
+                                       const std::string& version,
+                                       const std::string& name,
+                                       const std::string& source) {
+  auto key = std::pair{node, version};
+  if (!prefetch_asks_.contains(key) &&
+      prefetch_asks_.size() >= kMaxCountedDatasets) {
+    prefetch_asks_.erase(
+        std::min_element(prefetch_asks_.begin(), prefetch_asks_.end(),
+                         [](const auto& a, const auto& b) {
+                           return a.second.number < b.second.number;
+                         }));
+  }
+  prefetch_asks_[std::move(key)] = {name, source, ++prefetch_asked_};
+}
+
+void DatasetCatalog::RecordPrefetch(const std::string& node,
+                                    const nlohmann::json& item) {
+  if (!item.is_object()) return;
+  auto v = item.find("version");
+  if (v == item.end() || !v->is_string()) return;
+  auto ask = prefetch_asks_.find({node, v->get<std::string>()});
+  if (ask == prefetch_asks_.end()) return;
+  DatasetUse* u = UseOf(ask->second.name, ask->second.source);
+  prefetch_asks_.erase(ask);
+  if (u == nullptr) return;
+  ++u->prefetches;
+  u->prefetch_peer_bytes += Bytes(item, "peer_bytes");
+  u->prefetch_cold_bytes += Bytes(item, "cold_bytes");
+  u->prefetch_seconds += static_cast<double>(Bytes(item, "fill_ms")) / 1000;
+  u->verified_files += Bytes(item, "verified_files");
+}
+
 void DatasetCatalog::RecordUse(const std::string& name,
                                const std::string& source,
                                const nlohmann::json& item, absl::Time now) {
   if (!item.is_object()) return;
-  const std::string& key = name.empty() ? source : name;
-  auto it = uses_.find(key);
-  if (it == uses_.end()) {
-    if (uses_.size() >= kMaxCountedDatasets) return;
-    it = uses_.emplace(key, DatasetUse()).first;
-  }
-  DatasetUse& u = it->second;
+  DatasetUse* use = UseOf(name, source);
+  if (use == nullptr) return;
+  DatasetUse& u = *use;
   const int64_t cached = Bytes(item, "cached_bytes");
   const int64_t peer = Bytes(item, "peer_bytes");
   const int64_t cold = Bytes(item, "cold_bytes");
@@ -194,7 +236,10 @@ nlohmann::json DatasetCatalog::Json(
         {"hit_ratio", HitRatio(u)},
         {"fills", u.fills},
         {"fill_seconds_mean", u.fills == 0 ? 0.0 : u.fill_seconds / u.fills},
-        {"verified_files", u.verified_files}};
+        {"verified_files", u.verified_files},
+        {"prefetches", u.prefetches},
+        {"prefetch_peer_bytes", u.prefetch_peer_bytes},
+        {"prefetch_cold_bytes", u.prefetch_cold_bytes}};
     if (!u.version.empty()) {
       j["version"] = u.version;
       j["nodes"] = holders(u.version);
@@ -279,6 +324,25 @@ void DatasetCatalog::WriteMetrics(MetricsWriter& w) const {
   for (const auto& [key, u] : uses_) {
     w.Sample("loom_dataset_verified_files_total", {{"dataset", key}},
              static_cast<double>(u.verified_files));
+  }
+  w.Family("loom_dataset_prefetches_total",
+           "Fills of a dataset that nodes made ahead of a task, as the "
+           "server asked (prefetch).",
+           MetricType::kCounter);
+  for (const auto& [key, u] : uses_) {
+    w.Sample("loom_dataset_prefetches_total", {{"dataset", key}},
+             static_cast<double>(u.prefetches));
+  }
+  w.Family("loom_dataset_prefetch_bytes_total",
+           "Bytes of a dataset that prefetches copied from a peer node or "
+           "from the cold store (not in loom_dataset_read_bytes_total).",
+           MetricType::kCounter);
+  for (const auto& [key, u] : uses_) {
+    for (auto [from, bytes] : {std::pair{"peer", u.prefetch_peer_bytes},
+                               std::pair{"cold", u.prefetch_cold_bytes}}) {
+      w.Sample("loom_dataset_prefetch_bytes_total",
+               {{"dataset", key}, {"from", from}}, static_cast<double>(bytes));
+    }
   }
 }
 

@@ -16,6 +16,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -54,6 +55,12 @@ struct DatasetUse {
   int64_t fills = 0;        // starts that copied something
   double fill_seconds = 0;  // summed over `fills`
   int64_t verified_files = 0;
+  // Fills nodes made ahead of a task, asked by the server (prefetches),
+  // and what they copied: not task starts, so not in the hit rate.
+  int64_t prefetches = 0;
+  int64_t prefetch_peer_bytes = 0;
+  int64_t prefetch_cold_bytes = 0;
+  double prefetch_seconds = 0;
   std::string version;  // the last a task used
   std::string source;   // of that task's job
   bool named = false;   // counted under a name (the key)
@@ -89,6 +96,17 @@ class DatasetCatalog {
   void RecordUse(const std::string& name, const std::string& source,
                  const nlohmann::json& item, absl::Time now);
 
+  // A prefetch the server asked of `node` (`POST /v1/datasets/prefetch`)
+  // for a dataset of `source`, named `name` in the job (or not): the
+  // node's report of it is counted under that name or source. At most
+  // `kMaxCountedDatasets` asks are remembered (the oldest go).
+  void NotePrefetchAsked(const std::string& node, const std::string& version,
+                         const std::string& name, const std::string& source);
+  // An item of `node`'s `prefetched` (heartbeats; {version, peer_bytes,
+  // cold_bytes, fill_ms, verified_files}): counted once, and only for a
+  // prefetch asked of that node; anything else is ignored.
+  void RecordPrefetch(const std::string& node, const nlohmann::json& item);
+
   // `GET /v1/datasets`: the named datasets and every dataset used (one
   // named once and removed since: `"removed": true`), each with its use;
   // `holders` gives, for a version, the nodes whose caches hold it.
@@ -99,13 +117,27 @@ class DatasetCatalog {
   // loom_dataset_read_bytes_total{dataset,from="cache|peer|cold"},
   // loom_dataset_task_starts_total{dataset,result="hit|fill"},
   // loom_dataset_fill_seconds_sum / _count, loom_dataset_hit_ratio,
-  // loom_dataset_verified_files_total, loom_datasets_named.
+  // loom_dataset_verified_files_total, loom_datasets_named,
+  // loom_dataset_prefetches_total, loom_dataset_prefetch_bytes_total
+  // {dataset,from="peer|cold"}.
   void WriteMetrics(MetricsWriter& w) const;
 
  private:
+  struct PrefetchAsk {
+    std::string name;
+    std::string source;
+    uint64_t number = 0;  // the order of the asks
+  };
+  // The use counted under `name`, else `source`; null past
+  // `kMaxCountedDatasets`.
+  DatasetUse* UseOf(const std::string& name, const std::string& source);
+
   StateStore* const store_;
   std::map<std::string, NamedDataset> named_;
   std::map<std::string, DatasetUse> uses_;
+  // By (node, version).
+  std::map<std::pair<std::string, std::string>, PrefetchAsk> prefetch_asks_;
+  uint64_t prefetch_asked_ = 0;
 };
 
 }  // namespace loom
