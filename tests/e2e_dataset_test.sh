@@ -9,6 +9,9 @@
 # - a named dataset (`loom dataset add`): a spec names it; `loom dataset
 #   list` and /metrics count its hits and fills;
 # - a remote that gives checksums: each copied file's md5 is checked;
+# - prefetch: a gang reserved behind a running job has its new version
+#   filled on its nodes ahead of it, counted as prefetches, and starts with
+#   hits;
 # - the cold store stopped: the job waits, saying why, the nodes stay up.
 # Needs root (host tasks see the cache through a read-only bind mount).
 # Usage: tests/e2e_dataset_test.sh PATH_TO_LOOM
@@ -138,6 +141,35 @@ wait_for 60 state_is "$ID6" succeeded || fail "job $ID6: $("$LOOM" show "$ID6")"
 CHECKED=$(cat "$W"/agent*.log | grep "dataset sums:set" | grep -c "4 checksums checked")
 [ "$CHECKED" = 2 ] || fail "nodes that checked 4 checksums: $CHECKED: $(grep -h 'dataset sums:set' "$W"/agent*.log)"
 echo "ok: job $ID6: both nodes checked the md5 of the 4 files they copied"
+
+# Prefetch: a new version; a job holds one node, so the 2-node reader gets
+# a reservation on both, and the nodes fill the version ahead of it. What
+# they copied is counted as prefetches; the reader's tasks then start with
+# the version whole (hits).
+head -c 300000 /dev/urandom > "$W/cold/set/d.bin"
+cat > "$W/hold.yaml" <<'YAML'
+name: hold
+tasks: 1
+resources: {gpus_per_task: 8}
+time_limit: 120s
+command: ["sleep", "120"]
+YAML
+IDH=$("$LOOM" submit -f "$W/hold.yaml" | grep -o '[0-9]*$') || fail "submit hold"
+wait_for 30 state_is "$IDH" running || fail "job $IDH: $("$LOOM" show "$IDH")"
+ID7=$("$LOOM" submit -f "$W/job.yaml" | grep -o '[0-9]*$') || fail "submit"
+dataset_use() { "$LOOM" dataset list -o json | python3 -c "import json,sys; print([x for x in json.load(sys.stdin)['datasets'] if x['source']=='cold:set' and not x['name']][0]['use'].get('$1', 0))"; }
+STARTS=$(dataset_use starts); HITS=$(dataset_use hits)
+prefetched() { [ "$(dataset_use prefetches)" = 2 ]; }
+wait_for 30 prefetched || fail "prefetches: $("$LOOM" dataset list -o json); job $ID7: $("$LOOM" show "$ID7")"
+"$LOOM" show "$ID7" | grep -q "prefetching dataset cold:set" || fail "no prefetch event: $("$LOOM" show "$ID7")"
+[ "$(dataset_use prefetch_cold_bytes)" -gt 0 ] || fail "prefetch cold bytes: $("$LOOM" dataset list -o json)"
+"$LOOM" cancel "$IDH" > /dev/null || fail "cancel $IDH"
+wait_for 60 state_is "$ID7" succeeded || fail "job $ID7: $("$LOOM" show "$ID7")"
+[ "$(dataset_use starts)" = $((STARTS + 2)) ] && [ "$(dataset_use hits)" = $((HITS + 2)) ] ||
+  fail "job $ID7's starts were not hits: $("$LOOM" dataset list -o json)"
+curl -sf "${AUTH[@]}" "$LOOM_SERVER/metrics" | grep -q '^loom_dataset_prefetches_total{dataset="cold:set"} 2' ||
+  fail "metrics: $(curl -sf "${AUTH[@]}" "$LOOM_SERVER/metrics" | grep loom_dataset_prefetch)"
+echo "ok: prefetch: both reserved nodes filled the new version ahead of job $ID7 (2 prefetches counted), whose tasks then found it whole"
 
 # The cold store down: the job waits with that reason; the nodes stay up.
 kill "$COLD"; wait "$COLD" 2> /dev/null
