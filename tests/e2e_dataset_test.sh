@@ -10,8 +10,8 @@
 #   list` and /metrics count its hits and fills;
 # - a remote that gives checksums: each copied file's md5 is checked;
 # - prefetch: a gang reserved behind a running job has its new version
-#   filled on its nodes ahead of it, counted as prefetches, and starts with
-#   hits;
+#   filled on its nodes ahead of it (one cold read for the leaf), counted as
+#   prefetches, and starts with hits;
 # - the cold store stopped: the job waits, saying why, the nodes stay up.
 # Needs root (host tasks see the cache through a read-only bind mount).
 # Usage: tests/e2e_dataset_test.sh PATH_TO_LOOM
@@ -146,7 +146,7 @@ echo "ok: job $ID6: both nodes checked the md5 of the 4 files they copied"
 # a reservation on both, and the nodes fill the version ahead of it. What
 # they copied is counted as prefetches; the reader's tasks then start with
 # the version whole (hits).
-head -c 300000 /dev/urandom > "$W/cold/set/d.bin"
+head -c 300000 /dev/urandom > "$W/cold/set/e.bin"
 cat > "$W/hold.yaml" <<'YAML'
 name: hold
 tasks: 1
@@ -163,13 +163,16 @@ prefetched() { [ "$(dataset_use prefetches)" = 2 ]; }
 wait_for 30 prefetched || fail "prefetches: $("$LOOM" dataset list -o json); job $ID7: $("$LOOM" show "$ID7")"
 "$LOOM" show "$ID7" | grep -q "prefetching dataset cold:set" || fail "no prefetch event: $("$LOOM" show "$ID7")"
 [ "$(dataset_use prefetch_cold_bytes)" -gt 0 ] || fail "prefetch cold bytes: $("$LOOM" dataset list -o json)"
+[ "$(dataset_use prefetch_peer_bytes)" -gt 0 ] || fail "prefetch peer bytes: $("$LOOM" dataset list -o json)"
+# One cold read for the leaf: one node filled from the store, the other from it.
+[ "$(served_of e.bin)" = 1 ] || fail "the cold store served e.bin $(served_of e.bin) times for the prefetches"
 "$LOOM" cancel "$IDH" > /dev/null || fail "cancel $IDH"
 wait_for 60 state_is "$ID7" succeeded || fail "job $ID7: $("$LOOM" show "$ID7")"
 [ "$(dataset_use starts)" = $((STARTS + 2)) ] && [ "$(dataset_use hits)" = $((HITS + 2)) ] ||
   fail "job $ID7's starts were not hits: $("$LOOM" dataset list -o json)"
 curl -sf "${AUTH[@]}" "$LOOM_SERVER/metrics" | grep -q '^loom_dataset_prefetches_total{dataset="cold:set"} 2' ||
   fail "metrics: $(curl -sf "${AUTH[@]}" "$LOOM_SERVER/metrics" | grep loom_dataset_prefetch)"
-echo "ok: prefetch: both reserved nodes filled the new version ahead of job $ID7 (2 prefetches counted), whose tasks then found it whole"
+echo "ok: prefetch: both reserved nodes filled the new version ahead of job $ID7 (one from the cold store, one from it; 2 prefetches counted), whose tasks then found it whole"
 
 # The cold store down: the job waits with that reason; the nodes stay up.
 kill "$COLD"; wait "$COLD" 2> /dev/null

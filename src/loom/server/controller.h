@@ -406,10 +406,13 @@ class Controller {
                                  bool* held_here,
                                  int* near_count = nullptr) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The launch's `data` for task `t`: each dataset's version and the nodes
-  // to copy it from (the leaf's holders, or the job's filler under the
-  // leaf), and whether to wait for the first of them.
-  nlohmann::json DataLaunchJson(const JobRecord& job, const TaskRecord& t) const
+  // The `data` of a launch or prefetch on node `self`: each of the job's
+  // versions (of `only`, if given) with the nodes to copy it from (the
+  // leaf's holders, or the leaf's filler: the first of `nodes`, the job's
+  // nodes, under self's leaf), and whether to wait for the first of them.
+  nlohmann::json DataLaunchJson(
+      const JobRecord& job, int self, const std::vector<int>& nodes,
+      const std::vector<std::string>* only = nullptr) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The GPUs of an agent's registration or heartbeat whose change of MIG
   // mode waits (`mig_waits`; absent: none): the node takes no new work

@@ -56,39 +56,36 @@ void Controller::SendPrefetches(const PassResult& pass, absl::Time now,
     auto it = jobs_.find(p.job);
     if (it == jobs_.end()) continue;
     JobRecord& job = it->second;
-    // The items of a launch's `data` for the versions the nodes lack, each
-    // with the nodes that hold it (under the node's leaf first) as peers;
-    // without any, the node reads the cold store itself.
-    std::vector<size_t> wanted;  // of job.data_versions
     std::vector<std::string> sources;
-    for (size_t i = 0; i < job.data_versions.size(); ++i) {
-      const JobDataVersion& d = job.data_versions[i];
-      if (std::find(p.datasets.begin(), p.datasets.end(), d.version) ==
+    for (const JobDataVersion& d : job.data_versions) {
+      if (std::find(p.datasets.begin(), p.datasets.end(), d.version) !=
           p.datasets.end()) {
-        continue;
+        sources.push_back(absl::StrCat(d.source, " (", d.version, ")"));
       }
-      wanted.push_back(i);
-      sources.push_back(absl::StrCat(d.source, " (", d.version, ")"));
     }
-    if (wanted.empty()) continue;
-    std::vector<std::string> asked;
+    if (sources.empty()) continue;
+    // The items of a launch's `data` for the versions the nodes lack, as a
+    // launch on these nodes would have them: per leaf, the nodes that hold
+    // a version serve it; without any, the leaf's first node reads the
+    // cold store and the others wait for it and copy from it.
+    std::vector<int> usable;
     for (int n : p.nodes) {
-      if (!DataPeerUsable(n)) continue;
-      nlohmann::json data = nlohmann::json::array();
-      for (size_t i : wanted) {
-        const JobDataVersion& d = job.data_versions[i];
-        bool held_here = false;
-        data.push_back({{"source", d.source},
-                        {"mount", d.mount},
-                        {"version", d.version},
-                        {"files", d.files},
-                        {"bytes", d.bytes},
-                        {"fill_from_store", true},
-                        {"peers", DataHolderPeers(d.version, n, &held_here)}});
+      if (DataPeerUsable(n)) usable.push_back(n);
+    }
+    std::vector<std::string> asked;
+    for (int n : usable) {
+      nlohmann::json data = DataLaunchJson(job, n, usable, &p.datasets);
+      for (const nlohmann::json& item : data) {
         // Its report is counted under the job's name for it, if any.
-        datasets_.NotePrefetchAsked(
-            cluster_->nodes[n].name, d.version,
-            i < job.spec.data.size() ? job.spec.data[i].name : "", d.source);
+        const std::string version = item.value("version", "");
+        for (size_t i = 0; i < job.data_versions.size(); ++i) {
+          if (job.data_versions[i].version != version) continue;
+          datasets_.NotePrefetchAsked(
+              cluster_->nodes[n].name, version,
+              i < job.spec.data.size() ? job.spec.data[i].name : "",
+              job.data_versions[i].source);
+          break;
+        }
       }
       AgentAction a;
       a.kind = AgentAction::Kind::kPrefetch;

@@ -140,24 +140,23 @@ bool Controller::DataPeerUsable(int n) const {
          nodes_[n].state == Node::State::kUp && !nodes_[n].address.empty();
 }
 
-nlohmann::json Controller::DataLaunchJson(const JobRecord& job,
-                                          const TaskRecord& t) const {
+nlohmann::json Controller::DataLaunchJson(
+    const JobRecord& job, int self, const std::vector<int>& nodes,
+    const std::vector<std::string>* only) const {
   // One cold-store read per version and leaf switch, not per node
-  // (docs/datasets.md, "Peers"). Per version, this task's node copies from
-  // a node under its leaf whose cache holds the version, if any; else the
-  // job's first node under the leaf (the leaf's filler) reads the cold
-  // store, or a node under another leaf that holds the version, and the
-  // job's other nodes under the leaf wait for it and copy from it.
-  const int self = NodeIndex(t.node);
+  // (docs/datasets.md, "Peers"). Per version, this node copies from a node
+  // under its leaf whose cache holds the version, if any; else the job's
+  // first node under the leaf (the leaf's filler) reads the cold store, or
+  // a node under another leaf that holds the version, and the job's other
+  // nodes under the leaf wait for it and copy from it.
   const Topology& topo = cluster_->topology;
   const int leaf = self >= 0 ? topo.leaf_of(self) : -1;
-  // The job's nodes under this leaf, in task order, once each; the first
-  // is the leaf's filler.
+  // The job's nodes under this leaf, in the order given, once each; the
+  // first is the leaf's filler.
   std::vector<int> mates;
   {
     std::set<int> seen;
-    for (const TaskRecord& other : job.tasks) {
-      const int n = NodeIndex(other.node);
+    for (const int n : nodes) {
       if (n < 0 || self < 0 || topo.leaf_of(n) != leaf) continue;
       if (seen.insert(n).second) mates.push_back(n);
     }
@@ -165,6 +164,10 @@ nlohmann::json Controller::DataLaunchJson(const JobRecord& job,
   const int filler = mates.empty() ? self : mates[0];
   nlohmann::json out = nlohmann::json::array();
   for (const JobDataVersion& d : job.data_versions) {
+    if (only != nullptr &&
+        std::find(only->begin(), only->end(), d.version) == only->end()) {
+      continue;
+    }
     bool held_here = false;
     int near = 0;
     nlohmann::json peers = DataHolderPeers(d.version, self, &held_here, &near);

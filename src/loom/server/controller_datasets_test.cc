@@ -524,5 +524,49 @@ TEST_F(DataLocalityTest, AReservedGangsNodesPrefetchItsData) {
             std::string::npos);
 }
 
+// Prefetches read the cold store once per leaf, as launches do: four
+// reserved nodes lacking the version, two under each leaf; per leaf one
+// reads the store and the other waits for it and copies from it.
+TEST_F(DataLocalityTest, PrefetchesReadTheColdStoreOncePerLeaf) {
+  Start(MakeCluster({{4, 0}}, 2, 2), 4);
+  ASSERT_TRUE(
+      c_->Submit(Spec("name: hold\ncommand: [cat]\ntasks: 1\n"
+                      "resources: {gpus_per_task: 8}\ntime_limit: 100s\n"),
+                 "alice", T(2))
+          .ok());
+  c_->Tick(T(2));
+  ASSERT_EQ(Launches().size(), 1u);
+  ASSERT_TRUE(
+      c_->Submit(Spec("name: read\ncommand: [cat]\ntasks: 4\n"
+                      "resources: {gpus_per_task: 8}\n"
+                      "data: [{source: 'cold:sets/a', mount: /data/a}]\n"),
+                 "alice", T(3))
+          .ok());
+  c_->WaitForDatasetListings();
+  c_->Tick(T(3.1));
+  std::map<std::string, nlohmann::json> by_node;
+  for (AgentAction& a : c_->TakeActions()) {
+    if (a.kind != AgentAction::Kind::kPrefetch) continue;
+    ASSERT_EQ(a.body["data"].size(), 1u) << a.body.dump();
+    by_node[a.node] = a.body["data"][0];
+  }
+  ASSERT_EQ(by_node.size(), 4u);
+  int fillers = 0;
+  for (const auto& [node, item] : by_node) {
+    EXPECT_EQ(item["version"], Version());
+    if (item["fill_from_store"].get<bool>()) {
+      ++fillers;
+      EXPECT_TRUE(item["peers"].empty()) << node << " " << item.dump();
+      continue;
+    }
+    const int n = node.back() - '0';
+    ASSERT_EQ(item["peers"].size(), 1u) << item.dump();
+    EXPECT_EQ(item["peers"][0]["node"], "h200-" + std::to_string(n ^ 1));
+    EXPECT_TRUE(by_node["h200-" + std::to_string(n ^ 1)]["fill_from_store"]
+                    .get<bool>());
+  }
+  EXPECT_EQ(fillers, 2);  // one per leaf, not per node
+}
+
 }  // namespace
 }  // namespace loom

@@ -176,7 +176,13 @@ AgentAction Controller::LaunchAction(const JobRecord& job,
     a.body["container"] = ContainerLaunchJson(*job.spec.container);
   }
   if (t.slice) a.body["slice"] = SliceJson(*t.slice);
-  if (!job.data_versions.empty()) a.body["data"] = DataLaunchJson(job, t);
+  if (!job.data_versions.empty()) {
+    std::vector<int> nodes;  // in task order
+    for (const TaskRecord& other : job.tasks) {
+      nodes.push_back(NodeIndex(other.node));
+    }
+    a.body["data"] = DataLaunchJson(job, NodeIndex(t.node), nodes);
+  }
   // A service replica: its port and probes (docs/services.md).
   nlohmann::json extras = LaunchExtras(job);
   for (auto& [key, value] : extras.items()) a.body[key] = std::move(value);
@@ -336,9 +342,9 @@ void Controller::FinishJob(JobRecord& job, absl::Time now) {
     // A launch the node was not ready for (503) waits a little: long
     // enough for the heartbeat that says why (a GPU's MIG mode change
     // waits) to take the node out, so that the job does not bounce off it.
-    const absl::Duration wait =
-        job.launch_not_ready ? std::max(retry.wait, kNotReadyBackoff)
-                             : retry.wait;
+    const absl::Duration wait = job.launch_not_ready
+                                    ? std::max(retry.wait, kNotReadyBackoff)
+                                    : retry.wait;
     if (preempted) {
       // A run that never started on a node not ready for it is no requeue.
       if (!job.launch_not_ready) ++job.requeues;
