@@ -50,15 +50,15 @@ absl::StatusOr<std::unique_ptr<Controller>> Controller::Create(
   absl::MutexLock lock(&c->mu_);
   c->accounting_ = accounting;
   c->created_ = now;
-  c->recovery_ =
+  c->counters_.recovery =
       *Histogram::Create({1, 2, 5, 10, 15, 20, 30, 45, 60, 120, 300});
-  for (Histogram& h : c->recovery_phases_) {
+  for (Histogram& h : c->counters_.recovery_phases) {
     h = *Histogram::Create(
         {0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 30, 60, 300});
   }
-  c->queue_wait_ = *Histogram::Create(
+  c->counters_.queue_wait = *Histogram::Create(
       {0.01, 0.1, 1, 10, 60, 300, 900, 3600, 4 * 3600, 24 * 3600});
-  c->image_pull_ =
+  c->counters_.image_pull =
       *Histogram::Create({0.1, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600});
   if (absl::Status st = c->LoadClusterRevision(now); !st.ok()) return st;
   for (size_t i = 0; i < c->cluster_->nodes.size(); ++i) {

@@ -1,6 +1,5 @@
 #pragma once
 
-#include <array>
 #include <map>
 #include <memory>
 #include <optional>
@@ -24,6 +23,7 @@
 #include "loom/core/job_spec.h"
 #include "loom/core/service_spec.h"
 #include "loom/sched/scheduler.h"
+#include "loom/server/controller_counters.h"
 #include "loom/server/controller_node.h"
 #include "loom/server/controller_types.h"
 #include "loom/server/dataset_catalog.h"
@@ -747,27 +747,21 @@ class Controller {
   // those waiting for it to start or end; the waiting jobs to check at the
   // next tick; and the unfinished jobs by (user, name), for `singleton`.
   absl::flat_hash_set<JobId> dep_waiting_ ABSL_GUARDED_BY(mu_);
-  // Datasets (not persisted: a pending job is listed again on load). The
-  // lister (the options' or the default) and its resolver, constant after
-  // construction; pending jobs waiting for their listing; those listed and
-  // about to be queued; and those whose store was down: asked again at
-  // `retry_at`, after `delay`.
-  std::unique_ptr<DatasetLister> default_lister_;
-  std::unique_ptr<DatasetResolver> dataset_resolver_;
-  absl::flat_hash_set<JobId> data_waiting_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_set<JobId> data_ready_ ABSL_GUARDED_BY(mu_);
-  struct DataRetry {
-    absl::Time retry_at;
-    absl::Duration delay;
-    bool asked = false;  // asked again, not answered yet
-  };
-  std::map<JobId, DataRetry> data_retry_ ABSL_GUARDED_BY(mu_);
-  // Named datasets and what tasks' fills took (dataset_catalog.h).
-  DatasetCatalog datasets_ ABSL_GUARDED_BY(mu_);
   std::map<JobId, std::vector<JobId>> dep_waiters_ ABSL_GUARDED_BY(mu_);
   std::set<JobId> dep_recheck_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<std::string, std::string>, std::set<JobId>>
       unfinished_by_name_ ABSL_GUARDED_BY(mu_);
+  // Datasets (not persisted: a pending job is listed again on load). The
+  // lister (the options' or the default) and its resolver, constant after
+  // construction; pending jobs waiting for their listing; those listed and
+  // about to be queued; and those whose store was down (`DataRetry`).
+  std::unique_ptr<DatasetLister> default_lister_;
+  std::unique_ptr<DatasetResolver> dataset_resolver_;
+  absl::flat_hash_set<JobId> data_waiting_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<JobId> data_ready_ ABSL_GUARDED_BY(mu_);
+  std::map<JobId, DataRetry> data_retry_ ABSL_GUARDED_BY(mu_);
+  // Named datasets and what tasks' fills took (dataset_catalog.h).
+  DatasetCatalog datasets_ ABSL_GUARDED_BY(mu_);
 
   std::vector<std::string> load_log_ ABSL_GUARDED_BY(mu_);
   // What was last written of each job, so that `Persist` writes only what
@@ -781,17 +775,10 @@ class Controller {
   absl::btree_set<JobId> arrays_to_feed_ ABSL_GUARDED_BY(mu_);
 
   // Metrics since this server started (not persisted).
-  int64_t decisions_ ABSL_GUARDED_BY(mu_) = 0;  // starts and preemptions
-  int64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t purged_ ABSL_GUARDED_BY(mu_) = 0;  // jobs moved to accounting
-  // Failures detected, by kind: node_down, task_failed, unhealthy.
-  std::map<std::string, int64_t> failures_ ABSL_GUARDED_BY(mu_);
+  ControllerCounters counters_ ABSL_GUARDED_BY(mu_);
   // Jobs that failed and run again: when the failure was seen; observed
-  // into `recovery_` when every task of the next run is running.
+  // into `counters_.recovery` when every task of the next run is running.
   absl::flat_hash_map<JobId, absl::Time> failed_at_ ABSL_GUARDED_BY(mu_);
-  Histogram recovery_ ABSL_GUARDED_BY(mu_);
-  std::array<Histogram, kRecoveryPhases.size()> recovery_phases_
-      ABSL_GUARDED_BY(mu_);
   // Multi-node runs stopping after a task failed: when it was reported
   // (`WatchGang`).
   absl::flat_hash_map<JobId, absl::Time> gang_watch_ ABSL_GUARDED_BY(mu_);
@@ -803,11 +790,6 @@ class Controller {
   // Running jobs that asked for hot spares (`SyncSpares`).
   absl::flat_hash_set<JobId> with_spares_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<JobId, absl::Time> spare_restores_ ABSL_GUARDED_BY(mu_);
-  Histogram queue_wait_ ABSL_GUARDED_BY(mu_);
-  // Container tasks' image pulls, as a phase of their start.
-  Histogram image_pull_ ABSL_GUARDED_BY(mu_);
-  int64_t image_pulls_ok_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t image_pulls_failed_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Maintenance runs by id, and those whose last write failed.
   std::map<int64_t, Maintenance> maintenances_ ABSL_GUARDED_BY(mu_);

@@ -358,8 +358,8 @@ void Controller::PullDone(JobRecord& job, TaskRecord& task,
   if (!task.pull.has_value()) return;
   const double seconds = absl::ToDoubleSeconds(now - task.pull->since);
   if (failure.empty()) {
-    ++image_pulls_ok_;
-    image_pull_.Observe(seconds);
+    ++counters_.image_pulls_ok;
+    counters_.image_pull.Observe(seconds);
     job.AddEvent(
         now,
         absl::StrCat(
@@ -370,7 +370,7 @@ void Controller::PullDone(JobRecord& job, TaskRecord& task,
                                ")")
                 : ""));
   } else {
-    ++image_pulls_failed_;
+    ++counters_.image_pulls_failed;
   }
   task.pull.reset();
 }
@@ -494,7 +494,7 @@ void Controller::ApplyHealth(int n, const nlohmann::json& body, absl::Time now,
   if (problems.empty() || node.unhealthy) return;
   // Drained until an operator uncordons it (as Slurm's DRAIN by a health
   // check program): a GPU that failed once is not trusted to be back.
-  ++failures_["unhealthy"];
+  ++counters_.failures["unhealthy"];
   node.unhealthy = true;
   node.draining = true;
   node.reason = absl::StrCat("unhealthy: ", absl::StrJoin(problems, "; "));

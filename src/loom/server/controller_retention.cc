@@ -130,7 +130,7 @@ int Controller::PurgeExpiredJobs(absl::Time now) {
       }
       ForgetJob(id);  // invalidates moving[k]
       ++moved;
-      ++purged_;
+      ++counters_.purged;
     }
   }
   return moved;

@@ -56,9 +56,9 @@ void Controller::StartJob(JobRecord& job, absl::Time now) {
   job.start_time = now;
   job.running_time.reset();
   job.tasks.clear();
-  ++decisions_;
+  ++counters_.decisions;
   if (job.restart_count == 0) {
-    queue_wait_.Observe(absl::ToDoubleSeconds(now - job.submit_time));
+    counters_.queue_wait.Observe(absl::ToDoubleSeconds(now - job.submit_time));
   }
   job.switch_level = p.switch_level;
   job.switch_name =
@@ -213,7 +213,7 @@ void Controller::TaskEnded(JobRecord& job, TaskRecord& task, absl::Time now,
   const bool lost = task.state == TaskRecord::State::kLost;
   const bool failed = lost || task.exit_code.value_or(0) != 0 || task.signal;
   if (failed && job.state == JobState::kRunning) {
-    if (!lost) ++failures_["task_failed"];
+    if (!lost) ++counters_.failures["task_failed"];
     job.state = JobState::kStopping;
     job.reason =
         !why.empty() ? why
@@ -410,7 +410,7 @@ void Controller::NoteRunning(JobRecord& job, absl::Time now) {
     job.recovery->running = now;
   }
   if (auto it = failed_at_.find(job.id); it != failed_at_.end()) {
-    recovery_.Observe(absl::ToDoubleSeconds(now - it->second));
+    counters_.recovery.Observe(absl::ToDoubleSeconds(now - it->second));
     failed_at_.erase(it);
   }
   job.AddEvent(
@@ -425,7 +425,7 @@ void Controller::NoteProgress(JobRecord& job, absl::Time now) {
   job.recovery->progress = now;
   const auto seconds = RecoveryPhaseSeconds(*job.recovery);
   for (size_t i = 0; i < seconds.size(); ++i) {
-    if (seconds[i]) recovery_phases_[i].Observe(*seconds[i]);
+    if (seconds[i]) counters_.recovery_phases[i].Observe(*seconds[i]);
   }
   job.AddEvent(now,
                absl::StrCat("recovered: ", RecoverySummary(*job.recovery)));

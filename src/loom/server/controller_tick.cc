@@ -66,8 +66,8 @@ void Controller::Tick(absl::Time now) {
     JobRecord& job = jobs_.at(p.victim);
     if (p.immediate) {
       // A spare reclaimed by a job that lost a node: no grace.
-      ++decisions_;
-      ++preemptions_;
+      ++counters_.decisions;
+      ++counters_.preemptions;
       KillOnSpare(job, p.for_job, now);
       dirty.push_back(&job);
       continue;
@@ -78,8 +78,8 @@ void Controller::Tick(absl::Time now) {
     const bool by_priority = w == nullptr || v == nullptr ||
                              w->request.priority > v->request.priority;
     job.preempted_by = p.for_job;
-    ++decisions_;
-    ++preemptions_;
+    ++counters_.decisions;
+    ++counters_.preemptions;
     Evict(job,
           by_priority
               ? absl::StrCat("preempted by job ", p.for_job, " (priority ",
@@ -132,7 +132,7 @@ void Controller::FailUnqueued(JobRecord& job, const char* what,
 
 void Controller::NodeLost(int n, absl::Time now,
                           std::vector<const JobRecord*>* dirty) {
-  ++failures_["node_down"];
+  ++counters_.failures["node_down"];
   for (auto& [id, job] : jobs_) {
     // By index: the end of the run may clear `tasks` (a requeue).
     for (size_t k = 0; k < job.tasks.size(); ++k) {

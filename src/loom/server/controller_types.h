@@ -101,4 +101,12 @@ struct DependencyCheck {
   bool retry = false;
 };
 
+// A pending job whose dataset listing failed (its store was down,
+// controller_datasets.cc): asked again at `retry_at`, after `delay`.
+struct DataRetry {
+  absl::Time retry_at;
+  absl::Duration delay;
+  bool asked = false;  // asked again, not answered yet
+};
+
 }  // namespace loom

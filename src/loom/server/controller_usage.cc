@@ -196,43 +196,43 @@ void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
              "Scheduling decisions since the server started: job starts and "
              "preemptions.",
              MetricType::kCounter);
-  out.Sample("loom_scheduling_decisions_total", {}, decisions_);
+  out.Sample("loom_scheduling_decisions_total", {}, counters_.decisions);
   out.Family("loom_jobs_purged_total",
              "Finished jobs moved from the live state to the accounting "
              "store (their retention over) since the server started.",
              MetricType::kCounter);
-  out.Sample("loom_jobs_purged_total", {}, purged_);
+  out.Sample("loom_jobs_purged_total", {}, counters_.purged);
   out.Family("loom_preemptions_total",
              "Jobs preempted since the server started.", MetricType::kCounter);
-  out.Sample("loom_preemptions_total", {}, preemptions_);
+  out.Sample("loom_preemptions_total", {}, counters_.preemptions);
   out.Family("loom_failures_detected_total",
              "Failures detected since the server started: node_down (no "
              "heartbeat), task_failed (a task exited non-zero or was killed), "
              "unhealthy (a node failed its health checks).",
              MetricType::kCounter);
   for (const char* kind : {"node_down", "task_failed", "unhealthy"}) {
-    auto it = failures_.find(kind);
+    auto it = counters_.failures.find(kind);
     out.Sample("loom_failures_detected_total", {{"kind", kind}},
-               it == failures_.end() ? 0 : it->second);
+               it == counters_.failures.end() ? 0 : it->second);
   }
   out.Family("loom_recovery_seconds",
              "From a job's failure to every task of its next run running.",
              MetricType::kHistogram);
-  out.HistogramSample("loom_recovery_seconds", {}, recovery_);
+  out.HistogramSample("loom_recovery_seconds", {}, counters_.recovery);
   out.Family("loom_recovery_phase_seconds",
              "The phases of jobs' recoveries, from a run lost to the next "
              "run's first progress: detection, gang_stop, placement, launch, "
              "first_progress (docs/fault-tolerance.md).",
              MetricType::kHistogram);
-  for (size_t i = 0; i < recovery_phases_.size(); ++i) {
+  for (size_t i = 0; i < counters_.recovery_phases.size(); ++i) {
     out.HistogramSample("loom_recovery_phase_seconds",
                         {{"phase", std::string(kRecoveryPhases[i])}},
-                        recovery_phases_[i]);
+                        counters_.recovery_phases[i]);
   }
   out.Family("loom_queue_wait_seconds",
              "From submission to the first start of a job.",
              MetricType::kHistogram);
-  out.HistogramSample("loom_queue_wait_seconds", {}, queue_wait_);
+  out.HistogramSample("loom_queue_wait_seconds", {}, counters_.queue_wait);
   // Image pulls, a phase of container jobs' starts (docs/images.md).
   out.Family("loom_tasks_pulling_image",
              "Container tasks whose node pulls their image before they start.",
@@ -242,14 +242,15 @@ void Controller::WriteMetrics(MetricsWriter& out, absl::Time now) const {
              "Image pulls that container tasks waited for, by result: ok (the "
              "task started) or failed (it ended before it ran).",
              MetricType::kCounter);
-  out.Sample("loom_image_pulls_total", {{"result", "ok"}}, image_pulls_ok_);
+  out.Sample("loom_image_pulls_total", {{"result", "ok"}},
+             counters_.image_pulls_ok);
   out.Sample("loom_image_pulls_total", {{"result", "failed"}},
-             image_pulls_failed_);
+             counters_.image_pulls_failed);
   out.Family("loom_image_pull_seconds",
              "From a container task's launch accepted (its node lacking the "
              "image) to the task running: the pull phase of its start.",
              MetricType::kHistogram);
-  out.HistogramSample("loom_image_pull_seconds", {}, image_pull_);
+  out.HistogramSample("loom_image_pull_seconds", {}, counters_.image_pull);
   WriteServiceMetrics(out, now);
   datasets_.WriteMetrics(out);
 }
