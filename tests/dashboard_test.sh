@@ -35,7 +35,12 @@ done
 CRASH=$("$LOOM" run -g 8 --name crash -- sh -c 'sleep 1; exit 3' | grep -o '[0-9]*$') || fail "submit crash"
 wait_for 30 state_is "$CRASH" failed || fail "the crash job did not fail: $("$LOOM" show "$CRASH")"
 WIDE=$("$LOOM" run -g 16 --nodes 2 --name wide -- sleep 1 | grep -o '[0-9]*$') || fail "submit wide"
-REASON=$("$LOOM" show "$WIDE" -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["reason"])')
+reason_of() { "$LOOM" show "$1" -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["reason"])'; }
+# The reason a scheduling pass gave it (the page must show the same; until
+# the first pass it is "queued; not yet considered ...").
+passed() { ! reason_of "$WIDE" | grep -q "not yet considered"; }
+wait_for 10 passed || fail "job $WIDE was not considered by a pass: $(reason_of "$WIDE")"
+REASON=$(reason_of "$WIDE")
 [ -n "$REASON" ] || fail "the waiting job has no reason"
 
 # Without a token the page asks for one (and shows no data).
