@@ -509,6 +509,7 @@ TEST_F(DataLocalityTest, AReservedGangsNodesPrefetchItsData) {
   EXPECT_EQ(use["prefetches"], 1) << use.dump();
   EXPECT_EQ(use["prefetch_cold_bytes"], 100);
   EXPECT_EQ(use["prefetch_peer_bytes"], 0);
+  EXPECT_EQ(use["prefetch_seconds_mean"], 1.5);
   EXPECT_EQ(use["starts"], 0);  // not a task start
   EXPECT_EQ(use["cold_bytes"], 0);
   std::string metrics;

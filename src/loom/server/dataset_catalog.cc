@@ -238,6 +238,8 @@ nlohmann::json DatasetCatalog::Json(
         {"fill_seconds_mean", u.fills == 0 ? 0.0 : u.fill_seconds / u.fills},
         {"verified_files", u.verified_files},
         {"prefetches", u.prefetches},
+        {"prefetch_seconds_mean",
+         u.prefetches == 0 ? 0.0 : u.prefetch_seconds / u.prefetches},
         {"prefetch_peer_bytes", u.prefetch_peer_bytes},
         {"prefetch_cold_bytes", u.prefetch_cold_bytes}};
     if (!u.version.empty()) {
