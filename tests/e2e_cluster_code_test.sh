@@ -166,7 +166,8 @@ wait_for 20 sh -c "[ \"\$(\"$LOOM\" nodes -o json | jq -r '[.. | objects | selec
 two_running() {
   "$LOOM" queue -o json | jq -e '[.jobs[]? // .[]? | select(.state == "running")] | length >= 2' > /dev/null
 }
-wait_for 20 two_running || fail "jobs after rollback: $("$LOOM" queue)"
+wait_for 20 two_running ||
+  fail "jobs after rollback: $("$LOOM" queue --all; for j in "$SEARCH" "$RECLAIM"; do "$LOOM" show "$j"; done 2>&1)"
 for n in h200-0 h200-1; do [ "$(node_state $n)" = up ] || fail "$n after rollback: $(node_state $n)"; done
 echo "ok: rollback --to 1 restored the nodes and quotas as revision 4"
 echo "all checks passed ($STORE)"
