@@ -8,6 +8,8 @@
 //                                      through them; nothing is listable
 //   tasks/, units/, logs/        0700  task records, units, task output
 //   checkpoints/                 0711  see checkpoint_dir.h
+//   datasets/                    0700  the dataset cache: tasks see their
+//                                      versions through bind mounts only
 //   every file the agent writes  0600  (a task's log file belongs to the
 //                                      task's user: it writes through the
 //                                      descriptor the agent opened)

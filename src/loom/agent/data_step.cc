@@ -7,9 +7,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "loom/agent/dataset_local_read.h"
 #include "loom/agent/launch_request.h"
 #include "loom/common/units.h"
 #include "loom/core/container_spec.h"
+#include "loom/core/dataset_policy.h"
 
 namespace loom {
 namespace {
@@ -101,6 +103,11 @@ class DataStep : public LaunchStep {
       DatasetWant w = asked;
       w.holder = ctx.request.task_id;  // held again after an agent restart
       w.node = ctx.node.name;
+      // A local path is read with the rights of the task's user (when the
+      // agent runs tasks as their users).
+      if (ctx.user && ctx.user->uid != 0 && IsLocalDatasetSource(w.source)) {
+        w.reader = *ctx.user;
+      }
       absl::StatusOr<std::shared_ptr<DatasetHold>> hold =
           ctx.node.datasets->Ensure(
               w,
@@ -117,6 +124,26 @@ class DataStep : public LaunchStep {
                 absl::StrCat("launch of task ", ctx.request.task_id,
                              " failed: ", why));
         return absl::UnavailableError(why);
+      }
+      // Cached already, or copied from a peer: the user shows that it may
+      // read every file of the source before its task sees the copy.
+      if (w.reader) {
+        absl::Status readable = absl::OkStatus();
+        absl::StatusOr<std::vector<DatasetEntry>> files =
+            ctx.node.datasets->Manifest(w.version);
+        readable = files.ok() ? CheckLocalSourceReadable(*w.reader, w.source,
+                                                         *files)
+                              : files.status();
+        if (!readable.ok()) {
+          meter.dataset_filling.store(false);
+          const std::string why =
+              absl::StrCat("dataset ", w.source, " on node ", ctx.node.name,
+                           ": ", readable.message());
+          ctx.log("warn", ctx.node.name,
+                  absl::StrCat("launch of task ", ctx.request.task_id,
+                               " failed: ", why));
+          return absl::PermissionDeniedError(why);
+        }
       }
       before += w.bytes;
       meter.bytes_done.store(before);
@@ -159,9 +186,10 @@ class DataStep : public LaunchStep {
     if (!spec.sandbox) spec.sandbox.emplace();
     for (const auto& [dir, mount] : ctx.data_binds) {
       spec.sandbox->mounts.push_back(
-          {dir, mount, "none", MS_BIND | MS_REC, ""});
-      spec.sandbox->mounts.push_back(
-          {"none", mount, "none", MS_BIND | MS_REMOUNT | MS_RDONLY, ""});
+          {dir, mount, "none", MS_BIND | MS_REC, "", /*user_target=*/true});
+      spec.sandbox->mounts.push_back({"none", mount, "none",
+                                      MS_BIND | MS_REMOUNT | MS_RDONLY, "",
+                                      /*user_target=*/true});
     }
   }
 };
@@ -195,6 +223,14 @@ absl::StatusOr<std::vector<DatasetWant>> ParseDataLaunch(const json& data,
     if (!mount.ok() || *mount == "/") {
       return FieldError(field, path + ".mount",
                         "must be an absolute path other than /");
+    }
+    // The server's policy keeps mounts under its mount roots; whatever it
+    // says, the node never lets a user's data cover its own system.
+    if (IsSystemDirectory(*mount)) {
+      return FieldError(field, path + ".mount",
+                        absl::StrCat("'", *mount,
+                                     "' is a system directory of the node: "
+                                     "no dataset is mounted there"));
     }
     w.mount = *std::move(mount);
     if (!IsDatasetVersion(w.version)) {

@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "loom/common/user_account.h"
 #include "loom/core/dataset_spec.h"
 
 namespace loom {
@@ -55,7 +57,15 @@ struct DatasetWant {
   // hold on disk (`<root>/<version>/holders/<task>`) so that an agent that
   // restarts holds it again for the task (`Readopt`).
   std::string holder;
+  // Set for a local source on an agent that runs tasks as their users: the
+  // job's user, whose rights list and copy it (dataset_local_read.h).
+  std::optional<UserAccount> reader;
 };
+
+// True for a source that is a local (or NFS) path rather than a remote.
+inline bool IsLocalDatasetSource(const std::string& source) {
+  return !source.empty() && source[0] == '/';
+}
 
 // Where the bytes of one `DatasetFiller::Copy` came from.
 struct DatasetCopyBytes {

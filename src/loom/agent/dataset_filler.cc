@@ -13,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "httplib.h"
+#include "loom/agent/dataset_local_read.h"
 #include "loom/common/atomic_file.h"
 #include "loom/common/run_command.h"
 
@@ -108,8 +109,12 @@ absl::StatusOr<std::vector<DatasetEntry>> RcloneDatasetFiller::PeerManifest(
 
 absl::StatusOr<std::vector<DatasetEntry>> RcloneDatasetFiller::ListSource(
     const DatasetWant& want) {
+  RcloneOptions rclone = Rclone();
+  if (want.reader && IsLocalDatasetSource(want.source)) {
+    rclone.as = &*want.reader;  // the job's user lists its own path
+  }
   absl::StatusOr<std::string> out =
-      RcloneListJson(Rclone(), want.source, options_.list_timeout);
+      RcloneListJson(rclone, want.source, options_.list_timeout);
   if (!out.ok()) {
     return absl::UnavailableError(
         absl::StrCat("dataset ", want.source, ": cold store unreachable: ",
@@ -163,6 +168,11 @@ absl::Status RcloneDatasetFiller::Copy(
 absl::Status RcloneDatasetFiller::CopyFromStore(
     const DatasetWant& want, const std::vector<DatasetEntry>& entries,
     const std::string& dir, const std::function<void(int64_t)>& progress) {
+  // A local path a user named: opened as that user, copied by root.
+  if (want.reader && IsLocalDatasetSource(want.source)) {
+    return CopyLocalSourceAs(*want.reader, want.source, entries, dir,
+                             progress);
+  }
   // Only the files missing here, named in a list beside the data.
   const std::string list = dir + ".files";
   std::string text;

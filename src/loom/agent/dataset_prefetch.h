@@ -42,7 +42,9 @@ class DatasetPrefetches {
 
   // Starts filling `want.version` unless it is complete ("present") or
   // being filled by a prefetch ("filling"); "started" when it starts now,
-  // "busy" when `kMaxPrefetchFills` run already.
+  // "busy" when `kMaxPrefetchFills` run already; "local" for a local source
+  // on an agent running as root (read with the job's user's rights at the
+  // launch, which a prefetch does not know).
   std::string Start(const DatasetWant& want);
 
   // Waits for the fills in progress (their rclone and peer timeouts bound

@@ -271,13 +271,18 @@ absl::StatusOr<LaunchRequest> ParseLaunchRequest(const json& body,
     if (!container.ok()) return container.status();
     r.container = *std::move(container);
   }
-  if (const json* port = find("port")) {
-    if (!port->is_boolean()) {
-      return FieldError(field, "port",
+  for (auto [key, dest] :
+       {std::pair{"port", &r.port},
+        std::pair{"allow_privilege_escalation",
+                  &r.allow_privilege_escalation}}) {
+    const json* v = find(key);
+    if (v == nullptr) continue;
+    if (!v->is_boolean()) {
+      return FieldError(field, key,
                         absl::StrCat("must be true or false, got ",
-                                     Dump(*port).substr(0, 80)));
+                                     Dump(*v).substr(0, 80)));
     }
-    r.port = port->get<bool>();
+    *dest = v->get<bool>();
   }
   for (const char* key : {"readiness", "liveness"}) {
     const json* v = find(key);

@@ -96,6 +96,9 @@ struct LaunchRequest {
   std::optional<SliceRequest> slice;
   // Datasets to cache and show read-only (data_step.h, docs/datasets.md).
   std::vector<DatasetWant> data;
+  // The node's pool lets tasks gain privileges through set-user-ID
+  // programs (`TaskSpec::allow_privilege_escalation`); false by default.
+  bool allow_privilege_escalation = false;
 };
 
 // Parses and checks a launch body. On error, `InvalidArgument` with a

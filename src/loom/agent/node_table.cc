@@ -151,8 +151,11 @@ absl::Status InitNode(const NodeTableOptions& options, const HostInfo& host,
     }
   }
   if (!options.fake_tasks) {
+    // Root's alone (an older agent's 0711 is tightened): a task sees its
+    // versions only through the bind its launch makes (data_step.h), so a
+    // user reads a cached copy only in a job allowed to read its source.
     const std::string dir = absl::StrCat(node.root, "/datasets");
-    if (absl::Status s = EnsureDirectory(dir, kAgentDirMode); !s.ok()) {
+    if (absl::Status s = EnsureDirectory(dir, kPrivateDirMode); !s.ok()) {
       return InNode(node, s);
     }
     if (options.dataset_filler) {

@@ -201,7 +201,8 @@ absl::StatusOr<TaskFileRecord> StartShim(const TaskSpec& spec,
   }
   if (spec.sandbox) {
     for (const TaskMount& m : spec.sandbox->mounts) {
-      plan.mounts.push_back({m.source, m.target, m.fstype, m.flags, m.data});
+      plan.mounts.push_back(
+          {m.source, m.target, m.fstype, m.flags, m.data, m.user_target});
     }
   }
   plan.cgroup_procs_files = placement.procs_files;
@@ -215,6 +216,7 @@ absl::StatusOr<TaskFileRecord> StartShim(const TaskSpec& spec,
   plan.devnull_fd = devnull.get();
   plan.stdout_fd = out.get();
   plan.stderr_fd = err.get();
+  plan.no_new_privs = !spec.allow_privilege_escalation;
   plan.change_ids = identity->change;
   plan.uid = identity->uid;
   plan.gid = identity->gid;

@@ -62,6 +62,8 @@ const char* SpawnStageName(SpawnStage stage) {
       return "mount";
     case SpawnStage::kMkdir:
       return "create working directory";
+    case SpawnStage::kNoNewPrivs:
+      return "prctl(PR_SET_NO_NEW_PRIVS)";
   }
   return "start";
 }
@@ -245,6 +247,67 @@ int MakeDirs(const char* path) {
   return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
 }
 
+// Opens directory `path` (absolute) for a mount on it, one component at a
+// time from "/" with O_NOFOLLOW, making missing components (0755) when
+// `create`: the descriptor (O_PATH), or -errno. A symbolic link anywhere on
+// the way is ELOOP or ENOTDIR, and "." or ".." is EINVAL. Only system
+// calls: it runs in the forked child.
+int OpenDirNoFollow(const char* path, bool create) {
+  if (path[0] != '/') return -EINVAL;
+  int fd = ::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  const char* p = path;
+  while (*p != '\0') {
+    while (*p == '/') ++p;
+    if (*p == '\0') break;
+    char name[NAME_MAX + 1];
+    size_t n = 0;
+    for (; p[n] != '\0' && p[n] != '/'; ++n) {
+      if (n >= NAME_MAX) {
+        ::close(fd);
+        return -ENAMETOOLONG;
+      }
+      name[n] = p[n];
+    }
+    name[n] = '\0';
+    p += n;
+    if ((n == 1 && name[0] == '.') ||
+        (n == 2 && name[0] == '.' && name[1] == '.')) {
+      ::close(fd);
+      return -EINVAL;
+    }
+    int next = ::openat(fd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0 && errno == ENOENT && create) {
+      if (::mkdirat(fd, name, 0755) != 0 && errno != EEXIST) {
+        const int err = errno;
+        ::close(fd);
+        return -err;
+      }
+      next = ::openat(fd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    const int err = errno;
+    ::close(fd);
+    if (next < 0) return -err;
+    // O_PATH|O_NOFOLLOW opens a link itself: never one to go through.
+    struct stat st;
+    if (::fstat(next, &st) != 0 || !S_ISDIR(st.st_mode)) {
+      ::close(next);
+      return -ELOOP;
+    }
+    fd = next;
+  }
+  return fd;
+}
+
+// "/proc/self/fd/N" into `out` (at least 32 bytes).
+void ProcFdPath(int fd, char* out) {
+  constexpr char kPrefix[] = "/proc/self/fd/";
+  size_t n = 0;
+  for (; kPrefix[n] != '\0'; ++n) out[n] = kPrefix[n];
+  n += FormatDecimal(fd, out + n);
+  out[n] = '\0';
+}
+
 void WriteText(int fd, const char* text) {
   size_t n = 0;
   while (text[n] != '\0') ++n;
@@ -336,10 +399,22 @@ bool KillGroup(const SpawnPlan& plan) {
       ChildFail(plan, SpawnStage::kMount, errno);
     }
     for (const SpawnPlan::Mount& m : plan.mounts) {
-      if (::mount(m.source.c_str(), m.target.c_str(), m.fstype.c_str(), m.flags,
+      const char* target = m.target.c_str();
+      char held[32];
+      int target_fd = -1;
+      if (m.user_target) {
+        // A remount finds the mount made before it; only a bind makes
+        // what is missing.
+        target_fd = OpenDirNoFollow(target, (m.flags & MS_REMOUNT) == 0);
+        if (target_fd < 0) ChildFail(plan, SpawnStage::kMount, -target_fd);
+        ProcFdPath(target_fd, held);
+        target = held;
+      }
+      if (::mount(m.source.c_str(), target, m.fstype.c_str(), m.flags,
                   m.data.empty() ? nullptr : m.data.c_str()) != 0) {
         ChildFail(plan, SpawnStage::kMount, errno);
       }
+      if (target_fd >= 0) ::close(target_fd);
     }
   }
 
@@ -360,6 +435,11 @@ bool KillGroup(const SpawnPlan& plan) {
     if (::syscall(SYS_setuid, plan.uid) != 0) {
       ChildFail(plan, SpawnStage::kSetuid, errno);
     }
+  }
+  // No set-user-ID program or file capability gives the task more than
+  // its user has (a user's own PAM files behind `su`, say).
+  if (plan.no_new_privs && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+    ChildFail(plan, SpawnStage::kNoNewPrivs, errno);
   }
   // Die with the shim (the one thread of the shim forked us). Set after the
   // switch of ids, which clears it; a set-user-ID program clears it again,

@@ -30,6 +30,7 @@ enum class SpawnStage : int32_t {
   kExec,
   kMkdir,  // creating the working directory as the task's user
   kMount,  // entering its own mount namespace, or a mount in it
+  kNoNewPrivs,  // prctl(PR_SET_NO_NEW_PRIVS)
 };
 
 const char* SpawnStageName(SpawnStage stage);
@@ -91,8 +92,18 @@ struct SpawnPlan {
     std::string fstype;
     unsigned long flags = 0;
     std::string data;
+    // A target a user named (a dataset's mount): the child makes its
+    // missing directories and reaches it one component at a time without
+    // following a symbolic link (openat O_NOFOLLOW, mkdirat), and mounts
+    // on the directory it opened (/proc/self/fd/N), so that no link a user
+    // plants redirects the mount or the directories root makes.
+    bool user_target = false;
   };
   std::vector<Mount> mounts;
+
+  // PR_SET_NO_NEW_PRIVS before exec (every task, unless its pool lets its
+  // tasks gain privileges through set-user-ID programs: docs/security.md).
+  bool no_new_privs = true;
 
   bool change_ids = false;
   uid_t uid = 0;

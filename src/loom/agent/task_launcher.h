@@ -24,6 +24,10 @@ struct TaskMount {
   std::string fstype;
   unsigned long flags = 0;  // MS_* flags
   std::string data;         // fstype-specific options, e.g. overlay's dirs
+  // A target a user named (a dataset's mount): the launcher does not make
+  // it; the task's process makes and reaches it without following a
+  // symbolic link (spawn.h, `SpawnPlan::Mount::user_target`).
+  bool user_target = false;
 };
 
 // A directory the launcher makes (with parents) before the task starts,
@@ -95,6 +99,10 @@ struct TaskSpec {
   TaskLimits limits;
   // Set for a container task: see `TaskSandbox`.
   std::optional<TaskSandbox> sandbox;
+  // False (the default): the task runs with PR_SET_NO_NEW_PRIVS, so no
+  // set-user-ID program or file capability raises its privileges. True
+  // only on pools whose operator allows it (docs/security.md).
+  bool allow_privilege_escalation = false;
 };
 
 // What `Launch` returns about a task that was started.

@@ -179,7 +179,10 @@ void TaskRunner::FetchThenStart(AgentNode& node, PendingLaunch& launch,
     TaskUnit& unit = it->second;
     unit.pull = nullptr;
     if (!status.ok()) {
-      unit.refused = absl::IsInvalidArgument(status);
+      // What another run would meet too (a bad image, a dataset the
+      // job's user may not read): refused, not lost.
+      unit.refused =
+          absl::IsInvalidArgument(status) || absl::IsPermissionDenied(status);
       EndUnstartedLocked(node, unit, Str(status.message()), &report);
     } else {
       unit.container = launch.ctx.container;
@@ -265,7 +268,8 @@ absl::StatusOr<json> TaskRunner::StartProcesses(AgentNode& node,
       ended.gpus = r.gpus;
       ended.procs = procs;
       ended.refused = absl::IsInvalidArgument(failure) ||
-                      absl::IsFailedPrecondition(failure);
+                      absl::IsFailedPrecondition(failure) ||
+                      absl::IsPermissionDenied(failure);
       TaskUnit& u =
           node.units.emplace(r.task_id, std::move(ended)).first->second;
       EndUnstartedLocked(node, u, Str(failure.message()), &report);
@@ -299,6 +303,7 @@ absl::StatusOr<json> TaskRunner::StartProcesses(AgentNode& node,
     spec.argv = r.argv;
     spec.env = r.env;
     spec.working_dir = r.working_dir;
+    spec.allow_privilege_escalation = r.allow_privilege_escalation;
     for (const auto& step : options_.steps) {
       step->Apply(ctx, procs[k], k, spec);
     }

@@ -111,6 +111,9 @@ absl::Status PrepareSandbox(const std::string& task_id,
     }
   }
   for (const TaskMount& m : sandbox.mounts) {
+    // A user's target is made by the task's process, without following
+    // links (spawn.cc).
+    if (m.user_target) continue;
     if (absl::Status s = MakeDirs(task_id, m.target, nullptr); !s.ok()) {
       return s;
     }

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "loom/agent/task_launcher_test_util.h"
@@ -102,6 +103,72 @@ TEST_F(SandboxLaunchTest, AFailedMountFailsTheLaunchNamingIt) {
   absl::StatusOr<TaskHandle> h = launcher->Launch(spec);
   ASSERT_FALSE(h.ok());
   EXPECT_THAT(h.status().message(), HasSubstr("mount no-such-fs-type on"));
+}
+
+TEST_F(SandboxLaunchTest, EveryTaskRunsWithNoNewPrivsUnlessItsPoolAllows) {
+  std::unique_ptr<ShimTaskLauncher> launcher = NewLauncher();
+  ASSERT_NE(launcher, nullptr);
+  for (bool allow : {false, true}) {
+    const std::string id = allow ? "2.0" : "1.0";
+    TaskSpec spec = Shell(id, "grep NoNewPrivs /proc/self/status");
+    spec.allow_privilege_escalation = allow;
+    absl::StatusOr<TaskHandle> h = launcher->Launch(spec);
+    ASSERT_TRUE(h.ok()) << h.status();
+    ASSERT_TRUE(WaitUntil([&] {
+      for (const TaskEvent& e : launcher->Poll()) {
+        if (e.task_id == id) return true;
+      }
+      return false;
+    }));
+    EXPECT_EQ(ReadFile(Out(id)),
+              absl::StrCat("NoNewPrivs:\t", allow ? "0" : "1", "\n"))
+        << ReadFile(Err(id));
+    EXPECT_TRUE(launcher->Forget(id).ok());
+  }
+}
+
+// A user's mount target (a dataset's mount) is made and reached without
+// following links: a link planted on the way fails the launch, and nothing
+// is made where it points.
+TEST_F(SandboxLaunchTest, AUserTargetIsNeverReachedThroughALink) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root";
+  std::unique_ptr<ShimTaskLauncher> launcher = NewLauncher();
+  ASSERT_NE(launcher, nullptr);
+  fs::create_directories(tmp_ / "elsewhere");
+  fs::create_directories(tmp_ / "roots");
+  fs::create_directory_symlink(tmp_ / "elsewhere", tmp_ / "roots/link");
+  TaskSpec spec = Shell("1.0", "true");
+  spec.sandbox = TaskSandbox{};
+  TaskMount m{"tmpfs", tmp_ / "roots/link/made", "tmpfs", MS_NOSUID, "size=1m"};
+  m.user_target = true;
+  spec.sandbox->mounts.push_back(m);
+  ASSERT_TRUE(agent_internal::PrepareSandbox("1.0", *spec.sandbox).ok());
+  absl::StatusOr<TaskHandle> h = launcher->Launch(spec);
+  ASSERT_FALSE(h.ok());
+  EXPECT_THAT(h.status().message(), HasSubstr("mount tmpfs on"));
+  EXPECT_FALSE(fs::exists(tmp_ / "elsewhere/made"));
+
+  // Without a link: its directories are made (root's, 0755) and mounted on.
+  const std::string target = tmp_ / "roots/new/deep";
+  TaskSpec ok = Shell("2.0", "grep -c ' " + target + " tmpfs' /proc/self/mounts");
+  ok.sandbox = TaskSandbox{};
+  TaskMount good{"tmpfs", target, "tmpfs", MS_NOSUID, "size=1m"};
+  good.user_target = true;
+  ok.sandbox->mounts.push_back(good);
+  absl::StatusOr<TaskHandle> h2 = launcher->Launch(ok);
+  ASSERT_TRUE(h2.ok()) << h2.status();
+  ASSERT_TRUE(WaitUntil([&] {
+    for (const TaskEvent& e : launcher->Poll()) {
+      if (e.task_id == "2.0") return true;
+    }
+    return false;
+  }));
+  EXPECT_EQ(ReadFile(Out("2.0")), "1\n") << ReadFile(Err("2.0"));
+  struct stat st;
+  ASSERT_EQ(::stat(target.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_mode & 022, 0u);  // no one else writes into it
+  EXPECT_TRUE(launcher->Forget("2.0").ok());
 }
 
 }  // namespace

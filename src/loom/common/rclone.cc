@@ -19,7 +19,10 @@ std::vector<std::string> RcloneArgv(const RcloneOptions& options,
                                    "--retries",           absl::StrCat(retries),
                                    "--low-level-retries", absl::StrCat(retries),
                                    "--contimeout",        "5s"};
-  if (!options.config.empty()) {
+  if (options.as != nullptr) {
+    argv.push_back("--config");
+    argv.push_back("/dev/null");
+  } else if (!options.config.empty()) {
     argv.push_back("--config");
     argv.push_back(options.config);
   }
@@ -40,7 +43,7 @@ absl::StatusOr<std::string> RcloneListJson(const RcloneOptions& options,
   }
   argv.push_back("--");
   argv.push_back(source);
-  return RunForOutput(argv, timeout, size_t{256} << 20);
+  return RunForOutputAs(argv, timeout, size_t{256} << 20, options.as);
 }
 
 absl::StatusOr<std::map<std::string, std::string>> RcloneHashsum(

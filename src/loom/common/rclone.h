@@ -11,12 +11,17 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "loom/common/user_account.h"
 
 namespace loom {
 
 struct RcloneOptions {
   std::string rclone = "rclone";  // the executable
   std::string config;             // --config FILE; empty: rclone's default
+  // Not null: rclone runs as this user (`RunForOutputAs`), to read a local
+  // source with its user's rights, and with no config at all (the
+  // operator's holds the remotes' credentials; a local path needs none).
+  const UserAccount* as = nullptr;
 };
 
 // `rclone SUBCOMMAND --retries R --low-level-retries R --contimeout 5s

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +21,13 @@ namespace loom {
 absl::StatusOr<std::string> RunForOutput(const std::vector<std::string>& argv,
                                          absl::Duration timeout,
                                          size_t max_output) {
+  return RunForOutputAs(argv, timeout, max_output, nullptr);
+}
+
+absl::StatusOr<std::string> RunForOutputAs(const std::vector<std::string>& argv,
+                                           absl::Duration timeout,
+                                           size_t max_output,
+                                           const UserAccount* as) {
   if (argv.empty()) return absl::InvalidArgumentError("no command");
   std::vector<char*> args;
   for (const std::string& a : argv)
@@ -44,6 +52,17 @@ absl::StatusOr<std::string> RunForOutput(const std::vector<std::string>& argv,
     dup2(out[1], 1);
     dup2(err[1], 2);
     setpgid(0, 0);
+    if (as != nullptr) {
+      // Raw system calls: glibc's wrappers synchronise credentials across
+      // threads, which a forked child of a threaded process must not do.
+      if (syscall(SYS_setgroups, as->groups.size(), as->groups.data()) != 0 ||
+          syscall(SYS_setgid, as->gid) != 0 ||
+          syscall(SYS_setuid, as->uid) != 0) {
+        constexpr char kMessage[] = "loom: cannot switch to the user\n";
+        (void)!write(2, kMessage, sizeof(kMessage) - 1);
+        _exit(126);
+      }
+    }
     execvp(args[0], args.data());
     _exit(127);
   }

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "loom/common/user_account.h"
 
 namespace loom {
 
@@ -21,5 +22,14 @@ namespace loom {
 absl::StatusOr<std::string> RunForOutput(const std::vector<std::string>& argv,
                                          absl::Duration timeout,
                                          size_t max_output);
+
+// The same, run as `as` (its groups, gid and uid, switched in the child
+// before exec; needs root) when `as` is not null: a program that reads a
+// path a user named, with that user's rights. A switch that fails is
+// Unavailable, naming the user.
+absl::StatusOr<std::string> RunForOutputAs(const std::vector<std::string>& argv,
+                                           absl::Duration timeout,
+                                           size_t max_output,
+                                           const UserAccount* as);
 
 }  // namespace loom

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "loom/core/dataset_policy.h"
 #include "loom/core/mig.h"
 #include "loom/core/topology.h"
 
@@ -61,6 +62,12 @@ struct PoolSpec {
   // part of its memory (`JobShape::slice.share_bytes`; time-slicing, no
   // isolation). The cluster spec's `sharing:`, true unless it says false.
   bool sharing = true;
+  // Whether tasks on the pool's nodes may gain privileges through
+  // set-user-ID programs and file capabilities (`su`, `sudo`, `ping`): the
+  // cluster spec's `allow_privilege_escalation:`, false unless it says
+  // true. False: every task runs with PR_SET_NO_NEW_PRIVS, as Kubernetes'
+  // `allowPrivilegeEscalation: false` (docs/security.md).
+  bool allow_privilege_escalation = false;
   std::map<std::string, std::string> labels;
   // Labels of single nodes of the pool (`node_labels: {h200-3: {rack: b}}`),
   // by node name; they win over `labels`.
@@ -120,6 +127,7 @@ struct Cluster {
   std::vector<ProjectSpec> projects;
   std::vector<PriorityClass> priority_classes;
   ContainerPolicy containers;
+  DatasetPolicy datasets;
 
   int TotalGpus() const;
   int TotalGpus(GpuModelId model) const;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
@@ -202,6 +203,9 @@ std::vector<ClusterDiffLine> DiffClusters(const Cluster& from,
                   [](const std::string& s) { return s; });
         DiffField(d, "sharing", a.sharing, b.sharing,
                   [](bool v) { return std::string(v ? "true" : "false"); });
+        DiffField(d, "allow_privilege_escalation",
+                  a.allow_privilege_escalation, b.allow_privilege_escalation,
+                  [](bool v) { return std::string(v ? "true" : "false"); });
         DiffLabels(d, a.labels, b.labels);
         DiffLabels(d, a.stack, b.stack, "stack");
         return d;
@@ -287,6 +291,17 @@ std::vector<ClusterDiffLine> DiffClusters(const Cluster& from,
       [](const PriorityClass& p, bool) {
         return std::vector<std::string>{absl::StrCat("value ", p.value)};
       });
+  for (auto [key, a, b] :
+       {std::tuple{"local_roots", &from.datasets.local_roots,
+                   &to.datasets.local_roots},
+        std::tuple{"mount_roots", &from.datasets.mount_roots,
+                   &to.datasets.mount_roots}}) {
+    if (*a == *b) continue;
+    out.push_back({Op::kChange,
+                   "datasets",
+                   key,
+                   {absl::StrCat(ListText(*a), " -> ", ListText(*b))}});
+  }
   if (from.containers.allowed_mounts != to.containers.allowed_mounts) {
     out.push_back(
         {Op::kChange,

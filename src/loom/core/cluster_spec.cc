@@ -26,6 +26,7 @@
 #include "loom/common/units.h"
 #include "loom/core/cluster_network_yaml.h"
 #include "loom/core/container_spec_yaml.h"
+#include "loom/core/dataset_policy_yaml.h"
 #include "loom/core/pool_mig_yaml.h"
 #include "loom/core/pool_stack_yaml.h"
 #include "loom/core/yaml_util.h"
@@ -250,7 +251,8 @@ absl::Status SpecParser::ParsePools(const Field& field,
     absl::StatusOr<MapNode> map =
         ReadMap((*items)[i], ElementPath(path, i),
                 {"name", "nodes", "gpu", "cpus", "memory", "nvme", "nics",
-                 "mig", "sharing", "labels", "node_labels", "stack"});
+                 "mig", "sharing", "allow_privilege_escalation", "labels",
+                 "node_labels", "stack"});
     if (!map.ok()) return map.status();
     PoolSpec pool;
 
@@ -382,6 +384,13 @@ absl::Status SpecParser::ParsePools(const Field& field,
           ReadBool(sharing->value, ChildPath(map->path, "sharing"));
       if (!b.ok()) return b.status();
       pool.sharing = *b;
+    }
+    if (const Field* f = map->Find("allow_privilege_escalation");
+        f != nullptr) {
+      absl::StatusOr<bool> b = ReadBool(
+          f->value, ChildPath(map->path, "allow_privilege_escalation"));
+      if (!b.ok()) return b.status();
+      pool.allow_privilege_escalation = *b;
     }
     if (const Field* labels = map->Find("labels"); labels != nullptr) {
       absl::Status st =
@@ -555,7 +564,7 @@ absl::StatusOr<Cluster> SpecParser::Parse(const YAML::Node& root) {
   absl::StatusOr<MapNode> map =
       ReadMap(root, "",
               {"name", "gpu_models", "pools", "network", "projects",
-               "priority_classes", "containers"});
+               "priority_classes", "containers", "datasets"});
   if (!map.ok()) return map.status();
 
   Cluster cluster;
@@ -598,6 +607,12 @@ absl::StatusOr<Cluster> SpecParser::Parse(const YAML::Node& root) {
         internal::ParseContainerPolicy(*this, *f);
     if (!policy.ok()) return policy.status();
     cluster.containers = *std::move(policy);
+  }
+  if (const Field* f = map->Find("datasets"); f != nullptr) {
+    absl::StatusOr<DatasetPolicy> policy =
+        internal::ParseDatasetPolicy(*this, *f);
+    if (!policy.ok()) return policy.status();
+    cluster.datasets = *std::move(policy);
   }
   return cluster;
 }

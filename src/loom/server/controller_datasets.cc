@@ -24,6 +24,13 @@ namespace {
 constexpr absl::Duration kFirstRetry = absl::Seconds(2);
 constexpr absl::Duration kMaxRetry = absl::Seconds(60);
 
+// What the resolver lists for a job's run: its sources, as its user.
+DatasetAsk DatasetAskFor(const JobRecord& job) {
+  DatasetAsk ask{job.id, job.restart_count, {}, job.spec.user};
+  for (const DatasetSpec& d : job.spec.data) ask.sources.push_back(d.source);
+  return ask;
+}
+
 }  // namespace
 
 void Controller::WaitForDatasetListings() { dataset_resolver_->WaitIdle(); }
@@ -32,9 +39,7 @@ bool Controller::HoldForDatasets(const JobRecord& job) {
   if (job.spec.data.empty()) return false;
   if (data_ready_.erase(job.id) > 0) return false;
   if (!data_waiting_.insert(job.id).second) return true;  // asked already
-  DatasetAsk ask{job.id, job.restart_count, {}};
-  for (const DatasetSpec& d : job.spec.data) ask.sources.push_back(d.source);
-  dataset_resolver_->Ask(std::move(ask));
+  dataset_resolver_->Ask(DatasetAskFor(job));
   return true;
 }
 
@@ -54,6 +59,12 @@ void Controller::StepDatasets(absl::Time now,
       ForgetDatasets(a.job);
       continue;
     }
+    // The cluster's policy now (an apply since the submit may have
+    // narrowed it).
+    if (absl::Status st = CheckJobDatasets(cluster_->datasets, job.spec.data);
+        a.status.ok() && !st.ok()) {
+      a.status = absl::PermissionDeniedError(st.message());
+    }
     if (!a.status.ok()) {
       DataRetry& r = data_retry_[a.job];
       r.delay = r.delay == absl::ZeroDuration()
@@ -62,8 +73,13 @@ void Controller::StepDatasets(absl::Time now,
       r.retry_at = now + r.delay;
       r.asked = false;
       const std::string reason =
-          absl::StrCat("dataset ", a.failed_source,
-                       ": cold store unreachable: ", a.status.message());
+          absl::IsPermissionDenied(a.status)
+              ? (a.failed_source.empty()
+                     ? std::string(a.status.message())
+                     : absl::StrCat("dataset ", a.failed_source, ": ",
+                                    a.status.message()))
+              : absl::StrCat("dataset ", a.failed_source,
+                             ": cold store unreachable: ", a.status.message());
       if (job.reason != reason) {
         job.reason = reason;
         job.AddEvent(now, reason);
@@ -96,11 +112,7 @@ void Controller::StepDatasets(absl::Time now,
     auto it = jobs_.find(id);
     if (it == jobs_.end()) continue;
     r.asked = true;
-    DatasetAsk ask{id, it->second.restart_count, {}};
-    for (const DatasetSpec& d : it->second.spec.data) {
-      ask.sources.push_back(d.source);
-    }
-    dataset_resolver_->Ask(std::move(ask));
+    dataset_resolver_->Ask(DatasetAskFor(it->second));
   }
 }
 

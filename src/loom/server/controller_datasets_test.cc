@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "loom/sched/test_util.h"
 #include "loom/server/controller.h"
@@ -19,6 +21,7 @@
 namespace loom {
 namespace {
 
+using ::testing::HasSubstr;
 using testing::EmulatedNode;
 using testing::MakeCluster;
 using testing::Spec;
@@ -29,10 +32,15 @@ using testing::T;
 class FakeDatasetLister : public DatasetLister {
  public:
   absl::StatusOr<std::vector<DatasetEntry>> List(
-      const std::string& source, absl::Duration timeout) override {
+      const std::string& source, const std::string& user,
+      absl::Duration timeout) override {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return open_; });
     ++calls_;
+    users_.push_back(user);
+    if (auto d = denied_.find(source); d != denied_.end()) {
+      return absl::PermissionDeniedError(d->second);
+    }
     auto it = files_.find(source);
     if (it == files_.end()) {
       return absl::UnavailableError("connection refused");
@@ -55,6 +63,10 @@ class FakeDatasetLister : public DatasetLister {
     }
     cv_.notify_all();
   }
+  void Deny(const std::string& source, const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    denied_[source] = why;
+  }
   void Down(const std::string& source) {
     std::lock_guard<std::mutex> lock(mu_);
     files_.erase(source);
@@ -63,6 +75,10 @@ class FakeDatasetLister : public DatasetLister {
     std::lock_guard<std::mutex> lock(mu_);
     return calls_;
   }
+  std::vector<std::string> users() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return users_;
+  }
 
  private:
   std::mutex mu_;
@@ -70,6 +86,8 @@ class FakeDatasetLister : public DatasetLister {
   bool open_ = true;
   std::map<std::string, std::vector<DatasetEntry>> files_;
   int calls_ = 0;
+  std::vector<std::string> users_;  // of each call, in order
+  std::map<std::string, std::string> denied_;  // source -> why
 };
 
 class DatasetsTest : public ::testing::Test {
@@ -358,6 +376,69 @@ TEST_F(DatasetsTest, StoreDownKeepsTheJobPendingWithTheReason) {
   Settle(3.3);
   EXPECT_EQ(Launches().size(), 2u);
   EXPECT_EQ(Job(1, 3.3)["state"], "running");
+}
+
+TEST_F(DatasetsTest, LocalSourcesAndMountsFollowTheClustersPolicy) {
+  auto submit = [&](const std::string& source, const std::string& mount) {
+    return c_->Submit(
+        Spec(absl::StrCat("name: r\ncommand: [cat]\nresources: {gpus: 1}\n",
+                          "data: [{source: '", source, "', mount: '", mount,
+                          "'}]\n")),
+        "alice", T(1));
+  };
+  // By default no local directory is a source, and mounts stay under
+  // /data, /datasets and /mnt.
+  absl::StatusOr<nlohmann::json> r = submit("/etc/shadow", "/data/x");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("data[0].source: '/etc/shadow' is a local path"));
+  EXPECT_THAT(submit("cold:a", "/etc/pam.d").status().message(),
+              HasSubstr("data[0].mount: '/etc/pam.d' is a system directory"));
+  EXPECT_THAT(submit("cold:a", "/home/alice/x").status().message(),
+              HasSubstr("datasets.mount_roots"));
+  EXPECT_EQ(lister_.calls(), 0);  // nothing was listed for them
+
+  // A cluster that lets jobs read /nfs/sets, on a pool that allows
+  // privilege escalation: the source is listed as the job's user, and
+  // the launches say what the pool allows.
+  Cluster cluster = MakeCluster({{2, 0}}, 4, 8);
+  cluster.datasets.local_roots = {"/nfs/sets"};
+  cluster.pools[0].allow_privilege_escalation = true;
+  Start(std::move(cluster), 2);
+  lister_.Set("/nfs/sets/a", {{"x.bin", 3, "", "t"}});
+  ASSERT_TRUE(submit("/nfs/sets/a", "/data/a").ok());
+  EXPECT_THAT(submit("/nfs/other", "/data/a").status().message(),
+              HasSubstr("datasets.local_roots (/nfs/sets)"));
+  c_->Tick(T(1));
+  Settle(1.1);
+  std::vector<AgentAction> launches = Launches();
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_EQ(launches[0].body["allow_privilege_escalation"], true);
+  EXPECT_EQ(lister_.users(), std::vector<std::string>{"alice"});
+}
+
+TEST_F(DatasetsTest, AListingTheUserMayNotMakeKeepsTheJobPendingSayingWhy) {
+  Cluster cluster = MakeCluster({{2, 0}}, 4, 8);
+  cluster.datasets.local_roots = {"/nfs"};
+  Start(std::move(cluster), 2);
+  lister_.Deny("/nfs/bob", "user alice cannot list it: permission denied");
+  ASSERT_TRUE(c_->Submit(Spec("name: r\ncommand: [cat]\nresources: {gpus: "
+                              "1}\ndata: [{source: /nfs/bob, mount: /data/b}]\n"),
+                         "alice", T(1))
+                  .ok());
+  c_->Tick(T(1));
+  Settle(1.1);
+  EXPECT_TRUE(Launches().empty());
+  EXPECT_EQ(Job(1, 1.1)["reason"],
+            "dataset /nfs/bob: user alice cannot list it: permission denied");
+  // No launch by default asks for privilege escalation.
+  lister_.Set("cold:sets/a", {{"x.bin", 1, "", "t"}});
+  ASSERT_TRUE(c_->Submit(Spec(kSpec), "alice", T(2)).ok());
+  c_->Tick(T(2));
+  Settle(2.1);
+  std::vector<AgentAction> launches = Launches();
+  ASSERT_EQ(launches.size(), 2u);
+  EXPECT_FALSE(launches[0].body.contains("allow_privilege_escalation"));
 }
 
 TEST_F(DatasetsTest, CancelWhileListing) {

@@ -100,6 +100,10 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
     absl::MutexLock lock(&mu_);
     if (absl::Status st = CheckDependencyJobs(spec); !st.ok()) return st;
     if (absl::Status st = datasets_.Resolve(&spec.data); !st.ok()) return st;
+    if (absl::Status st = CheckJobDatasets(cluster_->datasets, spec.data);
+        !st.ok()) {
+      return st;
+    }
     const std::map<JobId, JobRecord>& jobs = jobs_;
     if (user_jobs_.AtLimit(
             spec.user, options_.max_jobs_per_user, [&jobs](JobId j) {

@@ -175,6 +175,12 @@ AgentAction Controller::LaunchAction(const JobRecord& job,
   if (job.spec.container.has_value()) {
     a.body["container"] = ContainerLaunchJson(*job.spec.container);
   }
+  // Tasks run with no_new_privs unless the node's pool lets them gain
+  // privileges (docs/security.md).
+  if (n >= 0 && cluster_->pools[cluster_->nodes[n].pool]
+                    .allow_privilege_escalation) {
+    a.body["allow_privilege_escalation"] = true;
+  }
   if (t.slice) a.body["slice"] = SliceJson(*t.slice);
   if (!job.data_versions.empty()) {
     std::vector<int> nodes;  // in task order

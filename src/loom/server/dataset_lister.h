@@ -23,28 +23,34 @@ struct DatasetListing {
   int64_t bytes = 0;
 };
 
-// Lists a source (REMOTE:PATH or an absolute path). Implementations are
-// thread-safe; `List` may block up to `timeout` and is never called under
-// the controller's lock. An unreachable or failing store is Unavailable
-// (DeadlineExceeded when it did not answer in time) with what the store
-// said; a listing that cannot be read is Internal.
+// Lists a source (REMOTE:PATH or an absolute path) for the job of Unix
+// user `user` (empty: not named). Implementations are thread-safe; `List`
+// may block up to `timeout` and is never called under the controller's
+// lock. An unreachable or failing store is Unavailable (DeadlineExceeded
+// when it did not answer in time) with what the store said; a listing that
+// cannot be read is Internal; a local source its user may not list (or a
+// user the host does not have) is PermissionDenied.
 class DatasetLister {
  public:
   virtual ~DatasetLister() = default;
   virtual absl::StatusOr<std::vector<DatasetEntry>> List(
-      const std::string& source, absl::Duration timeout) = 0;
+      const std::string& source, const std::string& user,
+      absl::Duration timeout) = 0;
 };
 
 // Runs `rclone lsjson` (`RcloneListJson`: recursive, files only, with the
 // remote's md5 or sha1 where it gives one) with the operator's config
-// (rclone's default when `config` is empty).
+// (rclone's default when `config` is empty). A local source, on a server
+// that runs as root, is listed as its job's user (no config): a user never
+// learns through the server what only root may list.
 class RcloneDatasetLister : public DatasetLister {
  public:
   explicit RcloneDatasetLister(std::string config,
                                std::string rclone = "rclone")
       : config_(std::move(config)), rclone_(std::move(rclone)) {}
   absl::StatusOr<std::vector<DatasetEntry>> List(
-      const std::string& source, absl::Duration timeout) override;
+      const std::string& source, const std::string& user,
+      absl::Duration timeout) override;
 
  private:
   const std::string config_;

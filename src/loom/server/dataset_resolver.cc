@@ -52,7 +52,7 @@ void DatasetResolver::Run() {
     answer.run = ask.run;
     for (const std::string& source : ask.sources) {
       absl::StatusOr<std::vector<DatasetEntry>> entries =
-          lister_->List(source, timeout_);
+          lister_->List(source, ask.user, timeout_);
       if (!entries.ok()) {
         answer.status = entries.status();
         answer.failed_source = source;

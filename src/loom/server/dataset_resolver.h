@@ -24,6 +24,7 @@ struct DatasetAsk {
   JobId job = 0;
   int run = 0;  // the job's restart count when asked
   std::vector<std::string> sources;
+  std::string user;  // the job's Unix user: whose rights list a local path
 };
 
 struct DatasetAnswer {
