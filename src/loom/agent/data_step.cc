@@ -123,7 +123,10 @@ class DataStep : public LaunchStep {
         ctx.log("warn", ctx.node.name,
                 absl::StrCat("launch of task ", ctx.request.task_id,
                              " failed: ", why));
-        return absl::UnavailableError(why);
+        // A file the job's user may not read fails every run alike.
+        return absl::IsPermissionDenied(hold.status())
+                   ? absl::PermissionDeniedError(why)
+                   : absl::UnavailableError(why);
       }
       // Cached already, or copied from a peer: the user shows that it may
       // read every file of the source before its task sees the copy.
