@@ -2,6 +2,8 @@
 # Inference services end to end (docs/services.md): a server, two emulated
 # nodes and `loom gateway` (a real HAProxy) on loopback; replicas are
 # tests/services/replica.py, loaded with wrk for a bounded time.
+#  0. A gateway run directory another user made, of mode 0755 or a
+#     symlink is refused; as root the default is /run/loom-gateway/NAME.
 #  1. 3 replicas under steady load: one killed (loom chaos kill-task) costs
 #     at most the requests in flight at it, and 3 are ready again; a rolling
 #     update under load fails no request; a broken version (readiness never
@@ -26,6 +28,35 @@ write_cluster 2
 start_server
 AGENT_FLAGS=(--service-ports "$((PORT + 20))-$((PORT + 59))")
 start_agents 2
+
+# 0. The gateway's run directory (docs/services.md, "The run directory"):
+# one another user made, one others may read, or a symlink is refused
+# (exit 2) before anything is written in it; the default as root is
+# /run/loom-gateway/NAME, 0700 under a 0700 parent.
+refused_run_dir() { # DIR WANT
+  "$LOOM" gateway --listen-host 127.0.0.1 --run-dir "$1" --name gw-refused > "$W/refused.out" 2>&1
+  local rc=$?
+  [ "$rc" = 2 ] || fail "run dir $1: exit $rc, not 2: $(cat "$W/refused.out")"
+  grep -q "$2" "$W/refused.out" || fail "run dir $1: $(cat "$W/refused.out")"
+}
+mkdir -m 0755 "$W/wide"
+refused_run_dir "$W/wide" "has mode 0755; it must be 0700"
+mkdir -m 0700 "$W/real"
+ln -s "$W/real" "$W/link"
+refused_run_dir "$W/link" "is a symlink; not following it"
+if [ "$(id -u)" = 0 ]; then
+  mkdir -m 0700 "$W/planted"
+  chown 65534 "$W/planted"
+  refused_run_dir "$W/planted" "is owned by uid 65534, not by this gateway's uid 0"
+  [ -z "$(ls -A "$W/planted")" ] || fail "the gateway wrote into a planted run dir: $(ls -la "$W/planted")"
+  DEFAULT_DIR="/run/loom-gateway/e2e-$PORT"
+  timeout -s INT 3 "$LOOM" gateway --listen-host 127.0.0.1 --name "e2e-$PORT" >> "$W/gateway-default.log" 2>&1
+  [ "$(stat -c '%a %u %F' /run/loom-gateway)" = "700 0 directory" ] || fail "/run/loom-gateway: $(stat -c '%a %u %F' /run/loom-gateway)"
+  [ "$(stat -c '%a %u %F' "$DEFAULT_DIR")" = "700 0 directory" ] || fail "$DEFAULT_DIR: $(cat "$W/gateway-default.log")"
+  rm -rf "$DEFAULT_DIR"
+fi
+echo "ok: a run dir of another user, of mode 0755 or a symlink is refused; the default is $([ "$(id -u)" = 0 ] && echo /run/loom-gateway/NAME, 0700)"
+
 "$LOOM" gateway --listen-host 127.0.0.1 --run-dir "$W/gw" --interval 0.2 \
   --threads 1 --name gw-test >> "$W/gateway.log" 2>&1 &
 PIDS+=($!)
