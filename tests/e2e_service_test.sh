@@ -11,8 +11,9 @@
 #     applying the old spec again ends it.
 #  2. Autoscaling from 1 to 4 replicas on requests in flight, and back to 1
 #     once the load stops, each step in the events with its measurement.
-#  3. Bad input: a malformed spec, a port clash, a service larger than any
-#     node: clear errors, nothing created.
+#  3. Bad input: a malformed spec, a port clash, a port outside the
+#     cluster's service ports, a service larger than any node: clear errors,
+#     nothing created.
 # Usage: tests/e2e_service_test.sh PATH_TO_LOOM
 set -u
 LOOM="$(realpath "$1")"
@@ -25,6 +26,9 @@ REPLICA="$PWD/tests/services/replica.py"
 GWPORT=$((PORT + 60))
 AUTOPORT=$((PORT + 61))
 write_cluster 2
+# The services' gateway ports: this test's block, not the default
+# 30000-32767 (docs/cluster-spec.md, `services`).
+echo "services: {port_range: $GWPORT-$((PORT + 63))}" >> "$W/cluster.yaml"
 start_server
 AGENT_FLAGS=(--service-ports "$((PORT + 20))-$((PORT + 59))")
 start_agents 2
@@ -166,12 +170,18 @@ grep -q "bad.yaml" "$W/bad.out" || fail "the error does not name the file: $(cat
 sed "s/name: echo/name: clash/" "$W/good.yaml" > "$W/clash.yaml"
 "$LOOM" service apply -f "$W/clash.yaml" > "$W/clash.out" 2>&1 && fail "a port clash was accepted"
 grep -q "is the port of service echo" "$W/clash.out" || fail "clash: $(cat "$W/clash.out")"
+for bad_port in 22 30000; do
+  sed -e "s/name: echo/name: port$bad_port/" -e "s/^port: .*/port: $bad_port/" "$W/good.yaml" > "$W/port.yaml"
+  "$LOOM" service apply -f "$W/port.yaml" > "$W/port.out" 2>&1 && fail "port $bad_port was accepted"
+  grep -q "port: $bad_port is not a service port of this cluster (services.port_range: $GWPORT-$((PORT + 63))" "$W/port.out" ||
+    fail "port $bad_port: $(cat "$W/port.out")"
+done
 sed -e "s/name: echo/name: huge/" -e "s/gpus: 1/gpus: 9/" -e "/^port:/d" "$W/good.yaml" > "$W/huge.yaml"
 "$LOOM" service apply -f "$W/huge.yaml" > "$W/huge.out" 2>&1 && fail "a 9-GPU replica was accepted"
 grep -q "9 h200 GPUs" "$W/huge.out" || fail "huge: $(cat "$W/huge.out")"
 [ "$("$LOOM" service list -o json | "$PY" -c "import json,sys; print(len(json.load(sys.stdin)['services']))")" = 1 ] ||
   fail "a refused service was created: $("$LOOM" service list)"
-echo "ok: a malformed spec, a port clash and a 9-GPU replica are refused, nothing created"
+echo "ok: a malformed spec, a port clash, ports 22 and 30000 (outside services.port_range) and a 9-GPU replica are refused, nothing created"
 
 # 2. Autoscaling on requests in flight: 1 -> 4 under load, 1 after it.
 cat > "$W/auto.yaml" <<YAML
