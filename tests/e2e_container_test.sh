@@ -35,6 +35,7 @@ echo "ok: test/busybox:1 ($DIGEST) in the registry on $REG"
 write_cluster 2
 cat >> "$W/cluster.yaml" <<YAML
 containers: {allowed_mounts: ["$W/data"]}
+services: {port_range: $((PORT + 62))-$((PORT + 63))}
 YAML
 start_server --insecure-registry "$REG"
 AGENT_FLAGS=(--insecure-registry "$REG")

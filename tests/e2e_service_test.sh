@@ -2,6 +2,8 @@
 # Inference services end to end (docs/services.md): a server, two emulated
 # nodes and `loom gateway` (a real HAProxy) on loopback; replicas are
 # tests/services/replica.py, loaded with wrk for a bounded time.
+#  0. A gateway run directory another user made, of mode 0755 or a
+#     symlink is refused; as root the default is /run/loom-gateway/NAME.
 #  1. 3 replicas under steady load: one killed (loom chaos kill-task) costs
 #     at most the requests in flight at it, and 3 are ready again; a rolling
 #     update under load fails no request; a broken version (readiness never
@@ -9,8 +11,9 @@
 #     applying the old spec again ends it.
 #  2. Autoscaling from 1 to 4 replicas on requests in flight, and back to 1
 #     once the load stops, each step in the events with its measurement.
-#  3. Bad input: a malformed spec, a port clash, a service larger than any
-#     node: clear errors, nothing created.
+#  3. Bad input: a malformed spec, a port clash, a port outside the
+#     cluster's service ports, a service larger than any node: clear errors,
+#     nothing created.
 # Usage: tests/e2e_service_test.sh PATH_TO_LOOM
 set -u
 LOOM="$(realpath "$1")"
@@ -23,9 +26,41 @@ REPLICA="$PWD/tests/services/replica.py"
 GWPORT=$((PORT + 60))
 AUTOPORT=$((PORT + 61))
 write_cluster 2
+# The services' gateway ports: this test's block, not the default
+# 30000-32767 (docs/cluster-spec.md, `services`).
+echo "services: {port_range: $GWPORT-$((PORT + 63))}" >> "$W/cluster.yaml"
 start_server
 AGENT_FLAGS=(--service-ports "$((PORT + 20))-$((PORT + 59))")
 start_agents 2
+
+# 0. The gateway's run directory (docs/services.md, "The run directory"):
+# one another user made, one others may read, or a symlink is refused
+# (exit 2) before anything is written in it; the default as root is
+# /run/loom-gateway/NAME, 0700 under a 0700 parent.
+refused_run_dir() { # DIR WANT
+  "$LOOM" gateway --listen-host 127.0.0.1 --run-dir "$1" --name gw-refused > "$W/refused.out" 2>&1
+  local rc=$?
+  [ "$rc" = 2 ] || fail "run dir $1: exit $rc, not 2: $(cat "$W/refused.out")"
+  grep -q "$2" "$W/refused.out" || fail "run dir $1: $(cat "$W/refused.out")"
+}
+mkdir -m 0755 "$W/wide"
+refused_run_dir "$W/wide" "has mode 0755; it must be 0700"
+mkdir -m 0700 "$W/real"
+ln -s "$W/real" "$W/link"
+refused_run_dir "$W/link" "is a symlink; not following it"
+if [ "$(id -u)" = 0 ]; then
+  mkdir -m 0700 "$W/planted"
+  chown 65534 "$W/planted"
+  refused_run_dir "$W/planted" "is owned by uid 65534, not by this gateway's uid 0"
+  [ -z "$(ls -A "$W/planted")" ] || fail "the gateway wrote into a planted run dir: $(ls -la "$W/planted")"
+  DEFAULT_DIR="/run/loom-gateway/e2e-$PORT"
+  timeout -s INT 3 "$LOOM" gateway --listen-host 127.0.0.1 --name "e2e-$PORT" >> "$W/gateway-default.log" 2>&1
+  [ "$(stat -c '%a %u %F' /run/loom-gateway)" = "700 0 directory" ] || fail "/run/loom-gateway: $(stat -c '%a %u %F' /run/loom-gateway)"
+  [ "$(stat -c '%a %u %F' "$DEFAULT_DIR")" = "700 0 directory" ] || fail "$DEFAULT_DIR: $(cat "$W/gateway-default.log")"
+  rm -rf "$DEFAULT_DIR"
+fi
+echo "ok: a run dir of another user, of mode 0755 or a symlink is refused; the default is $([ "$(id -u)" = 0 ] && echo /run/loom-gateway/NAME, 0700)"
+
 "$LOOM" gateway --listen-host 127.0.0.1 --run-dir "$W/gw" --interval 0.2 \
   --threads 1 --name gw-test >> "$W/gateway.log" 2>&1 &
 PIDS+=($!)
@@ -135,12 +170,18 @@ grep -q "bad.yaml" "$W/bad.out" || fail "the error does not name the file: $(cat
 sed "s/name: echo/name: clash/" "$W/good.yaml" > "$W/clash.yaml"
 "$LOOM" service apply -f "$W/clash.yaml" > "$W/clash.out" 2>&1 && fail "a port clash was accepted"
 grep -q "is the port of service echo" "$W/clash.out" || fail "clash: $(cat "$W/clash.out")"
+for bad_port in 22 30000; do
+  sed -e "s/name: echo/name: port$bad_port/" -e "s/^port: .*/port: $bad_port/" "$W/good.yaml" > "$W/port.yaml"
+  "$LOOM" service apply -f "$W/port.yaml" > "$W/port.out" 2>&1 && fail "port $bad_port was accepted"
+  grep -q "port: $bad_port is not a service port of this cluster (services.port_range: $GWPORT-$((PORT + 63))" "$W/port.out" ||
+    fail "port $bad_port: $(cat "$W/port.out")"
+done
 sed -e "s/name: echo/name: huge/" -e "s/gpus: 1/gpus: 9/" -e "/^port:/d" "$W/good.yaml" > "$W/huge.yaml"
 "$LOOM" service apply -f "$W/huge.yaml" > "$W/huge.out" 2>&1 && fail "a 9-GPU replica was accepted"
 grep -q "9 h200 GPUs" "$W/huge.out" || fail "huge: $(cat "$W/huge.out")"
 [ "$("$LOOM" service list -o json | "$PY" -c "import json,sys; print(len(json.load(sys.stdin)['services']))")" = 1 ] ||
   fail "a refused service was created: $("$LOOM" service list)"
-echo "ok: a malformed spec, a port clash and a 9-GPU replica are refused, nothing created"
+echo "ok: a malformed spec, a port clash, ports 22 and 30000 (outside services.port_range) and a 9-GPU replica are refused, nothing created"
 
 # 2. Autoscaling on requests in flight: 1 -> 4 under load, 1 after it.
 cat > "$W/auto.yaml" <<YAML

@@ -17,6 +17,7 @@ PROM=/usr/bin/prometheus
 PY=python3
 
 write_cluster 2
+echo "services: {port_range: $((PORT + 55))-$((PORT + 59))}" >> "$W/cluster.yaml"
 start_server
 start_agents 2
 echo "ok: two agents registered"

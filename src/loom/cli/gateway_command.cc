@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -17,6 +18,7 @@
 #include "loom/client/api_client.h"
 #include "loom/client/server_config.h"
 #include "loom/gateway/gateway_loop.h"
+#include "loom/gateway/run_dir.h"
 
 namespace loom {
 namespace {
@@ -64,9 +66,12 @@ CLI::App* AddGatewayCommand(CLI::App& app, GatewayFlags* f) {
                 "The address the services' ports listen on")
       ->capture_default_str();
   g->add_option("--run-dir", f->run_dir,
-                "A directory for haproxy.cfg, its sockets and its log "
-                "(default: $TMPDIR/loom-gateway-NAME); short, since unix "
-                "socket paths are");
+                "A directory for haproxy.cfg, its sockets and its log, "
+                "owned by this user with mode 0700 (made so if missing; "
+                "refused otherwise). Default: /run/loom-gateway/NAME as "
+                "root, else $XDG_RUNTIME_DIR/loom-gateway-NAME or "
+                "$TMPDIR/loom-gateway-NAME; short, since unix socket paths "
+                "are");
   g->add_option("--haproxy", f->haproxy, "The HAProxy binary")
       ->capture_default_str();
   g->add_option("--interval", f->interval_s,
@@ -105,16 +110,22 @@ int RunGateway(const GatewayFlags& f) {
   }
   std::string run_dir = f.run_dir;
   if (run_dir.empty()) {
-    const char* tmp = std::getenv("TMPDIR");
-    run_dir = absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
-                           "/loom-gateway-", name);
+    auto env = [](const char* key) {
+      const char* v = std::getenv(key);
+      return std::string_view(v == nullptr ? "" : v);
+    };
+    absl::StatusOr<std::string> d = gateway::DefaultRunDir(
+        ::geteuid(), name, env("XDG_RUNTIME_DIR"), env("TMPDIR"));
+    if (!d.ok()) return Usage(std::string(d.status().message()));
+    run_dir = *d;
   }
-  std::error_code ec;
-  std::filesystem::create_directories(run_dir, ec);
-  if (ec) return Usage(absl::StrCat("--run-dir ", run_dir, ": ", ec.message()));
-  std::filesystem::permissions(run_dir, std::filesystem::perms::owner_all, ec);
-  if ((run_dir + "/master.sock").size() > 100) {
-    return Usage(absl::StrCat("--run-dir ", run_dir,
+  // HAProxy runs as this process does and reads haproxy.cfg again at each
+  // reload: a directory another user made, or may change, is refused.
+  absl::StatusOr<std::shared_ptr<const gateway::RunDir>> dir =
+      gateway::RunDir::Open(run_dir, /*create=*/true);
+  if (!dir.ok()) return Usage(std::string(dir.status().message()));
+  if ((*dir)->PathOf("master.sock").size() > 100) {
+    return Usage(absl::StrCat("run directory ", (*dir)->path(),
                               ": too long for a unix socket path"));
   }
   ApiClientOptions copts;
@@ -124,7 +135,7 @@ int RunGateway(const GatewayFlags& f) {
   gateway::GatewayOptions o;
   o.name = name;
   o.bind_host = f.listen_host;
-  o.run_dir = run_dir;
+  o.run_dir = *dir;
   o.haproxy = f.haproxy;
   o.maxconn = f.maxconn;
   o.nbthread = f.threads;
@@ -142,7 +153,8 @@ int RunGateway(const GatewayFlags& f) {
   ::signal(SIGPIPE, SIG_IGN);
   log("info", "",
       absl::StrCat("gateway ", name, " for ", servers->urls.front(),
-                   ", services on ", f.listen_host, ", run dir ", run_dir));
+                   ", services on ", f.listen_host, ", run dir ",
+                   (*dir)->path()));
   const absl::Duration interval = absl::Seconds(f.interval_s);
   while (!g_gateway_stop) {
     const absl::Time started = absl::Now();

@@ -25,7 +25,9 @@ struct GatewayFlags {
 CLI::App* AddGatewayCommand(CLI::App& app, GatewayFlags* flags);
 
 // Exit status: 0 after a signal, 2 for bad flags or a run directory that
-// cannot be made, 1 when HAProxy cannot be run at all.
+// cannot be made or is refused (gateway/run_dir.h: not this user's, not
+// 0700, a symlink, or under a directory others may change), 1 when
+// HAProxy cannot be run at all.
 int RunGateway(const GatewayFlags& flags);
 
 }  // namespace loom

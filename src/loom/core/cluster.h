@@ -93,6 +93,13 @@ struct NodeSpec {
   std::map<std::string, std::string> labels;
 };
 
+// An inclusive range of TCP ports (loom/core/service_ports.h).
+struct ServicePortRange {
+  int first = 0;
+  int last = 0;
+  bool operator==(const ServicePortRange&) const = default;
+};
+
 // A team: fair share is computed per project against `weight`; `quota_gpus`
 // is the guaranteed share (0 = none). `priority_classes` are the classes its
 // users may submit with; empty: the default ones
@@ -102,6 +109,9 @@ struct ProjectSpec {
   int quota_gpus = 0;
   double weight = 1.0;
   std::vector<std::string> priority_classes;
+  // Gateway ports its services may take besides the cluster's
+  // `ServicePolicy::port_range` (the spec's `service_ports`).
+  std::vector<ServicePortRange> service_ports;
 };
 
 struct PriorityClass {
@@ -117,6 +127,14 @@ struct ContainerPolicy {
   std::vector<std::string> allowed_mounts;
 };
 
+// What inference services may take on this cluster (the cluster spec's
+// `services`).
+struct ServicePolicy {
+  // The gateway ports any project's services may take: Kubernetes' NodePort
+  // range unless the spec says otherwise (`CheckServicePort`).
+  ServicePortRange port_range{30000, 32767};
+};
+
 // The whole cluster as declared: the input of `sched` and of the simulator.
 struct Cluster {
   std::string name;
@@ -128,6 +146,7 @@ struct Cluster {
   std::vector<PriorityClass> priority_classes;
   ContainerPolicy containers;
   DatasetPolicy datasets;
+  ServicePolicy services;
 
   int TotalGpus() const;
   int TotalGpus(GpuModelId model) const;

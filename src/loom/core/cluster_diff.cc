@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "loom/common/units.h"
+#include "loom/core/service_ports.h"
 
 namespace loom {
 namespace {
@@ -273,6 +274,10 @@ std::vector<ClusterDiffLine> DiffClusters(const Cluster& from,
         DiffField(d, "weight", a.weight, b.weight, NumberText);
         DiffField(d, "priority_classes", a.priority_classes, b.priority_classes,
                   ListText);
+        DiffField(d, "service_ports", a.service_ports, b.service_ports,
+                  [](const std::vector<ServicePortRange>& v) {
+                    return absl::StrCat("[", ServicePortRangesText(v), "]");
+                  });
         return d;
       },
       [](const ProjectSpec& p, bool) {
@@ -309,6 +314,14 @@ std::vector<ClusterDiffLine> DiffClusters(const Cluster& from,
          "allowed_mounts",
          {absl::StrCat(ListText(from.containers.allowed_mounts), " -> ",
                        ListText(to.containers.allowed_mounts))}});
+  }
+  if (from.services.port_range != to.services.port_range) {
+    out.push_back(
+        {Op::kChange,
+         "services",
+         "port_range",
+         {absl::StrCat(ServicePortRangeText(from.services.port_range), " -> ",
+                       ServicePortRangeText(to.services.port_range))}});
   }
   return out;
 }

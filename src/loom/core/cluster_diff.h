@@ -13,7 +13,7 @@ struct ClusterDiffLine {
   enum class Op { kAdd, kRemove, kChange };
   Op op = Op::kChange;
   // "cluster", "gpu_model", "pool", "node", "network", "project",
-  // "priority_class" or "containers".
+  // "priority_class", "containers" or "services".
   std::string kind;
   std::string name;
   // For a change, each field as "quota_gpus 96 -> 128"; for an addition or
@@ -22,8 +22,9 @@ struct ClusterDiffLine {
 };
 
 // The objects that differ from `from` to `to`, kind by kind (GPU models,
-// pools, nodes, network, projects, priority classes, containers); within a
-// kind, `from`'s objects in its order, then those `to` adds in its order.
+// pools, nodes, network, projects, priority classes, containers, services);
+// within a kind, `from`'s objects in its order, then those `to` adds in its
+// order.
 // Nodes of a pool added or removed as a whole are in the pool's line, not
 // listed one by one. Empty when the clusters are the same.
 std::vector<ClusterDiffLine> DiffClusters(const Cluster& from,

@@ -29,6 +29,7 @@
 #include "loom/core/dataset_policy_yaml.h"
 #include "loom/core/pool_mig_yaml.h"
 #include "loom/core/pool_stack_yaml.h"
+#include "loom/core/service_ports_yaml.h"
 #include "loom/core/yaml_util.h"
 #include "yaml-cpp/yaml.h"
 
@@ -473,9 +474,9 @@ absl::Status SpecParser::ParseProjects(const Field& field,
   if (!items.ok()) return items.status();
   NameLines seen;
   for (size_t i = 0; i < items->size(); ++i) {
-    absl::StatusOr<MapNode> map =
-        ReadMap((*items)[i], ElementPath(path, i),
-                {"name", "quota_gpus", "weight", "priority_classes"});
+    absl::StatusOr<MapNode> map = ReadMap(
+        (*items)[i], ElementPath(path, i),
+        {"name", "quota_gpus", "weight", "priority_classes", "service_ports"});
     if (!map.ok()) return map.status();
     ProjectSpec project;
     absl::StatusOr<std::string> name = ReadUniqueName(*map, "project", &seen);
@@ -523,6 +524,13 @@ absl::Status SpecParser::ParseProjects(const Field& field,
         }
       }
     }
+    if (const Field* sp = map->Find("service_ports"); sp != nullptr) {
+      absl::StatusOr<std::vector<ServicePortRange>> ports =
+          internal::ParseServicePorts(*this, *sp,
+                                      ChildPath(map->path, "service_ports"));
+      if (!ports.ok()) return ports.status();
+      project.service_ports = *std::move(ports);
+    }
     cluster->projects.push_back(std::move(project));
   }
   return absl::OkStatus();
@@ -564,7 +572,7 @@ absl::StatusOr<Cluster> SpecParser::Parse(const YAML::Node& root) {
   absl::StatusOr<MapNode> map =
       ReadMap(root, "",
               {"name", "gpu_models", "pools", "network", "projects",
-               "priority_classes", "containers", "datasets"});
+               "priority_classes", "containers", "datasets", "services"});
   if (!map.ok()) return map.status();
 
   Cluster cluster;
@@ -613,6 +621,12 @@ absl::StatusOr<Cluster> SpecParser::Parse(const YAML::Node& root) {
         internal::ParseDatasetPolicy(*this, *f);
     if (!policy.ok()) return policy.status();
     cluster.datasets = *std::move(policy);
+  }
+  if (const Field* f = map->Find("services"); f != nullptr) {
+    absl::StatusOr<ServicePolicy> policy =
+        internal::ParseServicePolicy(*this, *f);
+    if (!policy.ok()) return policy.status();
+    cluster.services = *policy;
   }
   return cluster;
 }

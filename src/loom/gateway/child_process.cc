@@ -10,8 +10,6 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 
@@ -58,18 +56,14 @@ struct ExecPlan {
 absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv,
                             const SpawnOptions& options) {
   if (argv.empty()) return absl::InvalidArgumentError("spawn: empty argv");
-  const int out_fd = ::open(options.output_path.c_str(),
-                            O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (out_fd < 0) {
-    return absl::InternalError(absl::StrCat("spawn ", argv[0], ": open ",
-                                            options.output_path, ": ",
-                                            std::strerror(errno)));
+  if (options.output_fd < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spawn ", argv[0], ": no descriptor for its output"));
   }
   const ExecPlan plan(argv);
   const pid_t pid = ::fork();
-  if (pid == 0) ExecChild(plan, out_fd, &options);
+  if (pid == 0) ExecChild(plan, options.output_fd, &options);
   const int fork_errno = errno;
-  ::close(out_fd);
   if (pid < 0) {
     return absl::InternalError(
         absl::StrCat("spawn ", argv[0], ": fork: ", std::strerror(fork_errno)));
@@ -160,21 +154,6 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
   }
   result.wait_status = status.value_or(0);
   return result;
-}
-
-std::string FileTail(const std::string& path, size_t max_bytes) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "";
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  const std::streamoff start =
-      size > static_cast<std::streamoff>(max_bytes)
-          ? size - static_cast<std::streamoff>(max_bytes)
-          : 0;
-  in.seekg(start);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
 }
 
 }  // namespace loom::gateway

@@ -1,9 +1,9 @@
 #pragma once
 
 // The few child-process operations haproxy_process.cc needs: start a
-// program with its output in a file, run one to completion and capture its
-// output, wait for one with a deadline. POSIX fork/exec; the child closes
-// every inherited descriptor above stderr. Thread-compatible.
+// program with its output in a file (a descriptor), run one to completion and
+// capture its output, wait for one with a deadline. POSIX fork/exec; the child
+// closes every inherited descriptor above stderr. Thread-compatible.
 
 #include <sys/types.h>
 
@@ -18,9 +18,10 @@
 namespace loom::gateway {
 
 struct SpawnOptions {
-  // stdout and stderr are appended to this file (created 0600); stdin is
-  // /dev/null.
-  std::string output_path;
+  // stdout and stderr go to this descriptor (borrowed: the caller keeps
+  // and closes it; e.g. `RunDir::OpenAppend`'s); stdin is /dev/null.
+  // Required.
+  int output_fd = -1;
   // The child leads a new process group (its pid), so that a last-resort
   // kill reaches everything it forked.
   bool new_process_group = true;
@@ -31,8 +32,9 @@ struct SpawnOptions {
 };
 
 // Starts `argv` (argv[0] a path). Returns the child's pid; the caller must
-// reap it (`WaitForExit`). Internal on fork failure; a failing exec shows as
-// exit status 127 with the reason in `output_path`.
+// reap it (`WaitForExit`). InvalidArgument without an `output_fd`; Internal
+// on fork failure; a failing exec shows as exit status 127 with the reason
+// in the output.
 absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv,
                             const SpawnOptions& options);
 
@@ -57,8 +59,5 @@ struct CommandResult {
 // takes longer than `timeout`.
 absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
                                          absl::Duration timeout);
-
-// The last `max_bytes` of the file at `path` ("" if unreadable).
-std::string FileTail(const std::string& path, size_t max_bytes);
 
 }  // namespace loom::gateway

@@ -9,6 +9,10 @@
 namespace loom::gateway {
 namespace {
 
+// In the run directory.
+constexpr char kStatsSocket[] = "admin.sock";
+constexpr char kLogSocket[] = "log.sock";
+
 absl::Status Bad(const std::string& field, const std::string& why) {
   return absl::InvalidArgumentError(
       absl::StrCat("gateway config: ", field, ": ", why));
@@ -85,7 +89,13 @@ GatewayLoop::GatewayLoop(GatewayOptions options, ControlPlane* control,
 GatewayLoop::~GatewayLoop() { Stop(); }
 
 absl::Status GatewayLoop::Start() {
-  return access_log_.Start(options_.run_dir + "/log.sock");
+  if (options_.run_dir == nullptr) {
+    return absl::FailedPreconditionError("gateway: no run directory");
+  }
+  if (absl::Status s = options_.run_dir->Remove(kLogSocket); !s.ok()) {
+    return s;
+  }
+  return access_log_.Start(options_.run_dir->PathOf(kLogSocket));
 }
 
 void GatewayLoop::Stop() {
@@ -108,8 +118,8 @@ void GatewayLoop::LogChange(const std::string& key, const std::string& level,
 HaproxyConfig GatewayLoop::ConfigFor(
     const std::vector<ServiceTarget>& targets) const {
   HaproxyConfig c;
-  c.stats_socket = options_.run_dir + "/admin.sock";
-  c.log_socket = options_.run_dir + "/log.sock";
+  c.stats_socket = options_.run_dir->PathOf(kStatsSocket);
+  c.log_socket = options_.run_dir->PathOf(kLogSocket);
   c.maxconn = options_.maxconn;
   c.nbthread = options_.nbthread;
   for (const ServiceTarget& t : targets) {
@@ -132,6 +142,9 @@ HaproxyConfig GatewayLoop::ConfigFor(
 }
 
 absl::Status GatewayLoop::Step(absl::Time now) {
+  if (options_.run_dir == nullptr) {
+    return absl::FailedPreconditionError("gateway: no run directory");
+  }
   absl::StatusOr<nlohmann::json> body = control_->FetchConfig();
   if (!body.ok()) {
     LogChange("fetch", "warn",

@@ -27,6 +27,7 @@
 #include "loom/gateway/access_log_reader.h"
 #include "loom/gateway/haproxy_config.h"
 #include "loom/gateway/haproxy_process.h"
+#include "loom/gateway/run_dir.h"
 #include "nlohmann/json.hpp"
 
 namespace loom::gateway {
@@ -63,9 +64,9 @@ struct GatewayOptions {
   std::string name = "gateway";  // in the reports
   // Where the services' frontends listen (their ports are the services').
   std::string bind_host = "127.0.0.1";
-  // An existing directory for haproxy.cfg and the sockets; short (unix
-  // socket paths).
-  std::string run_dir;
+  // The directory for haproxy.cfg, haproxy.log and the sockets, opened and
+  // checked (run_dir.h); short (unix socket paths). Required.
+  std::shared_ptr<const RunDir> run_dir;
   std::string haproxy = "/usr/sbin/haproxy";
   ServerOptions server_options;
   // HAProxy's `maxconn` (0: derived from the descriptor limit).
@@ -84,8 +85,9 @@ class GatewayLoop {
   GatewayLoop(const GatewayLoop&) = delete;
   GatewayLoop& operator=(const GatewayLoop&) = delete;
 
-  // Binds the access log socket. HAProxy itself starts in the first pass
-  // that has the services.
+  // Binds the access log socket (log.sock in the run directory; a stale
+  // one is removed). HAProxy itself starts in the first pass that has the
+  // services. FailedPrecondition without a run directory.
   absl::Status Start();
   // One pass (see the file comment). An error says what failed; the next
   // pass tries again.

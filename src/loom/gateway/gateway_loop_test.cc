@@ -137,7 +137,10 @@ class GatewayLoopTest : public ::testing::Test {
     dir_ = tmpl;
     GatewayOptions o;
     o.name = "gw-test";
-    o.run_dir = dir_;
+    absl::StatusOr<std::shared_ptr<const RunDir>> run_dir =
+        RunDir::Open(dir_, /*create=*/false);
+    ASSERT_TRUE(run_dir.ok()) << run_dir.status();
+    o.run_dir = *run_dir;
     o.nbthread = 1;
     o.server_options.check_interval = absl::Milliseconds(200);
     loop_ = std::make_unique<GatewayLoop>(

@@ -113,12 +113,15 @@ class HaproxyIntegrationTest : public ::testing::Test {
     dir_ = tmpl;
     HaproxyProcessOptions o;
     o.binary = kHaproxy;
-    o.run_dir = dir_;
+    absl::StatusOr<std::shared_ptr<const RunDir>> run_dir =
+        RunDir::Open(dir_, /*create=*/false);
+    ASSERT_TRUE(run_dir.ok()) << run_dir.status();
+    o.run_dir = *run_dir;
     o.terminate_with_parent = true;
     o.stop_timeout = absl::Seconds(5);
     process_ = std::make_unique<HaproxyProcess>(o);
-    config_.stats_socket = dir_ + "/admin.sock";
-    config_.log_socket = dir_ + "/log.sock";
+    config_.stats_socket = o.run_dir->PathOf("admin.sock");
+    config_.log_socket = o.run_dir->PathOf("log.sock");
     config_.hard_stop_after = absl::Seconds(10);
     config_.nbthread = 2;
     config_.services = {Service("alpha", FreePort())};

@@ -11,11 +11,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "loom/common/atomic_file.h"
 #include "loom/gateway/child_process.h"
 
 namespace loom::gateway {
 namespace {
+
+// In the run directory.
+constexpr char kConfigFile[] = "haproxy.cfg";
+// The candidate `haproxy -c` checks before it replaces haproxy.cfg.
+constexpr char kCandidateFile[] = "haproxy.cfg.next";
+constexpr char kMasterSocket[] = "master.sock";
+constexpr char kLogFile[] = "haproxy.log";
 
 int ParseProcInt(absl::string_view text) {
   int out = 0;
@@ -80,13 +86,16 @@ HaproxyProcess::HaproxyProcess(HaproxyProcessOptions options)
 HaproxyProcess::~HaproxyProcess() { (void)Stop(); }
 
 std::string HaproxyProcess::config_path() const {
-  return options_.run_dir + "/haproxy.cfg";
+  return options_.run_dir == nullptr ? kConfigFile
+                                     : options_.run_dir->PathOf(kConfigFile);
 }
 std::string HaproxyProcess::master_socket() const {
-  return options_.run_dir + "/master.sock";
+  return options_.run_dir == nullptr ? kMasterSocket
+                                     : options_.run_dir->PathOf(kMasterSocket);
 }
 std::string HaproxyProcess::log_path() const {
-  return options_.run_dir + "/haproxy.log";
+  return options_.run_dir == nullptr ? kLogFile
+                                     : options_.run_dir->PathOf(kLogFile);
 }
 
 HaproxyRuntime HaproxyProcess::runtime() const {
@@ -101,15 +110,18 @@ absl::StatusOr<MasterProcs> HaproxyProcess::ShowProc() const {
 }
 
 std::string HaproxyProcess::LogTail() const {
-  std::string tail = FileTail(log_path(), 1500);
+  std::string tail = options_.run_dir->Tail(kLogFile, 1500);
   while (!tail.empty() && tail.back() == '\n') tail.pop_back();
   return tail.empty() ? "(haproxy.log is empty)"
                       : absl::StrCat("end of ", log_path(), ":\n", tail);
 }
 
 absl::Status HaproxyProcess::CheckConfigText(const std::string& text) const {
-  const std::string candidate = config_path() + ".next";
-  if (auto s = WriteFileAtomically(candidate, text, 0600); !s.ok()) return s;
+  const std::string candidate = options_.run_dir->PathOf(kCandidateFile);
+  if (auto s = options_.run_dir->WriteFile(kCandidateFile, text, 0600);
+      !s.ok()) {
+    return s;
+  }
   absl::StatusOr<CommandResult> check = RunCommand(
       {options_.binary, "-c", "-q", "-f", candidate}, absl::Seconds(30));
   if (!check.ok()) return check.status();
@@ -121,14 +133,14 @@ absl::Status HaproxyProcess::CheckConfigText(const std::string& text) const {
   return absl::OkStatus();
 }
 
-absl::Status HaproxyProcess::ClaimSocketPath(const std::string& path) const {
-  if (::access(path.c_str(), F_OK) != 0) return absl::OkStatus();
+absl::Status HaproxyProcess::ClaimSocket(const std::string& name) const {
+  if (!options_.run_dir->Exists(name)) return absl::OkStatus();
+  const std::string path = options_.run_dir->PathOf(name);
   if (CliExchange(path, "show info", absl::Seconds(1)).ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "another haproxy answers on ", path, "; stop it or use another path"));
   }
-  ::unlink(path.c_str());
-  return absl::OkStatus();
+  return options_.run_dir->Remove(name);
 }
 
 absl::Status HaproxyProcess::WaitForWorker(int old_worker, int failed_before,
@@ -183,21 +195,44 @@ absl::Status HaproxyProcess::Start(const HaproxyConfig& config) {
         absl::StrCat("no haproxy executable at ", options_.binary,
                      " (scripts/setup.sh --test installs Debian's haproxy)"));
   }
+  if (options_.run_dir == nullptr) {
+    return absl::FailedPreconditionError("haproxy: no run directory");
+  }
+  // HAProxy binds the stats socket as whoever runs it: only in the run
+  // directory, where no other user can plant or swap anything.
+  const std::string stats_dir = options_.run_dir->path() + "/";
+  if (config.stats_socket.substr(0, stats_dir.size()) != stats_dir ||
+      config.stats_socket.find('/', stats_dir.size()) != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stats_socket: '", config.stats_socket,
+                     "' is not in the run directory ", stats_dir));
+  }
   absl::StatusOr<std::string> text = RenderHaproxyConfig(config);
   if (!text.ok()) return text.status();
-  if (auto s = ClaimSocketPath(master_socket()); !s.ok()) return s;
-  if (auto s = ClaimSocketPath(config.stats_socket); !s.ok()) return s;
-  if (auto s = CheckConfigText(*text); !s.ok()) return s;
-  if (auto s = WriteFileAtomically(config_path(), *text, 0600); !s.ok()) {
+  if (auto s = ClaimSocket(kMasterSocket); !s.ok()) return s;
+  if (auto s = ClaimSocket(config.stats_socket.substr(stats_dir.size()));
+      !s.ok()) {
     return s;
   }
+  // Before anything is written: a log that is not ours stops the start.
+  absl::StatusOr<int> log_fd = options_.run_dir->OpenAppend(kLogFile);
+  if (!log_fd.ok()) return log_fd.status();
+  absl::Status written = CheckConfigText(*text);
+  if (written.ok()) {
+    written = options_.run_dir->WriteFile(kConfigFile, *text, 0600);
+  }
+  if (!written.ok()) {
+    ::close(*log_fd);
+    return written;
+  }
   SpawnOptions spawn;
-  spawn.output_path = log_path();
+  spawn.output_fd = *log_fd;
   spawn.terminate_with_parent = options_.terminate_with_parent;
   absl::StatusOr<pid_t> pid =
       Spawn({options_.binary, "-W", "-S", master_socket() + ",mode,600", "-f",
              config_path()},
             spawn);
+  ::close(*log_fd);
   if (!pid.ok()) return pid.status();
   master_pid_ = *pid;
   config_ = config;
@@ -257,7 +292,7 @@ absl::Status HaproxyProcess::Reload(HaproxyConfig config) {
     return absl::UnavailableError(
         absl::StrCat("not reloading: master CLI: ", before.status().message()));
   }
-  if (auto s = WriteFileAtomically(config_path(), *text, 0600); !s.ok()) {
+  if (auto s = options_.run_dir->WriteFile(kConfigFile, *text, 0600); !s.ok()) {
     return s;
   }
   const int old_worker = worker_pid_;
@@ -274,7 +309,7 @@ absl::Status HaproxyProcess::Reload(HaproxyConfig config) {
     return s;
   }
   config_ = previous;
-  (void)WriteFileAtomically(config_path(), config_text_, 0600);
+  (void)options_.run_dir->WriteFile(kConfigFile, config_text_, 0600);
   return absl::FailedPreconditionError(absl::StrCat(
       "haproxy reload failed (", s.message(),
       sent.ok() ? ""

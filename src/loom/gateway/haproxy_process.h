@@ -27,6 +27,7 @@
 
 #include <sys/types.h>
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +37,7 @@
 #include "absl/time/time.h"
 #include "loom/gateway/haproxy_config.h"
 #include "loom/gateway/haproxy_runtime.h"
+#include "loom/gateway/run_dir.h"
 
 namespace loom::gateway {
 
@@ -52,10 +54,11 @@ absl::StatusOr<MasterProcs> ParseShowProc(std::string_view text);
 
 struct HaproxyProcessOptions {
   std::string binary = "/usr/sbin/haproxy";
-  // An existing directory for haproxy.cfg, master.sock and haproxy.log (the
-  // master's and workers' own messages). Short enough that
-  // "<run_dir>/master.sock" fits a unix socket address.
-  std::string run_dir;
+  // The directory for haproxy.cfg, master.sock and haproxy.log (the
+  // master's and workers' own messages), opened and checked (run_dir.h:
+  // ours alone, 0700); every file is written through it. Short enough that
+  // "<run_dir>/master.sock" fits a unix socket address. Required.
+  std::shared_ptr<const RunDir> run_dir;
   // How long a start or a reload may take until the new worker answers on
   // the stats socket.
   absl::Duration ready_timeout = absl::Seconds(15);
@@ -78,9 +81,12 @@ class HaproxyProcess {
 
   // Validates `config` (ValidateConfig, then `haproxy -c`), writes it
   // atomically, starts HAProxy and waits until its worker answers on the
-  // stats socket. Seed servers are used as given. Errors: FailedPrecondition
-  // when already running, when the binary is missing, or when another
-  // process answers on the sockets; InvalidArgument for a config HAProxy
+  // stats socket. Seed servers are used as given. `config.stats_socket`
+  // must be in the run directory. Errors: FailedPrecondition when already
+  // running, when the binary is missing, without a run directory, when
+  // haproxy.log there is a symlink or not our own file (nothing is written
+  // through it), or when another process answers on the sockets;
+  // InvalidArgument for a stats socket elsewhere or a config HAProxy
   // refuses (with its words); Unavailable when HAProxy exits during start
   // (with the end of its log); DeadlineExceeded after `ready_timeout`.
   absl::Status Start(const HaproxyConfig& config);
@@ -132,8 +138,9 @@ class HaproxyProcess {
   // the stats socket answering with its pid. Sets `worker_pid_`.
   absl::Status WaitForWorker(int old_worker, int failed_before,
                              absl::Time deadline);
-  // Fails if a live process answers on `path`; removes a stale socket file.
-  absl::Status ClaimSocketPath(const std::string& path) const;
+  // Fails if a live process answers on the socket `name` of the run
+  // directory; removes a stale one (unlinkat).
+  absl::Status ClaimSocket(const std::string& name) const;
   std::string LogTail() const;
 
   // Constant after construction.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "fmt/format.h"
 #include "loom/common/units.h"
 #include "loom/core/job_name.h"
+#include "loom/core/service_ports.h"
 #include "loom/sched/placement.h"
 #include "loom/server/controller.h"
 #include "loom/server/job_events_store.h"
@@ -106,28 +108,39 @@ absl::StatusOr<nlohmann::json> Controller::ApplyService(ServiceSpec spec,
           "service ", spec.name, " belongs to user ", s.spec.user));
     }
   }
-  // Its port: as written, or the one it had, or the lowest free one.
+  // Its port: as written, or the one it had, or the lowest free one of the
+  // cluster's range. One it takes anew (or for another project) must be a
+  // service port of the cluster or the project's; one it keeps stays when
+  // an operator narrows them.
   int port = spec.port.value_or(created ? 0 : s.port);
+  if (port != 0 &&
+      (created || port != s.port || spec.project != s.spec.project)) {
+    if (absl::Status st = CheckServicePort(*cluster_, spec.project, port);
+        !st.ok()) {
+      return st;
+    }
+  }
+  std::set<int> taken;
   for (const auto& [name, other] : services_) {
     if (name != spec.name && other.port == port && port != 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("port: ", port, " is the port of service ", name));
     }
+    taken.insert(other.port);
   }
   if (port == 0) {
-    for (int p = kServicePortBase; p < kServicePortBase + kServicePorts; ++p) {
-      bool used = false;
-      for (const auto& [name, other] : services_) used |= other.port == p;
-      if (!used) {
+    const ServicePortRange range = cluster_->services.port_range;
+    for (int p = range.first; p <= range.last; ++p) {
+      if (!taken.contains(p)) {
         port = p;
         break;
       }
     }
     if (port == 0) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "limit: port: every gateway port from ", kServicePortBase, " to ",
-          kServicePortBase + kServicePorts - 1,
-          " is taken; give the service a `port`"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("limit: port: every port of services.port_range (",
+                       ServicePortRangeText(range),
+                       ") is taken; give the service a `port`"));
     }
   }
   const std::string revision = ReplicaTemplateDigest(spec);

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "loom/core/service_spec.h"
 #include "loom/sched/test_util.h"
@@ -29,6 +31,15 @@ ServiceSpec Svc(const std::string& yaml) {
   if (!s.ok()) return {};
   s->user = "alice";
   return *s;
+}
+
+// A project with `ports` beyond the cluster's range.
+ProjectSpec ProjectWithPorts(std::string name,
+                             std::vector<ServicePortRange> ports) {
+  ProjectSpec p;
+  p.name = std::move(name);
+  p.service_ports = std::move(ports);
+  return p;
 }
 
 constexpr char kEmbed[] =
@@ -169,7 +180,8 @@ class ServicesTest : public ::testing::Test {
 TEST_F(ServicesTest, ReplicasComeUpWithPortsAndProbesBehindTheGateway) {
   absl::StatusOr<nlohmann::json> s = c_->ApplyService(Svc(kEmbed), T(1));
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_EQ((*s)["port"], kServicePortBase);
+  // The lowest port of the cluster's range (30000-32767 by default).
+  EXPECT_EQ((*s)["port"], 30000);
   EXPECT_EQ((*s)["desired"], 3);
   for (double t = 1; t < 3; t += 0.5) Round(t);
   ASSERT_EQ(launches_.size(), 3u);
@@ -188,7 +200,7 @@ TEST_F(ServicesTest, ReplicasComeUpWithPortsAndProbesBehindTheGateway) {
   // The gateway serves the three, at their nodes' addresses.
   nlohmann::json cfg = c_->GatewayConfig(T(3));
   ASSERT_EQ(cfg["services"].size(), 1u);
-  EXPECT_EQ(cfg["services"][0]["port"], kServicePortBase);
+  EXPECT_EQ(cfg["services"][0]["port"], 30000);
   ASSERT_EQ(cfg["services"][0]["servers"].size(), 3u);
   for (const nlohmann::json& v : cfg["services"][0]["servers"]) {
     EXPECT_EQ(v["state"], "serving");
@@ -395,7 +407,7 @@ TEST_F(ServicesTest, AServiceLargerThanTheFreeGpusSaysWhyItWaits) {
 // borrows idle GPUs, and the replicas that find none wait with a reason that
 // names the quota.
 TEST_F(ServicesTest, AServiceLargerThanItsQuotaBorrowsAndSaysWhyTheRestWaits) {
-  cluster_.projects = {ProjectSpec{"search", 8, 1.0, {}}};
+  cluster_.projects = {ProjectSpec{"search", 8, 1.0, {}, {}}};
   Start(T(0));
   std::string big = kEmbed;
   big.replace(big.find("gpus: 1"), 7, "gpus: 8");
@@ -426,7 +438,7 @@ TEST_F(ServicesTest, BadAppliesAndReportsAreRefused) {
   ASSERT_TRUE(c_->ApplyService(Svc(kEmbed), T(1)).ok());
   ServiceSpec clash = Svc(kEmbed);
   clash.name = "other";
-  clash.port = kServicePortBase;
+  clash.port = 30000;
   EXPECT_TRUE(
       absl::IsFailedPrecondition(c_->ApplyService(clash, T(1)).status()));
   for (
@@ -444,6 +456,70 @@ TEST_F(ServicesTest, BadAppliesAndReportsAreRefused) {
         c_->GatewayReport(nlohmann::json::parse(body), T(2))))
         << body;
   }
+}
+
+TEST_F(ServicesTest, APortOutsideTheClustersServicePortsIsRefused) {
+  for (int port : {22, 81, 29999, 32768}) {
+    ServiceSpec s = Svc(kEmbed);
+    s.port = port;
+    const absl::Status st = c_->ApplyService(s, T(1)).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(st)) << port << ": " << st;
+    EXPECT_THAT(std::string(st.message()),
+                ::testing::HasSubstr(absl::StrCat(
+                    "port: ", port,
+                    " is not a service port of this cluster "
+                    "(services.port_range: 30000-32767; project default's "
+                    "service_ports: none)")));
+  }
+  EXPECT_EQ(c_->ListServices(T(1))["services"].size(), 0u) << "none created";
+  ServiceSpec top = Svc(kEmbed);
+  top.port = 32767;
+  EXPECT_TRUE(c_->ApplyService(top, T(1)).ok());
+}
+
+TEST(ServicePortsTest, APortAllowedForOneProjectIsRefusedForAnother) {
+  Cluster cluster = MakeCluster({{2, 0}}, 4, 8);
+  cluster.services.port_range = {40000, 40001};
+  cluster.projects.push_back(
+      ProjectWithPorts("search", {{80, 80}, {8000, 8099}}));
+  cluster.projects.push_back(ProjectWithPorts("research", {}));
+  MemoryStateStore store;
+  auto c = Controller::Create(cluster, &store, ControllerOptions{}, T(0));
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto apply = [&](const std::string& name, const std::string& project,
+                   std::optional<int> port) {
+    ServiceSpec s = Svc(kEmbed);
+    s.name = name;
+    s.project = project;
+    s.port = port;
+    return (*c)->ApplyService(s, T(1));
+  };
+  absl::StatusOr<nlohmann::json> web = apply("web", "search", 80);
+  ASSERT_TRUE(web.ok()) << web.status();
+  EXPECT_EQ((*web)["port"], 80);
+  ASSERT_TRUE(apply("api", "search", 8050).ok());
+  const absl::Status other = apply("other", "research", 8051).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(other)) << other;
+  EXPECT_THAT(std::string(other.message()),
+              ::testing::HasSubstr("port: 8051 is not a service port of this "
+                                   "cluster (services.port_range: "
+                                   "40000-40001; project research's "
+                                   "service_ports: none)"));
+  // Moving a service to another project checks its port again.
+  const absl::Status moved = apply("web", "research", std::nullopt).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(moved)) << moved;
+  // Without a port: the lowest free one of the cluster's range, then none.
+  absl::StatusOr<nlohmann::json> a = apply("a", "research", std::nullopt);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ((*a)["port"], 40000);
+  ASSERT_TRUE(apply("b", "research", std::nullopt).ok());
+  const absl::Status full = apply("c", "research", std::nullopt).status();
+  EXPECT_TRUE(absl::IsResourceExhausted(full)) << full;
+  EXPECT_THAT(std::string(full.message()),
+              ::testing::HasSubstr("every port of services.port_range "
+                                   "(40000-40001) is taken"));
+  // A service keeps its port when it is applied again unchanged.
+  EXPECT_TRUE(apply("web", "search", std::nullopt).ok());
 }
 
 }  // namespace

@@ -126,6 +126,21 @@ TEST_F(HttpServerTest, BadInputGetsClearErrors) {
   EXPECT_FALSE(store_.Get(JobKey(1)).ok());
 }
 
+TEST_F(HttpServerTest, AServiceOnAPortOutsideTheServicePortsIs400) {
+  const std::string spec =
+      "kind: service\nname: ssh\nreplicas: 1\nport: 22\n"
+      "resources: {gpus: 1}\ncommand: [python3, serve.py]\n";
+  nlohmann::json e = Post("/v1/services", spec, 400);
+  EXPECT_THAT(e["error"]["message"].get<std::string>(),
+              ::testing::HasSubstr("port: 22 is not a service port of this "
+                                   "cluster (services.port_range: "
+                                   "30000-32767"));
+  nlohmann::json ok =
+      Post("/v1/services",
+           absl::StrReplaceAll(spec, {{"port: 22", "port: 30022"}}), 200);
+  EXPECT_EQ(ok["port"], 30022);
+}
+
 TEST_F(HttpServerTest, GarbageBytesDoNotWedgeTheServer) {
   for (const std::string& junk :
        {std::string("\x16\x03\x01\x02\x00garbage\r\n\r\n", 16),

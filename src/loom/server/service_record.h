@@ -24,11 +24,6 @@ inline constexpr std::string_view kServicePrefix = "/services/";
 
 std::string ServiceKey(std::string_view name);
 
-// Stable ports on the gateway for services that do not name one: the
-// lowest free one of [kServicePortBase, kServicePortBase + kServicePorts).
-inline constexpr int kServicePortBase = 30000;
-inline constexpr int kServicePorts = 1000;
-
 struct ServiceRecord {
   std::string name;
   ServiceSpec spec;
@@ -36,7 +31,9 @@ struct ServiceRecord {
   // and replaced by a rolling update.
   std::string revision;
   int generation = 1;  // applies that changed the spec
-  int port = 0;        // the service's port on the gateway
+  // The service's port on the gateway: its spec's, or the lowest free one
+  // of the cluster's `services.port_range` (loom/core/service_ports.h).
+  int port = 0;
   // Replicas wanted now: `spec.replicas.min` unless scaled by hand or the
   // autoscaler, within [min, max].
   int desired = 1;
