@@ -295,6 +295,14 @@ std::vector<ClusterDiffLine> DiffClusters(const Cluster& from,
          {absl::StrCat(ListText(from.containers.allowed_mounts), " -> ",
                        ListText(to.containers.allowed_mounts))}});
   }
+  if (from.containers.allowed_registries != to.containers.allowed_registries) {
+    out.push_back(
+        {Op::kChange,
+         "containers",
+         "allowed_registries",
+         {absl::StrCat(ListText(from.containers.allowed_registries), " -> ",
+                       ListText(to.containers.allowed_registries))}});
+  }
   return out;
 }
 
