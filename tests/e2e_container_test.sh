@@ -6,9 +6,11 @@
 # files, the env contract, the job's uid, a read-only root and its mount;
 # each node pulled each layer once although it ran two tasks. Stop and
 # signals reach the container; a container task outlives its agent's kill -9
-# and is re-adopted; a bad image or mount is refused at submit
-# with nothing stored; an image that cannot be pulled on the nodes fails the
-# job with the reason and leaves the nodes up.
+# and is re-adopted; a bad image or mount is refused at submit with nothing
+# stored; the image stores are root's alone and a file a layer gives to uid
+# 1000 is root's; a mount source swapped for a symbolic link during the pull
+# binds the checked directory; an image that cannot be pulled on the nodes
+# fails the job with the reason and leaves the nodes up.
 # Usage: tests/e2e_container_test.sh PATH_TO_LOOM
 set -u
 LOOM="$(realpath "$1")"
@@ -28,6 +30,11 @@ job_named() {
 start_registry
 mkdir -p "$W/image/etc" "$W/data"
 echo "from the image" > "$W/image/etc/loom-test"
+# A file the layer gives to uid 1000, a local user's on many hosts: on the
+# nodes it must be root's (docs/images.md, "Owners").
+echo "uid 1000's in the layer" > "$W/image/etc/owned-by-1000"
+chown 1000:1000 "$W/image/etc/owned-by-1000"
+chmod 0666 "$W/image/etc/owned-by-1000"
 echo "from the host's data dir" > "$W/data/hello"
 DIGEST=$(push_busybox_image test/busybox:1 "$W/image") || fail "push the image"
 echo "ok: test/busybox:1 ($DIGEST) in the registry on $REG"
@@ -67,6 +74,7 @@ command:
     touch /data/probe 2> /dev/null && echo data=rw || echo data=ro
     grep -q " / overlay " /proc/mounts && echo root=overlay
     [ -e /work ] || echo no-host-tree
+    echo "owner=\$(stat -c %u /etc/owned-by-1000)"
 YAML
 "$LOOM" submit -f "$W/boxed.yaml" > "$W/boxed.out" 2>&1 || fail "submit boxed: $(cat "$W/boxed.out")"
 ID=$(job_named boxed)
@@ -89,8 +97,25 @@ for t in 0 1 2 3; do
   grep -qx "data=ro" <<< "$out" || fail "task $t: the read-only mount is writable: $out"
   grep -qx "root=overlay" <<< "$out" || fail "task $t: root is not the overlay: $out"
   grep -qx "no-host-tree" <<< "$out" || fail "task $t: sees the host's tree: $out"
+  grep -qx "owner=0" <<< "$out" || fail "task $t: a layer's uid 1000 owns an image file: $out"
 done
 echo "ok: four tasks in the image saw their GPUs' devices, the contract, uid $HOST_UID, a read-only root and the mount"
+
+# The node's image store: root's alone, and the layer's uid-1000 file root's,
+# so that local uid 1000 can neither reach nor change what others run.
+for i in 0 1; do
+  [ "$(stat -c '%a %u' "$W/agent$i/images")" = "700 0" ] ||
+    fail "agent $i's image store is $(stat -c '%a %u' "$W/agent$i/images"), not 700 root's"
+  f=$(find "$W/agent$i/images/images" -path '*/rootfs/etc/owned-by-1000' | head -1)
+  [ -n "$f" ] || fail "agent $i: no owned-by-1000 in its store"
+  [ "$(stat -c %u "$f")" = 0 ] || fail "agent $i: $f belongs to uid $(stat -c %u "$f")"
+  setpriv --reuid=1000 --regid=1000 --clear-groups sh -c "chmod u+w '$f' && echo bob >> '$f'" 2> /dev/null &&
+    fail "uid 1000 could write $f"
+  setpriv --reuid=1000 --regid=1000 --clear-groups ls "$W/agent$i/images/images" > /dev/null 2>&1 &&
+    fail "uid 1000 can list agent $i's image store"
+done
+grep -q "uid 1000's in the layer" "$f" || fail "$f was changed"
+echo "ok: the image stores are 0700 root's; a file the layer gave uid 1000 is root's and uid 1000 cannot write it"
 
 # Each layer fetched once per node: two nodes, twice in all.
 sleep 0.5
@@ -171,6 +196,39 @@ grep -qi "unavailable\|503\|cannot" <<< "$out" || fail "unreachable registry: $o
 after=$("$LOOM" queue --all -o json | grep -c '"id"')
 [ "$before" = "$after" ] || fail "refused jobs were stored ($before -> $after)"
 echo "ok: bad images and mounts refused at submit, nothing stored"
+
+# A mount source swapped for a symbolic link while the image is pulled (the
+# registry stopped meanwhile): the container gets the directory the agent
+# checked, never the link's target (docs/images.md, "Mounts").
+mkdir -p "$W/image-swap/etc" "$W/data/swap" "$W/private"
+echo "swap test" > "$W/image-swap/etc/swap"
+push_busybox_image test/swap:1 "$W/image-swap" > /dev/null || fail "push test/swap:1"
+echo "checked" > "$W/data/swap/hello"
+echo "another user's" > "$W/private/hello"
+chmod 0700 "$W/private"
+"$LOOM" run -g 8 --hold --name swap --image "$REG/test/swap:1" --mount "$W/data/swap:/swap:ro" -- \
+  /bin/cat /swap/hello > "$W/swap.out" 2>&1 || fail "submit swap: $(cat "$W/swap.out")"
+SWAP=$(job_named swap)
+kill -STOP "$REGISTRY_PID"
+"$LOOM" release "$SWAP" > /dev/null || { kill -CONT "$REGISTRY_PID"; fail "release swap"; }
+wait_for 20 sh -c "grep -q '(job $SWAP) waits for image' '$W'/agent*.log" ||
+  { kill -CONT "$REGISTRY_PID"; fail "swap never waited for its pull: $("$LOOM" show "$SWAP")"; }
+mv "$W/data/swap" "$W/data/swap.old"
+ln -s "$W/private" "$W/data/swap"
+kill -CONT "$REGISTRY_PID"
+wait_for 60 state_is "$SWAP" succeeded || fail "swap did not succeed: $("$LOOM" show "$SWAP")"
+out=$("$LOOM" logs "$SWAP")
+[ "$out" = "checked" ] || fail "the swapped mount bound the link's target: $out"
+# Swapped before the launch: refused, saying why.
+"$LOOM" run -g 8 --name swapped --image "$REG/test/swap:1" --mount "$W/data/swap:/swap:ro" -- \
+  /bin/cat /swap/hello > /dev/null 2>&1 || fail "submit swapped"
+SWAPPED=$(job_named swapped)
+wait_for 30 state_is "$SWAPPED" failed || fail "a link as the source was run: $("$LOOM" show "$SWAPPED")"
+"$LOOM" show "$SWAPPED" | grep -q "container.mounts\[0\].source: on node h200-[01]: $W/data/swap is reached through a symbolic link" ||
+  fail "no reason for the refused link: $("$LOOM" show "$SWAPPED")"
+"$LOOM" logs "$SWAPPED" 2> /dev/null | grep -q "another user's" && fail "the link's target was read"
+rm "$W/data/swap"
+echo "ok: a mount source swapped for a link during the pull bound the checked directory; a link at launch is refused"
 
 # A pull that fails on the nodes: the job fails with the reason, no restart
 # loop, the nodes stay up. The job is held while the registry loses the

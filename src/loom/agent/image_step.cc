@@ -6,11 +6,11 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include <filesystem>
+#include <algorithm>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
-#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +19,7 @@
 #include "loom/agent/gpu_driver_files.h"
 #include "loom/agent/json_values.h"
 #include "loom/agent/mig_devices.h"
+#include "loom/agent/mount_source.h"
 #include "loom/agent/oci_bundle.h"
 #include "loom/common/fnv.h"
 #include "nlohmann/json.hpp"
@@ -26,7 +27,6 @@
 namespace loom {
 namespace {
 
-namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 constexpr char kDefaultPath[] =
@@ -191,20 +191,39 @@ class ImageStep : public LaunchStep {
                        "overlay mount cannot name"));
     }
     // The server checked each source against the cluster's allowed
-    // directories, lexically: a symbolic link on the way could lead out of
-    // them, so none is followed.
-    for (size_t i = 0; i < c.mounts.size(); ++i) {
-      const std::string& source = c.mounts[i].source;
-      std::error_code ec;
-      const fs::path real = fs::canonical(source, ec);
-      if (ec || real != fs::path(source).lexically_normal()) {
-        return FieldError(
-            field, absl::StrCat("container.mounts[", i, "].source"),
-            absl::StrCat(source, " on node ", node.name,
-                         ec ? absl::StrCat(": ", ec.message())
-                            : absl::StrCat(" leads to ", real.string(),
-                                           " through a symbolic link")));
+    // directories, lexically: each is opened now as the task's user would
+    // reach it, without following a symbolic link (which could lead out of
+    // them, or into what the user may not read), and what was opened is
+    // what the processes bind, whatever the path names after the pull.
+    if (!c.mounts.empty()) {
+      std::optional<PathUser> user;
+      if (ctx.user) {
+        user = PathUser{ctx.user->name, ctx.user->uid, ctx.user->gid,
+                        GroupsOf(ctx, ctx.user->gid)};
       }
+      auto held = std::make_shared<ContainerMountTrees>();
+      held->trees.resize(
+          static_cast<size_t>(std::max(ctx.request.processes, 1)));
+      for (size_t i = 0; i < c.mounts.size(); ++i) {
+        const std::string& source = c.mounts[i].source;
+        const std::string at = absl::StrCat("container.mounts[", i, "].source");
+        absl::StatusOr<MountSource> opened = OpenMountSource(source, user);
+        if (!opened.ok()) {
+          return FieldError(field, at,
+                            absl::StrCat("on node ", node.name, ": ",
+                                         Str(opened.status().message())));
+        }
+        for (std::vector<OwnedFd>& trees : held->trees) {
+          absl::StatusOr<OwnedFd> tree = CloneMountTree(*opened, source);
+          if (!tree.ok()) {
+            return FieldError(field, at,
+                              absl::StrCat("on node ", node.name, ": ",
+                                           Str(tree.status().message())));
+          }
+          trees.push_back(*std::move(tree));
+        }
+      }
+      ctx.container_mounts = std::move(held);
     }
     // Held already (another task's, or cached): no pull, the launch goes
     // on at once. Otherwise Fetch pulls it, in the background.
@@ -244,7 +263,7 @@ class ImageStep : public LaunchStep {
     return HoldImage(ctx, *std::move(handle), &field);
   }
 
-  void Apply(const LaunchContext& ctx, const TaskProcess& proc, int,
+  void Apply(const LaunchContext& ctx, const TaskProcess& proc, int k,
              TaskSpec& spec) const override {
     if (!ctx.container) return;
     const ContainerRequest& c = *ctx.request.container;
@@ -344,8 +363,23 @@ class ImageStep : public LaunchStep {
       sandbox.dirs.push_back({dir, oc.uid, oc.gid, false});
       oc.binds.push_back({dir, dir, false});
     }
-    for (const ContainerBind& m : c.mounts) {
-      oc.binds.push_back({m.source, m.destination, m.readonly});
+    // The job's mounts: the trees held since Prepare, attached in the
+    // bundle by the process (in its namespace), bound from there by runc.
+    // One missing (it cannot be) fails the launch: the sandbox refuses a
+    // mount without a tree or a type.
+    std::vector<TaskMount> source_mounts;
+    for (size_t i = 0; i < c.mounts.size(); ++i) {
+      TaskMount at;
+      at.target = absl::StrCat(bundle, "/mounts/", i);
+      const ContainerMountTrees* held = ctx.container_mounts.get();
+      if (held != nullptr && k >= 0 &&
+          static_cast<size_t>(k) < held->trees.size() &&
+          i < held->trees[k].size()) {
+        at.tree_fd = held->trees[k][i].get();
+      }
+      oc.binds.push_back(
+          {at.target, c.mounts[i].destination, c.mounts[i].readonly});
+      source_mounts.push_back(std::move(at));
     }
     for (const auto& [dir, mount] : ctx.data_binds) {  // data_step.h
       oc.binds.push_back({dir, mount, true});
@@ -381,10 +415,16 @@ class ImageStep : public LaunchStep {
         {absl::StrCat(bundle, "/upper"), std::nullopt, std::nullopt, true});
     sandbox.dirs.push_back(
         {absl::StrCat(bundle, "/work"), std::nullopt, std::nullopt, true});
-    sandbox.mounts.push_back(
-        {"overlay", oc.rootfs, "overlay", MS_NOSUID | MS_NODEV,
-         absl::StrCat("lowerdir=", img.image.rootfs, ",upperdir=", bundle,
-                      "/upper,workdir=", bundle, "/work")});
+    TaskMount overlay;
+    overlay.source = "overlay";
+    overlay.target = oc.rootfs;
+    overlay.fstype = "overlay";
+    overlay.flags = MS_NOSUID | MS_NODEV;
+    overlay.data =
+        absl::StrCat("lowerdir=", img.image.rootfs, ",upperdir=", bundle,
+                     "/upper,workdir=", bundle, "/work");
+    sandbox.mounts.push_back(std::move(overlay));
+    for (TaskMount& m : source_mounts) sandbox.mounts.push_back(std::move(m));
 
     spec.argv = {options_.runc,   "--root",   absl::StrCat(node.root, "/runc"),
                  "run",           "--bundle", bundle,

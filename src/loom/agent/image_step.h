@@ -1,13 +1,14 @@
 #pragma once
 
 // The launch step of a task that runs in a container image (docs/images.md,
-// "Running"): it pulls the image into the node's store once per node
-// (`Prepare`), then turns each process's spec into a runc bundle and a
-// `runc run` of it (`Apply`): the spec's program, environment, user and
-// directories go into the bundle's config.json; the task's program becomes
-// runc, run as root, in a mount namespace of its own where the image's root
-// is mounted as an overlay (`TaskSandbox`). Last of the steps: it takes what
-// the others decided.
+// "Running"): it opens and checks the job's mount sources (`Prepare`) and
+// pulls the image into the node's store once per node (`Prepare`, or
+// `Fetch` when it is not held), then turns each process's spec into a runc
+// bundle and a `runc run` of it (`Apply`): the spec's program, environment,
+// user and directories go into the bundle's config.json; the task's program
+// becomes runc, run as root, in a mount namespace of its own where the
+// image's root is mounted as an overlay and the mounts' sources attached
+// (`TaskSandbox`). Last of the steps: it takes what the others decided.
 
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 
 #include "loom/agent/gpu_driver_files.h"
 #include "loom/agent/launch_steps.h"
+#include "loom/agent/mount_source.h"
 #include "loom/image/image_store.h"
 
 namespace loom {
@@ -36,6 +38,17 @@ struct ContainerLaunch {
   std::vector<std::string> env;  // "NAME=value"
   std::vector<std::string> entrypoint;
   std::string working_dir;
+};
+
+// The sources of a container task's `mounts`, opened once at Prepare as
+// the task's user would reach them, never through a symbolic link
+// (`OpenMountSource`), each as detached mount trees (`CloneMountTree`):
+// `trees[k][i]` is mount i's for process k, which that process attaches at
+// `<bundle>/mounts/<i>` in its own mount namespace, and runc binds from
+// there. What is bound is what was checked, whatever the path names by the
+// time the image is pulled.
+struct ContainerMountTrees {
+  std::vector<std::vector<OwnedFd>> trees;
 };
 
 // `<node>/containers/<launcher id>`: a process's bundle (config.json, the

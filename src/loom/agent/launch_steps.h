@@ -23,7 +23,8 @@
 
 namespace loom {
 
-struct ContainerLaunch;  // image_step.h
+struct ContainerLaunch;      // image_step.h
+struct ContainerMountTrees;  // image_step.h
 
 // What the steps of one launch share: the request, the node, and what
 // earlier steps decided.
@@ -38,6 +39,9 @@ struct LaunchContext {
   std::string checkpoint_dir;
   // Set by the image step for a container task: the image, held.
   std::shared_ptr<const ContainerLaunch> container;
+  // Set by the image step for a container task with mounts: their sources,
+  // opened and checked at Prepare, held until the launch is over.
+  std::shared_ptr<const ContainerMountTrees> container_mounts;
   // Set by the runner for a service replica (`port: true`): its port on
   // the node and the node's address that the probes call (replica_port.h).
   int port = 0;

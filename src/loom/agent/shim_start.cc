@@ -202,7 +202,8 @@ absl::StatusOr<TaskFileRecord> StartShim(const TaskSpec& spec,
   if (spec.sandbox) {
     for (const TaskMount& m : spec.sandbox->mounts) {
       plan.mounts.push_back(
-          {m.source, m.target, m.fstype, m.flags, m.data, m.user_target});
+          {m.source, m.target, m.fstype, m.flags, m.data, m.user_target,
+           m.tree_fd});
     }
   }
   plan.cgroup_procs_files = placement.procs_files;
@@ -246,7 +247,12 @@ absl::StatusOr<TaskFileRecord> StartShim(const TaskSpec& spec,
   plan.report_fd = report_write.get();
   plan.keep_fds = {plan.devnull_fd, plan.stdout_fd, plan.stderr_fd,
                    plan.report_fd};
+  for (const SpawnPlan::Mount& m : plan.mounts) {
+    if (m.tree_fd >= 0) plan.keep_fds.push_back(m.tree_fd);
+  }
   std::sort(plan.keep_fds.begin(), plan.keep_fds.end());
+  plan.keep_fds.erase(std::unique(plan.keep_fds.begin(), plan.keep_fds.end()),
+                      plan.keep_fds.end());
 
   // The record exists before the shim does.
   TaskFileRecord record;

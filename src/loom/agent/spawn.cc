@@ -18,6 +18,10 @@
 
 #include "loom/agent/task_files.h"
 
+#ifndef MOVE_MOUNT_F_EMPTY_PATH
+#define MOVE_MOUNT_F_EMPTY_PATH 0x00000004
+#endif
+
 // Everything below the plan's `Seal` runs after fork(): only async-signal-safe
 // calls (and reads of the prepared plan) are allowed.
 
@@ -399,6 +403,14 @@ bool KillGroup(const SpawnPlan& plan) {
       ChildFail(plan, SpawnStage::kMount, errno);
     }
     for (const SpawnPlan::Mount& m : plan.mounts) {
+      if (m.tree_fd >= 0) {
+        if (::syscall(SYS_move_mount, m.tree_fd, "", AT_FDCWD, m.target.c_str(),
+                      MOVE_MOUNT_F_EMPTY_PATH) != 0) {
+          ChildFail(plan, SpawnStage::kMount, errno);
+        }
+        ::close(m.tree_fd);
+        continue;
+      }
       const char* target = m.target.c_str();
       char held[32];
       int target_fd = -1;
@@ -530,6 +542,9 @@ bool KillGroup(const SpawnPlan& plan) {
   ::close(plan.stdout_fd);
   ::close(plan.stderr_fd);
   ::close(plan.devnull_fd);
+  for (const SpawnPlan::Mount& m : plan.mounts) {
+    if (m.tree_fd >= 0) ::close(m.tree_fd);
+  }
 
   // Record the pids before telling the agent: if the agent dies right now,
   // the next one still finds the task.

@@ -79,7 +79,8 @@ struct SpawnPlan {
   int stdout_fd = -1;
   int stderr_fd = -1;
   int report_fd = -1;  // write end of the report pipe
-  // Descriptors the shim keeps (the four above), sorted.
+  // Descriptors the shim keeps (the four above and the mounts' trees),
+  // sorted.
   std::vector<int> keep_fds;
   // Highest descriptor to close one by one where close_range is missing.
   int max_fd = 1024;
@@ -98,6 +99,9 @@ struct SpawnPlan {
     // on the directory it opened (/proc/self/fd/N), so that no link a user
     // plants redirects the mount or the directories root makes.
     bool user_target = false;
+    // >= 0: a detached mount tree attached at `target` (move_mount)
+    // instead; the shim keeps it for the child, then closes it.
+    int tree_fd = -1;
   };
   std::vector<Mount> mounts;
 

@@ -28,6 +28,13 @@ struct TaskMount {
   // it; the task's process makes and reaches it without following a
   // symbolic link (spawn.h, `SpawnPlan::Mount::user_target`).
   bool user_target = false;
+  // Set (>= 0): a detached mount tree (open_tree(2) OPEN_TREE_CLONE, e.g.
+  // a job's checked mount source, mount_source.h), attached at `target`
+  // with move_mount(2) instead of a mount of `source`, which is then unused.
+  // The target is made a directory or an empty file as the tree's root is.
+  // The caller owns the descriptor and keeps it open until `Launch`
+  // returns; each tree is attached once.
+  int tree_fd = -1;
 };
 
 // A directory the launcher makes (with parents) before the task starts,

@@ -1,5 +1,6 @@
 #include "loom/agent/task_sandbox.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -61,6 +62,7 @@ absl::Status ValidateSandbox(const std::string& task_id,
   }
   for (const TaskMount& m : sandbox.mounts) {
     if (BadPath(m.target)) return bad("mount target", m.target);
+    if (m.tree_fd >= 0) continue;
     if (m.fstype.empty() || m.source.find('\0') != std::string::npos ||
         m.fstype.find('\0') != std::string::npos ||
         m.data.find('\0') != std::string::npos) {
@@ -114,9 +116,28 @@ absl::Status PrepareSandbox(const std::string& task_id,
     // A user's target is made by the task's process, without following
     // links (spawn.cc).
     if (m.user_target) continue;
-    if (absl::Status s = MakeDirs(task_id, m.target, nullptr); !s.ok()) {
+    struct stat st;
+    if (m.tree_fd >= 0 && ::fstat(m.tree_fd, &st) != 0) {
+      return TaskErrno(task_id, errno,
+                       absl::StrCat("stat the tree for ", m.target));
+    }
+    if (m.tree_fd < 0 || S_ISDIR(st.st_mode)) {
+      if (absl::Status s = MakeDirs(task_id, m.target, nullptr); !s.ok()) {
+        return s;
+      }
+      continue;
+    }
+    // A file's tree is attached on a file.
+    if (absl::Status s =
+            MakeDirs(task_id, fs::path(m.target).parent_path(), nullptr);
+        !s.ok()) {
       return s;
     }
+    const int fd = ::open(m.target.c_str(),
+                          O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+      return TaskErrno(task_id, errno, absl::StrCat("create ", m.target));
+    ::close(fd);
   }
   return absl::OkStatus();
 }

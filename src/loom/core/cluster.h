@@ -125,6 +125,10 @@ struct ContainerPolicy {
   // Host directories (absolute, normalised) a job's `container.mounts` may
   // bind, each with everything under it. Empty: no mounts at all.
   std::vector<std::string> allowed_mounts;
+  // Registries ("host" or "host:port", lower-case) job images may come
+  // from: a reference to another is refused at submit, before the server
+  // connects anywhere. Empty: any registry.
+  std::vector<std::string> allowed_registries;
 };
 
 // What inference services may take on this cluster (the cluster spec's

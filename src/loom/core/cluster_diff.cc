@@ -323,6 +323,14 @@ std::vector<ClusterDiffLine> DiffClusters(const Cluster& from,
          {absl::StrCat(ServicePortRangeText(from.services.port_range), " -> ",
                        ServicePortRangeText(to.services.port_range))}});
   }
+  if (from.containers.allowed_registries != to.containers.allowed_registries) {
+    out.push_back(
+        {Op::kChange,
+         "containers",
+         "allowed_registries",
+         {absl::StrCat(ListText(from.containers.allowed_registries), " -> ",
+                       ListText(to.containers.allowed_registries))}});
+  }
   return out;
 }
 

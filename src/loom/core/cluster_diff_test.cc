@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "loom/core/cluster_edit.h"
 #include "loom/core/cluster_spec.h"
@@ -60,6 +61,18 @@ priority_classes: [{name: low, value: 0}, {name: normal, value: 100}]
                 "- project research (quota_gpus 64, weight 1)",
                 "+ project vision (quota_gpus 8, weight 1)",
                 "- priority_class high (value 1000)",
+            }));
+}
+
+TEST(ClusterDiff, ContainerPolicy) {
+  const Cluster next = Parse(
+      absl::StrCat(kBase,
+                   "containers: {allowed_mounts: [/data], allowed_registries: "
+                   "[\"reg.example.com:5000\"]}\n"));
+  EXPECT_EQ(Lines(Parse(kBase), next),
+            (std::vector<std::string>{
+                "~ containers allowed_mounts: [] -> [/data]",
+                "~ containers allowed_registries: [] -> [reg.example.com:5000]",
             }));
 }
 

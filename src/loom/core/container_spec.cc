@@ -149,6 +149,60 @@ absl::Status CheckContainerMounts(const ContainerSpec& spec,
   return absl::OkStatus();
 }
 
+bool IsRegistryHostPort(std::string_view registry) {
+  std::string_view rest;  // ":port" or ""
+  if (registry.starts_with("[")) {
+    const size_t close = registry.find(']');
+    if (close == std::string_view::npos || close == 1) return false;
+    for (char c : registry.substr(1, close - 1)) {
+      if (!absl::ascii_isxdigit(static_cast<unsigned char>(c)) && c != ':' &&
+          c != '.') {
+        return false;
+      }
+    }
+    rest = registry.substr(close + 1);
+  } else {
+    const size_t colon = registry.find(':');
+    const std::string_view host = registry.substr(0, colon);
+    if (colon != std::string_view::npos) rest = registry.substr(colon);
+    if (host.empty()) return false;
+    for (absl::string_view part : absl::StrSplit(Av(host), '.')) {
+      if (part.empty() || part.front() == '-' || part.back() == '-') {
+        return false;
+      }
+      for (char c : part) {
+        if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-') {
+          return false;
+        }
+      }
+    }
+  }
+  if (rest.empty()) return true;
+  const std::string_view port = rest.substr(1);
+  if (rest.front() != ':' || port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](char c) {
+        return absl::ascii_isdigit(static_cast<unsigned char>(c));
+      })) {
+    return false;
+  }
+  const int n = std::stoi(std::string(port));
+  return n >= 1 && n <= 65535;
+}
+
+absl::Status CheckContainerRegistry(std::string_view registry,
+                                    const std::vector<std::string>& allowed) {
+  if (allowed.empty()) return absl::OkStatus();
+  const std::string want = absl::AsciiStrToLower(Av(registry));
+  if (std::find(allowed.begin(), allowed.end(), want) != allowed.end()) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("container.image: registry '", Av(registry),
+                   "' is not one this cluster takes images from "
+                   "(containers.allowed_registries: ",
+                   absl::StrJoin(allowed, ", "), ")"));
+}
+
 namespace internal {
 namespace {
 
@@ -291,6 +345,43 @@ absl::Status ParseEntrypoint(const yaml::Reader& r, const Field& f,
   return absl::OkStatus();
 }
 
+// `containers.allowed_registries`: host[:port] entries, lower-cased, each
+// once.
+absl::StatusOr<std::vector<std::string>> ParseAllowedRegistries(
+    const yaml::Reader& r, const Field& f, const std::string& path) {
+  absl::StatusOr<std::vector<YAML::Node>> items =
+      r.ReadList(f.value, path, /*allow_empty=*/true);
+  if (!items.ok()) return items.status();
+  std::vector<std::string> out;
+  for (size_t i = 0; i < items->size(); ++i) {
+    const YAML::Node& item = (*items)[i];
+    const std::string item_path = ElementPath(path, i);
+    if (item.IsNull()) {
+      return r.Error(ItemMark(item, f.value), item_path,
+                     "has no value (write a registry host[:port])");
+    }
+    absl::StatusOr<std::string> text = ReadText(r, item, item_path);
+    if (!text.ok()) return text.status();
+    if (!IsRegistryHostPort(*text)) {
+      return r.Error(item, item_path,
+                     absl::StrCat("'", *text,
+                                  "' is not a registry host[:port] as an "
+                                  "image reference starts with (e.g. "
+                                  "registry.example.com:5000)"));
+    }
+    std::string registry = absl::AsciiStrToLower(*text);
+    for (size_t k = 0; k < out.size(); ++k) {
+      if (out[k] == registry) {
+        return r.Error(item, item_path,
+                       absl::StrCat("'", *text, "' is already listed as ",
+                                    ElementPath(path, k)));
+      }
+    }
+    out.push_back(std::move(registry));
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<ContainerSpec> ParseContainerField(const yaml::Reader& r,
@@ -382,10 +473,17 @@ nlohmann::ordered_json ContainerSpecJson(const ContainerSpec& spec) {
 
 absl::StatusOr<ContainerPolicy> ParseContainerPolicy(const yaml::Reader& r,
                                                      const Field& field) {
-  absl::StatusOr<MapNode> map =
-      r.ReadMap(field.value, field.key, {"allowed_mounts"});
+  absl::StatusOr<MapNode> map = r.ReadMap(
+      field.value, field.key, {"allowed_mounts", "allowed_registries"});
   if (!map.ok()) return map.status();
   ContainerPolicy policy;
+  if (const Field* f = map->Find("allowed_registries"); f != nullptr) {
+    absl::StatusOr<std::vector<std::string>> registries =
+        ParseAllowedRegistries(r, *f,
+                               ChildPath(map->path, "allowed_registries"));
+    if (!registries.ok()) return registries.status();
+    policy.allowed_registries = *std::move(registries);
+  }
   const Field* f = map->Find("allowed_mounts");
   if (f == nullptr) return policy;
   const std::string path = ChildPath(map->path, "allowed_mounts");

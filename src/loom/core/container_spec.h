@@ -92,4 +92,20 @@ bool IsSha256DigestText(std::string_view digest);
 absl::Status CheckContainerMounts(const ContainerSpec& spec,
                                   const std::vector<std::string>& allowed);
 
+// True for a registry as an image reference starts with: "host" or
+// "host:port", the host a domain name or an IPv4 address (dot-separated
+// letters, digits and inner '-') or "[IPv6]", the port 1 to 65535.
+bool IsRegistryHostPort(std::string_view registry);
+
+// Checks an image's registry (`host[:port]`, as its reference names it)
+// against the registries a cluster allows
+// (`Cluster::containers.allowed_registries`, lower-case): the host compared
+// without regard to case, the port exactly (an entry without one allows
+// references without one only). Empty `allowed`: every registry. Else
+// InvalidArgument naming the field, e.g. "container.image: registry
+// 'evil:22' is not one this cluster takes images from
+// (containers.allowed_registries: registry.example.com:5000)".
+absl::Status CheckContainerRegistry(std::string_view registry,
+                                    const std::vector<std::string>& allowed);
+
 }  // namespace loom

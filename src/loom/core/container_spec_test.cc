@@ -293,6 +293,86 @@ TEST(ClusterSpecContainers, AllowedMounts) {
   EXPECT_TRUE(empty->containers.allowed_mounts.empty());
 }
 
+TEST(ClusterSpecContainers, AllowedRegistries) {
+  absl::StatusOr<Cluster> none = ParseClusterSpec(kPools, "c.yaml");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->containers.allowed_registries.empty());
+  absl::StatusOr<Cluster> c = ParseClusterSpec(
+      absl::StrCat(kPools,
+                   "containers: {allowed_registries: [Registry.Example.com, "
+                   "\"10.0.0.5:5000\", \"[::1]:5000\", localhost]}\n"),
+      "c.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->containers.allowed_registries,
+              ElementsAre("registry.example.com", "10.0.0.5:5000", "[::1]:5000",
+                          "localhost"));
+}
+
+TEST(ClusterSpecContainers, RegistryErrors) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"containers: {allowed_registries: reg.example.com}",
+       "c.yaml:3:34: containers.allowed_registries: must be a list"},
+      {"containers: {allowed_registries: [\"reg.example.com/team\"]}",
+       "c.yaml:3:35: containers.allowed_registries[0]: "
+       "'reg.example.com/team' is not a registry host[:port]"},
+      {"containers: {allowed_registries: [\"https://reg.example.com\"]}",
+       "containers.allowed_registries[0]: 'https://reg.example.com' is not a "
+       "registry"},
+      {"containers: {allowed_registries: [\"reg:0\"]}",
+       "containers.allowed_registries[0]: 'reg:0' is not a registry"},
+      {"containers: {allowed_registries: [\"reg:65536\"]}",
+       "containers.allowed_registries[0]: 'reg:65536' is not a registry"},
+      {"containers: {allowed_registries: [\"reg:\"]}",
+       "containers.allowed_registries[0]: 'reg:' is not a registry"},
+      {"containers: {allowed_registries: [\"-reg.example.com\"]}",
+       "containers.allowed_registries[0]: '-reg.example.com' is not a "
+       "registry"},
+      {"containers: {allowed_registries: [reg.example.com, REG.example.com]}",
+       "containers.allowed_registries[1]: 'REG.example.com' is already "
+       "listed as containers.allowed_registries[0]"},
+      {"containers: {allowed_registries: [~]}",
+       "containers.allowed_registries[0]: has no value"},
+  };
+  for (const auto& [yaml, expected] : cases) {
+    absl::StatusOr<Cluster> c =
+        ParseClusterSpec(absl::StrCat(kPools, yaml, "\n"), "c.yaml");
+    ASSERT_FALSE(c.ok()) << yaml;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(c.status().message(), HasSubstr(expected)) << yaml;
+  }
+}
+
+TEST(CheckContainerRegistry, TheListOrAny) {
+  EXPECT_TRUE(CheckContainerRegistry("anywhere:1", {}).ok());
+  const std::vector<std::string> allowed = {"reg.example.com:5000",
+                                            "mirror.example.com"};
+  EXPECT_TRUE(CheckContainerRegistry("reg.example.com:5000", allowed).ok());
+  EXPECT_TRUE(CheckContainerRegistry("REG.Example.com:5000", allowed).ok());
+  EXPECT_TRUE(CheckContainerRegistry("mirror.example.com", allowed).ok());
+  for (const char* other : {"reg.example.com", "reg.example.com:5001",
+                            "mirror.example.com:443", "127.0.0.1:22"}) {
+    absl::Status s = CheckContainerRegistry(other, allowed);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << other;
+    EXPECT_EQ(s.message(),
+              absl::StrCat("container.image: registry '", other,
+                           "' is not one this cluster takes images from "
+                           "(containers.allowed_registries: "
+                           "reg.example.com:5000, mirror.example.com)"));
+  }
+}
+
+TEST(IsRegistryHostPort, Grammar) {
+  for (const char* good : {"localhost", "localhost:5000", "10.0.0.1:443",
+                           "a-b.example.com", "[::1]", "[fe80::1]:5000"}) {
+    EXPECT_TRUE(IsRegistryHostPort(good)) << good;
+  }
+  for (const char* bad :
+       {"", ":5000", "a..b", "a-.b", "host:x", "host:0", "host:123456", "[]",
+        "[::1", "[::1]x", "[::1]:", "a/b", "a_b", "host:5000:1"}) {
+    EXPECT_FALSE(IsRegistryHostPort(bad)) << bad;
+  }
+}
+
 TEST(ClusterSpecContainers, Errors) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"containers: [x]", "c.yaml:3:13: containers: must be a map"},

@@ -25,7 +25,8 @@ absl::StatusOr<ContainerSpec> ParseContainerField(const yaml::Reader& reader,
 // back to an equal spec.
 nlohmann::ordered_json ContainerSpecJson(const ContainerSpec& spec);
 
-// A cluster spec's `containers` field: {allowed_mounts: [DIR, ...]}.
+// A cluster spec's `containers` field: {allowed_mounts: [DIR, ...],
+// allowed_registries: [HOST[:PORT], ...]}.
 absl::StatusOr<ContainerPolicy> ParseContainerPolicy(const yaml::Reader& reader,
                                                      const yaml::Field& field);
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -24,6 +25,12 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kImageFile[] = "image.json";
+// The store's directories: the process's (root's on a node) alone.
+constexpr mode_t kStoreDirMode = 0700;
+// `image.json`'s "unpack": how its root filesystem was made. 2: every file
+// the store's own (layer_unpack.h). An image without it (1, made before)
+// kept the tar's owners: it is unpacked again from its blobs when next used.
+constexpr int kUnpackVersion = 2;
 
 bool IsHex64(std::string_view s) {
   return IsSha256Digest(absl::StrCat("sha256:", Av(s)));
@@ -58,6 +65,43 @@ absl::Status MakeDirs(const std::string& path) {
   return absl::OkStatus();
 }
 
+// The directory `path` made (its parents as `mkdir -p` does) or found, not
+// through a symbolic link, the process's own and 0700 (set so when it was
+// not). FailedPrecondition for another user's directory or a non-directory.
+absl::Status MakePrivateDir(const std::string& path) {
+  const fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty()) {
+    if (absl::Status s = MakeDirs(parent.string()); !s.ok()) return s;
+  }
+  if (::mkdir(path.c_str(), kStoreDirMode) != 0 && errno != EEXIST) {
+    return absl::InternalError(
+        absl::StrCat("cannot make ", path, ": ", std::strerror(errno)));
+  }
+  const int fd =
+      ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path,
+        " is not a directory (a symbolic link?): ", std::strerror(errno)));
+  }
+  absl::Status status;
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    status = absl::InternalError(
+        absl::StrCat("cannot stat ", path, ": ", std::strerror(errno)));
+  } else if (st.st_uid != ::geteuid()) {
+    status = absl::FailedPreconditionError(
+        absl::StrCat(path, " belongs to uid ", st.st_uid, ", not to uid ",
+                     ::geteuid(), " who keeps the image store"));
+  } else if ((st.st_mode & 07777) != kStoreDirMode &&
+             ::fchmod(fd, kStoreDirMode) != 0) {
+    status = absl::InternalError(
+        absl::StrCat("cannot chmod ", path, ": ", std::strerror(errno)));
+  }
+  ::close(fd);
+  return status;
+}
+
 }  // namespace
 
 ImageStore::ImageStore(ImageStoreOptions options, ImageSource* source)
@@ -89,9 +133,12 @@ absl::StatusOr<std::unique_ptr<ImageStore>> ImageStore::Open(
 
 absl::Status ImageStore::Load() {
   const std::string& root = options_.root;
+  // Readable by its owner alone: blobs and root filesystems hold whatever
+  // an image holds, and a shared image must not be anyone else's to change.
+  if (absl::Status s = MakePrivateDir(root); !s.ok()) return s;
   if (absl::Status s = RemoveTree(root + "/tmp"); !s.ok()) return s;
-  for (const char* dir : {"/blobs/sha256", "/images", "/tmp"}) {
-    if (absl::Status s = MakeDirs(root + dir); !s.ok()) return s;
+  for (const char* dir : {"/blobs", "/blobs/sha256", "/images", "/tmp"}) {
+    if (absl::Status s = MakePrivateDir(root + dir); !s.ok()) return s;
   }
   absl::MutexLock lock(&mu_);
   std::error_code ec;
@@ -100,6 +147,7 @@ absl::Status ImageStore::Load() {
     const std::string file = absl::StrCat(e.path().string(), "/", kImageFile);
     nlohmann::json j = nlohmann::json::parse(ReadFile(file), nullptr, false);
     if (!IsHex64(hex) || !j.is_object() ||
+        j.value("unpack", 1) != kUnpackVersion ||
         !fs::is_directory(e.path() / "rootfs")) {
       if (absl::Status s = RemoveTree(e.path().string()); !s.ok()) return s;
       continue;
@@ -257,7 +305,8 @@ absl::Status ImageStore::Pull(const ImageRef& ref, Flight* flight) {
     nlohmann::json j = {{"digest", ref.digest},
                         {"manifest_digest", manifest->digest},
                         {"refs", {ref.ToString()}},
-                        {"bytes", bytes}};
+                        {"bytes", bytes},
+                        {"unpack", kUnpackVersion}};
     j["layers"] = nlohmann::json::array();
     for (const Descriptor& layer : manifest->layers) {
       j["layers"].push_back(layer.digest);

@@ -12,6 +12,15 @@
 // renamed into images/, so a half-unpacked image never looks complete; a
 // store opened again keeps what was complete and drops the rest.
 //
+// The store's directory, blobs/, images/ and tmp/ are the process's alone
+// (0700; `Open` sets an existing store's so and refuses one that another
+// user owns), and every file of a root filesystem is the process's (root's
+// on a node) whatever uid the layer's tar gave it: no local user can read
+// the store's blobs or change a file that an image shares with other
+// users' containers. Containers still read their image: its root
+// filesystem reaches them as an overlay that root mounts, and nothing in
+// them walks the store's directories.
+//
 // Concurrent Ensure calls for one image wait for one pull, and concurrent
 // pulls that share a layer fetch it once. Images in use (Ensure/Acquire not
 // yet Released) are never evicted; past the byte budget the least recently
@@ -75,7 +84,11 @@ struct ImageInfo {
 class ImageStore {
  public:
   // Opens (or makes) the store at options.root: keeps the complete images
-  // and verified blobs there, clears tmp/. `source` outlives the store.
+  // and verified blobs there, clears tmp/, and drops images unpacked by an
+  // older loom (their owners came from the tar; their blobs stay, so the
+  // next use unpacks them again). FailedPrecondition when options.root or
+  // one of its directories is a symbolic link, not a directory, or another
+  // user's. `source` outlives the store.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<ImageStore>> Open(
       ImageStoreOptions options, ImageSource* source);
   ~ImageStore();

@@ -328,6 +328,73 @@ TEST_F(ImageStoreTest, SurvivesARestart) {
   for (const ImageInfo& i : store->List()) EXPECT_EQ(i.users, 2);
 }
 
+mode_t ModeOf(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0 ? st.st_mode & 07777 : 0;
+}
+
+// Nobody but the store's owner (root on a node) goes into the store, and
+// an image's files are the owner's whatever uid the layer gave them.
+TEST_F(ImageStoreTest, TheStoreIsItsOwnersAlone) {
+  auto store = Open();
+  for (const char* d : {"", "/blobs", "/blobs/sha256", "/images", "/tmp"}) {
+    EXPECT_EQ(ModeOf(dir_ + "/store" + d), 0700u) << d;
+  }
+  const ImageRef a = source_.Add(
+      "team/uid",
+      {MakeTarGz({OwnedBy(File("app/run.sh", "echo", 0755), 1000, 1000)})});
+  absl::StatusOr<ImageHandle> h = store->Ensure(a);
+  ASSERT_TRUE(h.ok()) << h.status();
+  struct stat st;
+  ASSERT_EQ(stat((h->rootfs + "/app/run.sh").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, geteuid());
+  EXPECT_EQ(st.st_mode & 07777, 0555u);
+  store->Release(a.digest);
+  store.reset();
+
+  // A store made by an older loom, traversable: 0700 again when opened.
+  ASSERT_EQ(chmod((dir_ + "/store").c_str(), 0755), 0);
+  ASSERT_EQ(chmod((dir_ + "/store/images").c_str(), 0755), 0);
+  store = Open();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(ModeOf(dir_ + "/store"), 0700u);
+  EXPECT_EQ(ModeOf(dir_ + "/store/images"), 0700u);
+  EXPECT_EQ(store->List().size(), 1u);
+}
+
+// An image an older loom unpacked kept its tar's owners: dropped when the
+// store opens, unpacked again from the blobs it keeps.
+TEST_F(ImageStoreTest, AnImageUnpackedBeforeOwnersWereTheStoresGoes) {
+  const ImageRef a = Image("a");
+  {
+    auto store = Open();
+    ASSERT_TRUE(store->Ensure(a).ok());
+    store->Release(a.digest);
+  }
+  const std::string file = dir_ + "/store/images/" +
+                           std::string(DigestHex(a.digest)) + "/image.json";
+  nlohmann::json j = nlohmann::json::parse(Slurp(file));
+  j.erase("unpack");
+  ASSERT_EQ(chmod(file.c_str(), 0644), 0);
+  WriteFile(file, j.dump());
+  auto store = Open();
+  EXPECT_TRUE(store->List().empty());
+  absl::StatusOr<ImageHandle> h = store->Ensure(a);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(Slurp(h->rootfs + "/etc/replaced"), "a upper");
+  EXPECT_EQ(source_.TotalBlobFetches(), 2);  // the blobs were kept
+}
+
+TEST_F(ImageStoreTest, RefusesAStoreThatIsALink) {
+  fs::create_directories(dir_ + "/elsewhere");
+  fs::create_symlink(dir_ + "/elsewhere", dir_ + "/store");
+  auto s = ImageStore::Open({.root = dir_ + "/store"}, &source_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.status().message(), HasSubstr(dir_ + "/store"));
+  EXPECT_TRUE(fs::is_empty(dir_ + "/elsewhere"));
+}
+
 TEST_F(ImageStoreTest, AFailedPullFailsEveryWaiterAndLeavesNothing) {
   auto store = Open();
   const ImageRef bad = source_.Add(

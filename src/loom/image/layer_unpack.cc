@@ -246,7 +246,6 @@ class LayerWriter {
       Fd d(openat(fd, name.c_str(),
                   O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (!d.ok()) return Errno("cannot open", *path);
-      Own(d.get(), e);
       fchmod(d.get(), SafeMode(archive_entry_perm(e)) | 0700);
       return absl::OkStatus();
     }
@@ -260,10 +259,6 @@ class LayerWriter {
         const char* target = archive_entry_symlink(e);
         if (target == nullptr || symlinkat(target, fd, name.c_str()) != 0) {
           return Errno("cannot make symlink", *path);
-        }
-        if (geteuid() == 0) {
-          fchownat(fd, name.c_str(), archive_entry_uid(e), archive_entry_gid(e),
-                   AT_SYMLINK_NOFOLLOW);
         }
         const timespec times[2] = {{archive_entry_mtime(e), 0},
                                    {archive_entry_mtime(e), 0}};
@@ -285,10 +280,6 @@ class LayerWriter {
   absl::Status Bad(absl::string_view why) const {
     return absl::InvalidArgumentError(
         absl::StrCat("layer ", layer_, ": ", why));
-  }
-
-  void Own(int fd, archive_entry* e) const {
-    if (geteuid() == 0) fchown(fd, archive_entry_uid(e), archive_entry_gid(e));
   }
 
   absl::Status HardLink(int dir, const std::string& name, const char* raw) {
@@ -334,7 +325,6 @@ class LayerWriter {
     if (ftruncate(f.get(), archive_entry_size(e)) != 0) {
       return Errno("cannot size", path);
     }
-    Own(f.get(), e);
     fchmod(f.get(), SafeMode(archive_entry_perm(e)));
     const timespec times[2] = {{archive_entry_mtime(e), 0},
                                {archive_entry_mtime(e), 0}};

@@ -7,8 +7,10 @@
 // lands outside it, whatever links the layers hold. Entries with an absolute
 // path or a `..` component, and hard links to such paths, fail the layer.
 // Setuid and setgid bits are dropped, device nodes and sockets skipped,
-// extended attributes (file capabilities among them) not written; owners
-// are kept when the process may set them (root).
+// extended attributes (file capabilities among them) not written. Owners
+// are never taken from the tar: everything belongs to the unpacking process
+// (root on a node), so that no uid of the layer (1000 is common) owns a
+// shared image file on the host (docs/images.md, "Owners").
 
 #include <cstdint>
 #include <string>

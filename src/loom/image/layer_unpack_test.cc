@@ -143,6 +143,38 @@ TEST_F(ImageLayerUnpackTest, DropsSetuidAndDevices) {
   EXPECT_FALSE(Exists("dev/null"));
 }
 
+// A layer's uid (1000 is a local user's on many hosts) never owns a file
+// of the root filesystem: what an image shares is the unpacker's (root's
+// on a node), its mode kept.
+TEST_F(ImageLayerUnpackTest, FilesBelongToTheUnpackerNotTheTarsUid) {
+  ASSERT_TRUE(
+      Apply({OwnedBy(Dir("home/app", 0755), 1000, 1000),
+             OwnedBy(File("home/app/run.sh", "echo hi", 0755), 1000, 1000),
+             OwnedBy(File("home/app/secret", "s", 0600), 1000, 1000),
+             OwnedBy(Symlink("home/app/link", "run.sh"), 1000, 1000)})
+          .ok());
+  // A later layer's entry over a lower one's, and a hard link to it.
+  ASSERT_TRUE(
+      Apply(
+          {OwnedBy(File("home/app/run.sh", "echo two", 0775), 1001, 1001),
+           OwnedBy(HardLink("home/app/again", "home/app/run.sh"), 1000, 1000)})
+          .ok());
+  for (const char* rel :
+       {"home", "home/app", "home/app/run.sh", "home/app/secret",
+        "home/app/link", "home/app/again"}) {
+    struct stat st;
+    ASSERT_EQ(lstat((rootfs_ + "/" + rel).c_str(), &st), 0) << rel;
+    EXPECT_EQ(st.st_uid, geteuid()) << rel;
+    EXPECT_EQ(st.st_gid, getegid()) << rel;
+  }
+  struct stat st;
+  ASSERT_EQ(stat((rootfs_ + "/home/app/secret").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  ASSERT_EQ(stat((rootfs_ + "/home/app/run.sh").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0775u);
+  EXPECT_EQ(Read("home/app/again"), "echo two");
+}
+
 TEST_F(ImageLayerUnpackTest, SealTakesWriteBitsAndCountsBytes) {
   ASSERT_TRUE(Apply({File("etc/f", std::string(10000, 'x'), 0664),
                      Symlink("l", "etc/f")})

@@ -25,6 +25,11 @@ TarEntry HardLink(std::string path, std::string target) {
 TarEntry CharDevice(std::string path) {
   return {std::move(path), TarEntry::Type::kCharDevice, "", 0666};
 }
+TarEntry OwnedBy(TarEntry entry, uid_t uid, gid_t gid) {
+  entry.uid = uid;
+  entry.gid = gid;
+  return entry;
+}
 
 std::string MakeTarGz(const std::vector<TarEntry>& entries) {
   std::string out(1 << 20, '\0');
@@ -41,6 +46,8 @@ std::string MakeTarGz(const std::vector<TarEntry>& entries) {
     archive_entry* e = archive_entry_new();
     archive_entry_set_pathname(e, t.path.c_str());
     archive_entry_set_perm(e, t.mode);
+    archive_entry_set_uid(e, t.uid);
+    archive_entry_set_gid(e, t.gid);
     archive_entry_set_mtime(e, 1700000000, 0);
     switch (t.type) {
       case TarEntry::Type::kFile:

@@ -15,6 +15,8 @@ struct TarEntry {
   Type type = Type::kFile;
   std::string content;  // a file's bytes, a link's target
   mode_t mode = 0644;
+  uid_t uid = 0;  // the owner the tar gives it
+  gid_t gid = 0;
 };
 
 TarEntry File(std::string path, std::string content, mode_t mode = 0644);
@@ -22,6 +24,8 @@ TarEntry Dir(std::string path, mode_t mode = 0755);
 TarEntry Symlink(std::string path, std::string target);
 TarEntry HardLink(std::string path, std::string target);
 TarEntry CharDevice(std::string path);
+// `entry`, owned by `uid`:`gid` in the tar.
+TarEntry OwnedBy(TarEntry entry, uid_t uid, gid_t gid);
 
 // The entries as a gzip-compressed pax tar, in order.
 std::string MakeTarGz(const std::vector<TarEntry>& entries);

@@ -16,6 +16,13 @@ absl::Status CheckContainer(const Cluster& cluster, const JobSpec& spec) {
         absl::StrCat("container.image: '", c.image,
                      "' is not an image reference: ", ref.status().message()));
   }
+  // Before any connection: an operator's list keeps the server from
+  // speaking to whatever host and port a reference names.
+  if (absl::Status st = CheckContainerRegistry(
+          ref->registry, cluster.containers.allowed_registries);
+      !st.ok()) {
+    return st;
+  }
   return CheckContainerMounts(c, cluster.containers.allowed_mounts);
 }
 
@@ -39,12 +46,14 @@ absl::Status ResolveContainer(const Cluster& cluster, ImageResolver* resolver,
         return absl::InvalidArgumentError(
             absl::StrCat("container.image: '", c.image, "' not found: ", why));
       case absl::StatusCode::kUnavailable:
+        // One text whatever kept it: refused, timed out, reset, not HTTP,
+        // failing. A user must not learn which ports of a host are open
+        // (the resolver logs the detail for the operator).
         return absl::UnavailableError(absl::StrCat(
             "container.image: the registry ", ref.registry,
             " cannot be reached, so '", c.image,
             "' cannot be resolved to a digest (nothing was stored; retry "
-            "later): ",
-            why));
+            "later)"));
       case absl::StatusCode::kUnauthenticated:
       case absl::StatusCode::kPermissionDenied:
         // The registry is up; its credentials (the operator's

@@ -14,17 +14,21 @@
 namespace loom {
 
 // The checks that need no registry, for a spec with a `container`: the
-// reference in the grammar of `image::ParseImageRef`, then the mounts
-// against `cluster.containers.allowed_mounts` (`CheckContainerMounts`).
-// InvalidArgument naming the field ("container.image: ...",
-// "container.mounts[1]: ..."). OK for a spec without a container.
+// reference in the grammar of `image::ParseImageRef`, its registry against
+// `cluster.containers.allowed_registries` (`CheckContainerRegistry`), then
+// the mounts against `cluster.containers.allowed_mounts`
+// (`CheckContainerMounts`). InvalidArgument naming the field
+// ("container.image: ...", "container.mounts[1]: ..."). OK for a spec
+// without a container.
 absl::Status CheckContainer(const Cluster& cluster, const JobSpec& spec);
 
 // `CheckContainer`, then one request through `resolver` for the digest the
 // reference names now, recorded as `spec->container->image_digest` (a
 // value the spec brought is replaced). The registry's errors become:
 // NotFound -> InvalidArgument "container.image: ... not found ...";
-// Unavailable -> Unavailable (503: retry later); PermissionDenied ->
+// Unavailable -> Unavailable (503: retry later), one text for every
+// unreachable registry, without the resolver's detail (which would tell an
+// open port from a closed one); PermissionDenied ->
 // InvalidArgument saying the registry wants credentials loom does not have;
 // anything else -> InvalidArgument naming `container.image`. `resolver`
 // null: FailedPrecondition (the server was started without one). Does

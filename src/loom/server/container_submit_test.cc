@@ -90,8 +90,8 @@ class ContainerSubmitTest : public ::testing::Test {
  protected:
   void SetUp() override {
     resolver_.Set("localhost:5000/team/train:1.4", kDigest);
-    auto c = Controller::Create(ClusterWithMounts(), &store_,
-                                ControllerOptions{}, absl::Now());
+    auto c =
+        Controller::Create(cluster_, &store_, ControllerOptions{}, absl::Now());
     ASSERT_TRUE(c.ok());
     controller_ = *std::move(c);
     HttpServerOptions o;
@@ -118,6 +118,7 @@ class ContainerSubmitTest : public ::testing::Test {
     return controller_->ListJobs({}, absl::Now())["jobs"].size();
   }
 
+  Cluster cluster_ = ClusterWithMounts();
   bool with_resolver_ = true;
   FakeImageResolver resolver_;
   MemoryStateStore store_;
@@ -279,6 +280,42 @@ TEST_F(NoResolverTest, ContainerJobsAreRefusedOthersRun) {
               HasSubstr("cannot resolve images"));
   Post(R"({"name": "plain", "command": ["true"]})", 201);
   EXPECT_EQ(JobCount(), 1u);
+}
+
+// `containers.allowed_registries`: a reference to any other registry is a
+// 400 naming the field, and the server connects nowhere for it.
+class AllowedRegistriesTest : public ContainerSubmitTest {
+ protected:
+  void SetUp() override {
+    cluster_.containers.allowed_registries = {"localhost:5000",
+                                              "registry.example.com"};
+    resolver_.Set("registry.example.com/team/train:1.4", kDigest);
+    ContainerSubmitTest::SetUp();
+  }
+};
+
+TEST_F(AllowedRegistriesTest, OnlyTheListedRegistriesAreAsked) {
+  for (const char* image : {"localhost:5000/team/train:1.4",
+                            "registry.example.com/team/train:1.4"}) {
+    Post(Body(absl::StrCat(R"({"image": ")", image, R"("})")), 201);
+  }
+  EXPECT_EQ(resolver_.calls(), 2);
+  // Another host, another port of a listed host, a port a listed host was
+  // given without.
+  for (const std::string registry : {"127.0.0.1:22", "localhost:5001",
+                                     "localhost", "registry.example.com:443"}) {
+    nlohmann::json e = Post(
+        Body(absl::StrCat(R"({"image": ")", registry, R"(/team/train:1.4"})")),
+        400);
+    EXPECT_EQ(e["error"]["field"], "container.image") << registry;
+    EXPECT_EQ(e["error"]["message"].get<std::string>(),
+              absl::StrCat("container.image: registry '", registry,
+                           "' is not one this cluster takes images from "
+                           "(containers.allowed_registries: localhost:5000, "
+                           "registry.example.com)"));
+  }
+  EXPECT_EQ(resolver_.calls(), 2);
+  EXPECT_EQ(JobCount(), 2u);
 }
 
 TEST(ContainerController, AnUnresolvedSpecIsRefused) {

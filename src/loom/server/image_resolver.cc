@@ -51,7 +51,13 @@ absl::StatusOr<std::string> RegistryImageResolver::Resolve(
     o.credential = *c;
   }
   o.tokens = &tokens_;
-  return image::RegistryClient(ref.registry, o).Resolve(ref);
+  absl::StatusOr<std::string> digest =
+      image::RegistryClient(ref.registry, o).Resolve(ref);
+  if (absl::IsUnavailable(digest.status()) && options_.log) {
+    options_.log(absl::StrCat("cannot resolve ", ref.ToString(), ": ",
+                              digest.status().message()));
+  }
+  return digest;
 }
 
 absl::Status CheckInsecureRegistry(const std::string& value) {

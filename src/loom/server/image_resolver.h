@@ -4,6 +4,7 @@
 // (docs/images.md): the one registry request the server makes for a job, so
 // that every task of a gang and every restart runs the same bits.
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +48,10 @@ struct RegistryImageResolverOptions {
   // image/registry_auth.h): what each registry is asked with. Never from a
   // job spec.
   image::RegistryCredentials credentials;
+  // Gets a line for the operator for each resolve a registry could not
+  // answer (Unavailable), with the detail the user is not told (refused,
+  // timed out, ...). Empty: not logged. Called from the resolving thread.
+  std::function<void(const std::string&)> log;
 };
 
 // Resolves over each reference's registry's Distribution API

@@ -5,15 +5,22 @@
 
 #include "loom/server/image_resolver.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "loom/common/refusing_port_test_util.h"
 #include "loom/core/job_spec.h"
 #include "loom/image/sha256.h"
 #include "loom/sched/test_util.h"
@@ -157,6 +164,87 @@ TEST_F(RegistryImageResolverAuthTest, RefusedCredentialsMakeA400) {
                                      Registry(), "\"])")));
   EXPECT_THAT(message, Not(HasSubstr("wrong-pw")));
   EXPECT_THAT(message, Not(HasSubstr(absl::Base64Escape("ci:wrong-pw"))));
+}
+
+// A loopback listener that accepts connections (the kernel does, from its
+// backlog) and never answers: a port that is open but not a registry.
+class SilentPort {
+ public:
+  SilentPort() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (fd_ >= 0 &&
+        ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+        ::listen(fd_, 16) == 0 &&
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      port_ = ntohs(addr.sin_port);
+    }
+  }
+  ~SilentPort() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+// Whatever keeps a registry from answering (a closed port, an open one that
+// says nothing, one that answers 503), the user is told the same thing; the
+// operator's log has what happened.
+TEST(RegistryImageResolver, EveryUnreachableRegistryGetsTheSameText) {
+  loom::testing::RefusingPort refusing;
+  SilentPort silent;
+  httplib::Server failing;
+  failing.Get(".*", [](const httplib::Request&, httplib::Response& res) {
+    res.status = 503;
+  });
+  const int failing_port = failing.bind_to_any_port("127.0.0.1");
+  std::thread serve([&] { failing.listen_after_bind(); });
+  while (!failing.is_running()) std::this_thread::yield();
+  ASSERT_GT(refusing.port(), 0);
+  ASSERT_GT(silent.port(), 0);
+
+  std::vector<std::string> logged;
+  RegistryImageResolverOptions o;
+  o.insecure_registries = {"127.0.0.1"};
+  o.connect_timeout = absl::Milliseconds(500);
+  o.io_timeout = absl::Milliseconds(300);
+  o.log = [&](const std::string& line) { logged.push_back(line); };
+  RegistryImageResolver resolver(o);
+  std::vector<std::string> told;
+  for (int port : {refusing.port(), silent.port(), failing_port}) {
+    const std::string registry = absl::StrCat("127.0.0.1:", port);
+    JobSpec spec;
+    spec.name = "train";
+    spec.command = {"python", "t.py"};
+    spec.container = ContainerSpec{};
+    spec.container->image = absl::StrCat(registry, "/team/train:1.4");
+    absl::Status s = ResolveContainer(testing::MakeCluster({{1, 0}}, 1, 8),
+                                      &resolver, &spec);
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    told.push_back(absl::StrReplaceAll(s.message(), {{registry, "REGISTRY"}}));
+  }
+  failing.stop();
+  serve.join();
+  ASSERT_EQ(told.size(), 3u);
+  EXPECT_EQ(told[0],
+            "container.image: the registry REGISTRY cannot be reached, so "
+            "'REGISTRY/team/train:1.4' cannot be resolved to a digest (nothing "
+            "was stored; retry later)");
+  EXPECT_EQ(told[1], told[0]);
+  EXPECT_EQ(told[2], told[0]);
+  // The log tells them apart.
+  ASSERT_EQ(logged.size(), 3u);
+  EXPECT_NE(logged[0], logged[1]);
+  EXPECT_THAT(logged[2], HasSubstr("503"));
+  for (const std::string& line : logged) {
+    EXPECT_THAT(line, HasSubstr("cannot resolve 127.0.0.1:"));
+  }
 }
 
 }  // namespace

@@ -435,6 +435,9 @@ int RunServer(const ServerFlags& f) {
   // Thread-safe; outlives the server, which runs inside this function.
   RegistryImageResolverOptions ropts;
   ropts.insecure_registries = f.insecure_registries;
+  ropts.log = [](const std::string& line) {
+    std::cerr << "loom server: " << line << std::endl;
+  };
   if (!f.registry_auth.empty()) {
     absl::StatusOr<image::RegistryCredentials> creds =
         image::RegistryCredentials::Load(f.registry_auth);
