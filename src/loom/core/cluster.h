@@ -110,6 +110,19 @@ struct ContainerPolicy {
   std::vector<std::string> allowed_mounts;
 };
 
+// What plain users see only of their own (the cluster spec's
+// `private_data`, as Slurm's `PrivateData`). Admins and operators see
+// everything either way.
+struct PrivateData {
+  // Jobs (queue, show, events, sacct) of other users outside the caller's
+  // projects are left out.
+  bool jobs = false;
+  // `loom report usage` rows of other users and other projects are left
+  // out.
+  bool usage = false;
+  bool operator==(const PrivateData&) const = default;
+};
+
 // The whole cluster as declared: the input of `sched` and of the simulator.
 struct Cluster {
   std::string name;
@@ -120,6 +133,7 @@ struct Cluster {
   std::vector<ProjectSpec> projects;
   std::vector<PriorityClass> priority_classes;
   ContainerPolicy containers;
+  PrivateData private_data;
 
   int TotalGpus() const;
   int TotalGpus(GpuModelId model) const;

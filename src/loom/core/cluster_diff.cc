@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "loom/common/units.h"
+#include "loom/core/private_data_yaml.h"
 
 namespace loom {
 namespace {
@@ -294,6 +295,15 @@ std::vector<ClusterDiffLine> DiffClusters(const Cluster& from,
          "allowed_mounts",
          {absl::StrCat(ListText(from.containers.allowed_mounts), " -> ",
                        ListText(to.containers.allowed_mounts))}});
+  }
+  if (from.private_data != to.private_data) {
+    out.push_back(
+        {Op::kChange,
+         "cluster",
+         "private_data",
+         {absl::StrCat(
+             ListText(internal::PrivateDataNames(from.private_data)), " -> ",
+             ListText(internal::PrivateDataNames(to.private_data)))}});
   }
   return out;
 }

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "loom/core/cluster_edit.h"
 #include "loom/core/cluster_spec.h"
@@ -101,6 +102,17 @@ projects:
   EXPECT_EQ(lines[0],
             "~ network tree: 2 node(s) move: h200-1 leaf0/spine0 -> "
             "leaf1/spine0; h200-2 leaf1/spine0 -> leaf2/spine0");
+}
+
+TEST(ClusterDiff, PrivateData) {
+  const Cluster next =
+      Parse(absl::StrCat(kBase, "private_data: [usage, jobs]\n"));
+  EXPECT_EQ(Lines(Parse(kBase), next),
+            (std::vector<std::string>{
+                "~ cluster private_data: [] -> [jobs, usage]"}));
+  EXPECT_EQ(Lines(next, Parse(kBase)),
+            (std::vector<std::string>{
+                "~ cluster private_data: [jobs, usage] -> []"}));
 }
 
 TEST(KeepNodes, RemovedBusyNodeStaysUnderItsOwnLeaf) {

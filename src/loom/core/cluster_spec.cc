@@ -28,6 +28,7 @@
 #include "loom/core/container_spec_yaml.h"
 #include "loom/core/pool_mig_yaml.h"
 #include "loom/core/pool_stack_yaml.h"
+#include "loom/core/private_data_yaml.h"
 #include "loom/core/yaml_util.h"
 #include "yaml-cpp/yaml.h"
 
@@ -555,7 +556,7 @@ absl::StatusOr<Cluster> SpecParser::Parse(const YAML::Node& root) {
   absl::StatusOr<MapNode> map =
       ReadMap(root, "",
               {"name", "gpu_models", "pools", "network", "projects",
-               "priority_classes", "containers"});
+               "priority_classes", "containers", "private_data"});
   if (!map.ok()) return map.status();
 
   Cluster cluster;
@@ -598,6 +599,11 @@ absl::StatusOr<Cluster> SpecParser::Parse(const YAML::Node& root) {
         internal::ParseContainerPolicy(*this, *f);
     if (!policy.ok()) return policy.status();
     cluster.containers = *std::move(policy);
+  }
+  if (const Field* f = map->Find("private_data"); f != nullptr) {
+    absl::StatusOr<PrivateData> p = internal::ParsePrivateData(*this, *f);
+    if (!p.ok()) return p.status();
+    cluster.private_data = *p;
   }
   return cluster;
 }
