@@ -353,12 +353,14 @@ void AddJobVerbs(CLI::App& app, JobCommandFlags* f) {
                   "GPUs in total (a job of up to one node's GPUs is one task; "
                   "more take whole nodes unless --nodes says how many); with "
                   "--mig or --gpu-memory, the number of tasks (default 1)");
-  run->add_option("--mig", r->mig,
-                  "Run each task on a MIG instance of this profile, e.g. "
-                  "1g.18gb (H200), 1g.10gb (A100 80GB)");
-  run->add_option("--gpu-memory", r->gpu_memory,
-                  "Run each task on a time-shared GPU with this much of its "
-                  "memory, e.g. 20Gi (no isolation: docs/job-spec.md)");
+  run->add_option_function<std::string>(
+      "--mig", [r](const std::string& v) { r->mig = v; },
+      "Run each task on a MIG instance of this profile, e.g. "
+      "1g.18gb (H200), 1g.10gb (A100 80GB)");
+  run->add_option_function<std::string>(
+      "--gpu-memory", [r](const std::string& v) { r->gpu_memory = v; },
+      "Run each task on a time-shared GPU with this much of its "
+      "memory, e.g. 20Gi, at least 1Gi (no isolation: docs/job-spec.md)");
   run->add_option("--nodes", r->nodes,
                   "Spread the GPUs evenly over K nodes (K tasks of N/K GPUs)");
   run->add_option("--procs-per-node", r->procs_per_node,

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -85,8 +86,18 @@ absl::StatusOr<nlohmann::json> BuildRunSpec(const RunFlags& f) {
     return absl::InvalidArgumentError(
         "no command given (loom run -g N [flags] -- CMD [ARGS...])");
   }
-  const bool slice = !f.mig.empty() || !f.gpu_memory.empty();
-  if (!f.mig.empty() && !f.gpu_memory.empty()) {
+  // Given empty: the flag's error, not -g's (it would mean whole GPUs).
+  for (const auto& [given, flag, example] :
+       {std::tuple{&f.mig, "--mig", "a MIG profile such as 1g.18gb"},
+        std::tuple{&f.gpu_memory, "--gpu-memory",
+                   "a memory size such as 20Gi"}}) {
+    if (given->has_value() && (*given)->empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": must not be empty (give ", example, ")"));
+    }
+  }
+  const bool slice = f.mig.has_value() || f.gpu_memory.has_value();
+  if (f.mig.has_value() && f.gpu_memory.has_value()) {
     return absl::InvalidArgumentError(
         "--mig and --gpu-memory exclude each other (a MIG instance is not "
         "shared)");
@@ -123,12 +134,12 @@ absl::StatusOr<nlohmann::json> BuildRunSpec(const RunFlags& f) {
   if (!f.gpu_model.empty()) spec.gpu_model = absl::AsciiStrToLower(f.gpu_model);
   if (slice) {
     spec.tasks = std::max(f.gpus, 1);
-    spec.mig = absl::AsciiStrToLower(f.mig);
-    if (!f.gpu_memory.empty()) {
-      absl::StatusOr<int64_t> bytes = ParseBytes(f.gpu_memory);
+    spec.mig = absl::AsciiStrToLower(f.mig.value_or(""));
+    if (f.gpu_memory.has_value()) {
+      absl::StatusOr<int64_t> bytes = ParseBytes(*f.gpu_memory);
       if (!bytes.ok() || *bytes <= 0) {
         return absl::InvalidArgumentError(
-            absl::StrCat("--gpu-memory: '", f.gpu_memory,
+            absl::StrCat("--gpu-memory: '", *f.gpu_memory,
                          "' is not a memory size such as 20Gi"));
       }
       spec.gpu_share_bytes = *bytes;

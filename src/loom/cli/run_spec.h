@@ -3,6 +3,7 @@
 // The pure parts of `loom run`: the job spec it submits, built from its
 // flags, and the exit code that `--wait` ends with.
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,8 +19,9 @@ struct RunFlags {
   int gpus = 0;  // -g: GPUs in total (with --mig/--gpu-memory: tasks)
   // --mig PROFILE / --gpu-memory QUANTITY: each task on a MIG instance or a
   // share of one GPU (docs/job-spec.md); -g then counts tasks (default 1).
-  std::string mig;
-  std::string gpu_memory;
+  // nullopt: not given (given empty, `--mig ''`, is an error of that flag).
+  std::optional<std::string> mig;
+  std::optional<std::string> gpu_memory;
   int nodes = 0;           // --nodes: 0 = let the server choose the shape
   int procs_per_node = 0;  // --procs-per-node: 0 = not given
   std::string project;

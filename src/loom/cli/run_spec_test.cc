@@ -52,7 +52,7 @@ TEST(BuildRunSpec, MigAndGpuMemoryAskForPartsOfGpus) {
   f.mig = "1g.18gb";
   EXPECT_THAT(std::string(BuildRunSpec(f).status().message()),
               HasSubstr("--mig and --gpu-memory exclude each other"));
-  f.mig = "";
+  f.mig.reset();
   f.gpu_memory = "lots";
   EXPECT_THAT(std::string(BuildRunSpec(f).status().message()),
               HasSubstr("--gpu-memory: 'lots' is not a memory size"));
@@ -60,6 +60,31 @@ TEST(BuildRunSpec, MigAndGpuMemoryAskForPartsOfGpus) {
   f.nodes = 2;
   EXPECT_THAT(std::string(BuildRunSpec(f).status().message()),
               HasSubstr("--nodes: not with --mig or --gpu-memory"));
+}
+
+// Issue 39, finding 11: `--mig ''` was taken for "no --mig" and blamed -g.
+TEST(BuildRunSpec, AnEmptyMigOrGpuMemoryIsThatFlagsError) {
+  RunFlags f = Flags(0, {"python", "eval.py"});
+  f.mig = "";
+  EXPECT_EQ(BuildRunSpec(f).status().message(),
+            "--mig: must not be empty (give a MIG profile such as 1g.18gb)");
+  f.mig.reset();
+  f.gpu_memory = "";
+  EXPECT_EQ(BuildRunSpec(f).status().message(),
+            "--gpu-memory: must not be empty (give a memory size such as "
+            "20Gi)");
+  // One byte (the unit left out) is the spec's error, under the flag.
+  f.gpu_memory = "1";
+  EXPECT_THAT(std::string(BuildRunSpec(f).status().message()),
+              HasSubstr("--gpu-memory: must be at least 1Gi"));
+}
+
+TEST(BuildRunSpec, AMountWithACommaIsRefused) {
+  RunFlags f = Flags(1, {"true"});
+  f.image = "registry.example.com/team/train:1";
+  f.mounts = {"/data:/mnt,/x"};
+  EXPECT_THAT(std::string(BuildRunSpec(f).status().message()),
+              HasSubstr("destination '/mnt,/x' has a ','"));
 }
 
 TEST(BuildRunSpec, ConstraintsBecomeTheNodeSelector) {

@@ -139,6 +139,19 @@ struct ServicePolicy {
   ServicePortRange port_range{30000, 32767};
 };
 
+// What plain users see only of their own (the cluster spec's
+// `private_data`, as Slurm's `PrivateData`). Admins and operators see
+// everything either way.
+struct PrivateData {
+  // Jobs (queue, show, events, sacct) of other users outside the caller's
+  // projects are left out.
+  bool jobs = false;
+  // `loom report usage` rows of other users and other projects are left
+  // out.
+  bool usage = false;
+  bool operator==(const PrivateData&) const = default;
+};
+
 // The whole cluster as declared: the input of `sched` and of the simulator.
 struct Cluster {
   std::string name;
@@ -151,6 +164,7 @@ struct Cluster {
   ContainerPolicy containers;
   DatasetPolicy datasets;
   ServicePolicy services;
+  PrivateData private_data;
 
   int TotalGpus() const;
   int TotalGpus(GpuModelId model) const;

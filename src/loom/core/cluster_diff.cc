@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "loom/common/units.h"
 #include "loom/core/service_ports.h"
+#include "loom/core/private_data_yaml.h"
 
 namespace loom {
 namespace {
@@ -330,6 +331,15 @@ std::vector<ClusterDiffLine> DiffClusters(const Cluster& from,
          "allowed_registries",
          {absl::StrCat(ListText(from.containers.allowed_registries), " -> ",
                        ListText(to.containers.allowed_registries))}});
+  }
+  if (from.private_data != to.private_data) {
+    out.push_back(
+        {Op::kChange,
+         "cluster",
+         "private_data",
+         {absl::StrCat(
+             ListText(internal::PrivateDataNames(from.private_data)), " -> ",
+             ListText(internal::PrivateDataNames(to.private_data)))}});
   }
   return out;
 }

@@ -22,9 +22,9 @@ struct ClusterDiffLine {
 };
 
 // The objects that differ from `from` to `to`, kind by kind (GPU models,
-// pools, nodes, network, projects, priority classes, containers, services);
-// within a kind, `from`'s objects in its order, then those `to` adds in its
-// order.
+// pools, nodes, network, projects, priority classes, containers, services,
+// then `private_data` as "~ cluster private_data: [] -> [jobs]"); within a
+// kind, `from`'s objects in its order, then those `to` adds in its order.
 // Nodes of a pool added or removed as a whole are in the pool's line, not
 // listed one by one. Empty when the clusters are the same.
 std::vector<ClusterDiffLine> DiffClusters(const Cluster& from,

@@ -116,6 +116,17 @@ projects:
             "leaf1/spine0; h200-2 leaf1/spine0 -> leaf2/spine0");
 }
 
+TEST(ClusterDiff, PrivateData) {
+  const Cluster next =
+      Parse(absl::StrCat(kBase, "private_data: [usage, jobs]\n"));
+  EXPECT_EQ(Lines(Parse(kBase), next),
+            (std::vector<std::string>{
+                "~ cluster private_data: [] -> [jobs, usage]"}));
+  EXPECT_EQ(Lines(next, Parse(kBase)),
+            (std::vector<std::string>{
+                "~ cluster private_data: [jobs, usage] -> []"}));
+}
+
 TEST(KeepNodes, RemovedBusyNodeStaysUnderItsOwnLeaf) {
   const Cluster live = Parse(kBase);
   const Cluster next = Parse(R"(

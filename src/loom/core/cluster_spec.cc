@@ -30,6 +30,7 @@
 #include "loom/core/pool_mig_yaml.h"
 #include "loom/core/pool_stack_yaml.h"
 #include "loom/core/service_ports_yaml.h"
+#include "loom/core/private_data_yaml.h"
 #include "loom/core/yaml_util.h"
 #include "yaml-cpp/yaml.h"
 
@@ -572,7 +573,8 @@ absl::StatusOr<Cluster> SpecParser::Parse(const YAML::Node& root) {
   absl::StatusOr<MapNode> map =
       ReadMap(root, "",
               {"name", "gpu_models", "pools", "network", "projects",
-               "priority_classes", "containers", "datasets", "services"});
+               "priority_classes", "containers", "datasets", "services",
+               "private_data"});
   if (!map.ok()) return map.status();
 
   Cluster cluster;
@@ -627,6 +629,11 @@ absl::StatusOr<Cluster> SpecParser::Parse(const YAML::Node& root) {
         internal::ParseServicePolicy(*this, *f);
     if (!policy.ok()) return policy.status();
     cluster.services = *policy;
+  }
+  if (const Field* f = map->Find("private_data"); f != nullptr) {
+    absl::StatusOr<PrivateData> p = internal::ParsePrivateData(*this, *f);
+    if (!p.ok()) return p.status();
+    cluster.private_data = *p;
   }
   return cluster;
 }

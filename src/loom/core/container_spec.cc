@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -89,6 +90,19 @@ absl::StatusOr<ContainerMount> ParseContainerMount(std::string_view text) {
     if (!p.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(name, " ", p.status().message()));
+    }
+    // Mount lists and options are split at ',' (pyxis' --container-mounts,
+    // mount(8) and runc's option strings), and a control character ends a
+    // line of a log or an fstab: such a path would be read as another one.
+    for (const char c : *p) {
+      const auto u = static_cast<unsigned char>(c);
+      if (c == ',' || u < 0x20 || u == 0x7f) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            name, " '", absl::CHexEscape(*p), "' has ",
+            c == ',' ? "a ','" : "a control character",
+            ": paths with one cannot be mounted (mount options are split "
+            "at ',')"));
+      }
     }
     *out = *std::move(p);
   }

@@ -163,6 +163,13 @@ TEST(ContainerSpec, FieldErrors) {
        "container.mounts[0]: unknown mount option 'rx' (write ro or rw)"},
       {"{image: h/a, mounts: [\"/a:/b:ro:x\"]}",
        "container.mounts[0]: '/a:/b:ro:x' has more than three"},
+      {"{image: h/a, mounts: [\"/data:/mnt,/x\"]}",
+       "container.mounts[0]: destination '/mnt,/x' has a ',': paths with "
+       "one cannot be mounted"},
+      {"{image: h/a, mounts: [\"/da,ta:/data\"]}",
+       "container.mounts[0]: source '/da,ta' has a ','"},
+      {"{image: h/a, mounts: [\"/data:/a\\nb\"]}",
+       "container.mounts[0]: destination '/a\\nb' has a control character"},
       {"{image: h/a, mounts: [\"/a:/d\", \"/b:/d/:ro\"]}",
        "container.mounts[1]: destination '/d' is already mounted by "
        "container.mounts[0]"},

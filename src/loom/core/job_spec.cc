@@ -264,9 +264,16 @@ absl::Status JobSpecParser::ParseResources(const Field& field,
     absl::StatusOr<int64_t> bytes =
         ReadMemory(memory->value, ChildPath(path, "memory"));
     if (!bytes.ok()) return bytes.status();
-    if (*bytes <= 0) {
-      return Error(memory->value, ChildPath(path, "memory"),
-                   "must be more than 0");
+    if (*bytes < kMinGpuShareBytes) {
+      const std::string text = yaml::ScalarText(memory->value);
+      const bool bare =
+          !text.empty() && text.find_first_not_of("0123456789") == text.npos;
+      return Error(
+          memory->value, ChildPath(path, "memory"),
+          absl::StrCat("must be at least 1Gi (a CUDA context alone "
+                       "takes hundreds of MiB), got '",
+                       text, "'",
+                       bare ? " (a number without a unit is bytes)" : ""));
     }
     spec->gpu_share_bytes = *bytes;
   }

@@ -25,6 +25,11 @@ namespace loom {
 // The most processes one task may run (`resources.processes_per_task`).
 inline constexpr int kMaxProcessesPerTask = 256;
 
+// The least GPU memory a task on a shared GPU may ask for
+// (`resources.gpu_share.memory`): below it a CUDA context does not fit, and
+// one GPU could be promised to thousands of tasks.
+inline constexpr int64_t kMinGpuShareBytes = int64_t{1} << 30;
+
 // The longest user name a job spec or a token may carry.
 inline constexpr size_t kMaxUserNameLength = 64;
 
@@ -89,7 +94,7 @@ struct JobSpec {
   // a MIG instance of this profile ("1g.18gb"), or a time-sliced share of
   // this much of one GPU's memory. Empty / 0: whole GPUs.
   std::string mig;
-  int64_t gpu_share_bytes = 0;
+  int64_t gpu_share_bytes = 0;  // 0, or at least kMinGpuShareBytes
   // RDMA NICs each task counts on its node; 0: none counted.
   int nics_per_task = 0;
   // Processes each task runs (torchrun's --nproc-per-node): ranks

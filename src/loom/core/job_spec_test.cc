@@ -1072,6 +1072,14 @@ TEST(ParseJobSpec, MigAndGpuShare) {
               HasSubstr("cannot be combined with `resources.gpus`"));
   EXPECT_THAT(error("{gpu_share: {memory: 0}}"),
               HasSubstr("resources.gpu_share.memory"));
+  // One byte (a unit left out) or less than a CUDA context: refused.
+  EXPECT_THAT(error("{gpu_share: {memory: \"1\"}}"),
+              HasSubstr("resources.gpu_share.memory: must be at least 1Gi "
+                        "(a CUDA context alone takes hundreds of MiB), got "
+                        "'1' (a number without a unit is bytes)"));
+  EXPECT_THAT(error("{gpu_share: {memory: 512Mi}}"),
+              HasSubstr("must be at least 1Gi"));
+  EXPECT_EQ(error("{gpu_share: {memory: 1Gi}}"), "ok");
   EXPECT_THAT(error("{gpu_share: {}}"), HasSubstr("needs `memory`"));
   EXPECT_THAT(error("{gpu_share: {memory: 1Gi, cores: 2}}"),
               HasSubstr("unknown field 'cores'"));

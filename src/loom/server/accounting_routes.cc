@@ -11,6 +11,7 @@
 #include "loom/common/job_id.h"
 #include "loom/core/job_array.h"
 #include "loom/server/http_server.h"
+#include "loom/server/redact.h"
 #include "loom/server/route_util.h"
 #include "loom/server/usage_ledger.h"
 
@@ -104,8 +105,14 @@ void HttpServer::AccountingRoutes() {
            std::vector<ArrayElementRef> elements;
            absl::StatusOr<FinishedJobQuery> q = AcctQueryOf(req, &elements);
            if (!q.ok()) return ReplyError(res, q.status());
-           ReplyResult(res,
-                       controller_->AccountingJobs(*q, absl::Now(), elements));
+           const Principal p = PrincipalOf(req);
+           const PrivateData hidden = controller_->cluster()->private_data;
+           FinishedJobQuery all = *q;
+           if (HidesJobsFrom(p, hidden)) all.limit = 0;  // filtered, then cut
+           absl::StatusOr<nlohmann::json> rows =
+               controller_->AccountingJobs(all, absl::Now(), elements);
+           if (rows.ok()) FilterJobsFor(p, hidden, q->limit, (*rows)["jobs"]);
+           ReplyResult(res, rows);
          });
   Handle("GET", "/v1/usage", [this](const Request& req, Response& res) {
     if (!req.has_param("by")) {
@@ -123,9 +130,13 @@ void HttpServer::AccountingRoutes() {
         AcctTimeParam(req, "until");
     if (!until.ok()) return ReplyError(res, until.status());
     const absl::Time now = absl::Now();
-    ReplyResult(res,
-                controller_->ReportUsage(*g, since->value_or(absl::UnixEpoch()),
-                                         until->value_or(now), now));
+    absl::StatusOr<nlohmann::json> report = controller_->ReportUsage(
+        *g, since->value_or(absl::UnixEpoch()), until->value_or(now), now);
+    if (report.ok()) {
+      FilterUsageFor(PrincipalOf(req), controller_->cluster()->private_data,
+                     *report);
+    }
+    ReplyResult(res, report);
   });
 }
 

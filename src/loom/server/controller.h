@@ -293,6 +293,9 @@ class Controller {
                                             absl::Time now);
   absl::Status RemoveDataset(const std::string& name);
   nlohmann::json ListDatasets() const;
+  // The dataset sources of `user`'s jobs in the live state (what `GET
+  // /v1/datasets` shows that user unredacted).
+  std::set<std::string> DatasetSourcesOf(const std::string& user) const;
   // Rolling maintenance (controller_maintenance.cc, docs/maintenance.md).
   // `StartMaintenance` takes a `POST /v1/maintenance` body
   // (`ParseMaintenanceRequest`): InvalidArgument naming the field, Aborted

@@ -272,4 +272,15 @@ nlohmann::json Controller::ListDatasets() const {
   return {{"datasets", datasets_.Json(holders)}};
 }
 
+std::set<std::string> Controller::DatasetSourcesOf(
+    const std::string& user) const {
+  absl::MutexLock lock(&mu_);
+  std::set<std::string> out;
+  for (const auto& [id, job] : jobs_) {
+    if (job.spec.user != user) continue;
+    for (const DatasetSpec& d : job.spec.data) out.insert(d.source);
+  }
+  return out;
+}
+
 }  // namespace loom

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "loom/common/units.h"
 #include "loom/core/job_array.h"
+#include "loom/core/job_spec_fit.h"
 #include "loom/sched/placement.h"
 #include "loom/server/controller.h"
 #include "loom/server/idempotency_keys.h"
@@ -85,6 +86,9 @@ absl::StatusOr<nlohmann::json> Controller::Submit(JobSpec spec,
   // Checks need no lock (the cluster is constant).
   absl::StatusOr<JobRequest> req = ToJobRequest(spec, *cluster_, 0, now);
   if (!req.ok()) return req.status();
+  if (absl::Status st = CheckSpecFitsNodes(spec, *cluster_); !st.ok()) {
+    return st;
+  }
   std::string why;
   if (!CouldEverRun(*cluster_, req->shape, &why)) {
     return absl::FailedPreconditionError(absl::StrCat("infeasible: ", why));

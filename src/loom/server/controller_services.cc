@@ -17,6 +17,7 @@
 #include "fmt/format.h"
 #include "loom/common/units.h"
 #include "loom/core/job_name.h"
+#include "loom/core/job_spec_fit.h"
 #include "loom/core/service_ports.h"
 #include "loom/sched/placement.h"
 #include "loom/server/controller.h"
@@ -77,6 +78,14 @@ absl::StatusOr<nlohmann::json> Controller::ApplyService(ServiceSpec spec,
   }
   absl::StatusOr<JobRequest> req = ToReplicaRequest(spec, *cluster_, 0, now);
   if (!req.ok()) return req.status();
+  if (spec.container.has_value()) {
+    if (absl::Status st =
+            CheckShmSize(spec.container->shm_size_bytes, spec.memory_bytes,
+                         spec.gpu_model, *cluster_);
+        !st.ok()) {
+      return st;
+    }
+  }
   std::string why;
   if (!CouldEverRun(*cluster_, req->shape, &why)) {
     return absl::FailedPreconditionError(absl::StrCat("infeasible: ", why));

@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "loom/sched/test_util.h"
 #include "loom/server/controller.h"
@@ -132,9 +133,19 @@ TEST_F(SlicesTest, SharesAndImpossibleSlicesAreJudgedAtSubmit) {
   ASSERT_EQ(launches.size(), 1u);
   EXPECT_EQ(launches[0].body["slice"]["share_bytes"], int64_t{20} << 30);
   EXPECT_EQ(launches[0].body["env"]["CUDA_VISIBLE_DEVICES"], "1");
-  // More memory than a GPU has, a profile the cluster lacks: refused.
-  for (const char* r :
-       {"{gpu_share: {memory: 200Gi}}", "{mig: 3g.71gb}", "{mig: 1g.10gb}"}) {
+  // More memory than a GPU has: refused naming the field (issue 39,
+  // finding 11).
+  auto big = c_->Submit(Spec("name: x\ncommand: [x]\n"
+                             "resources: {gpu_share: {memory: 200Gi}}\n"),
+                        "alice", T(3));
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(big.status().message()),
+              ::testing::StartsWith("resources.gpu_share.memory: 200Gi is "
+                                    "more than the memory of one GPU that may "
+                                    "be shared ("));
+  // A profile the cluster lacks: refused.
+  for (const char* r : {"{mig: 3g.71gb}", "{mig: 1g.10gb}"}) {
     auto bad = c_->Submit(
         Spec(std::string("name: x\ncommand: [x]\nresources: ") + r + "\n"),
         "alice", T(3));

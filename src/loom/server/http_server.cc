@@ -303,13 +303,16 @@ bool HttpServer::ServeStandbyRead(const Request& req, Response& res) {
   if (options_.standby_reads == nullptr || req.method != "GET") return false;
   const StandbyReader& reads = *options_.standby_reads;
   absl::string_view path = req.path;
+  const PrivateData hidden = reads.cluster().private_data;
   if (path == "/v1/jobs") {
+    const Principal p = PrincipalOf(req);
     absl::StatusOr<JobQuery> f = JobQueryOf(req);
+    JobQuery q = f.ok() ? *f : JobQuery();
+    if (HidesJobsFrom(p, hidden)) q.limit = 0;  // filtered, then cut
     absl::StatusOr<nlohmann::json> jobs =
-        f.ok() ? reads.ListJobs(*f)
-               : absl::StatusOr<nlohmann::json>(f.status());
+        f.ok() ? reads.ListJobs(q) : absl::StatusOr<nlohmann::json>(f.status());
     if (jobs.ok()) {
-      const Principal p = PrincipalOf(req);
+      FilterJobsFor(p, hidden, f->limit, (*jobs)["jobs"]);
       for (nlohmann::json& j : (*jobs)["jobs"]) Redact(p, j);
     }
     ReplyResult(res, jobs);
@@ -321,7 +324,12 @@ bool HttpServer::ServeStandbyRead(const Request& req, Response& res) {
     }
     const JobId id = *parsed;
     absl::StatusOr<nlohmann::json> job = reads.GetJob(id);
-    if (job.ok()) Redact(PrincipalOf(req), *job);
+    if (job.ok()) {
+      if (absl::Status st = ShowJobTo(PrincipalOf(req), hidden, *job);
+          !st.ok()) {
+        job = st;
+      }
+    }
     if (job.ok() && events) {
       ReplyResult(res, nlohmann::json{{"events", (*job)["events"]}});
     } else {

@@ -13,6 +13,7 @@
 #include "loom/core/job_spec.h"
 #include "loom/server/container_check.h"
 #include "loom/server/http_server.h"
+#include "loom/server/redact.h"
 #include "loom/server/route_util.h"
 
 namespace loom {
@@ -80,8 +81,13 @@ void HttpServer::ImageRoutes() {
 }
 
 void HttpServer::DatasetRoutes() {
-  Handle("GET", "/v1/datasets", [this](const Request&, Response& res) {
-    Reply(res, 200, controller_->ListDatasets());
+  Handle("GET", "/v1/datasets", [this](const Request& req, Response& res) {
+    const Principal p = PrincipalOf(req);
+    nlohmann::json datasets = controller_->ListDatasets();
+    if (!p.admin()) {
+      RedactDatasetsFor(p, controller_->DatasetSourcesOf(p.user), datasets);
+    }
+    Reply(res, 200, datasets);
   });
   Handle("POST", "/v1/datasets", [this](const Request& req, Response& res) {
     absl::StatusOr<nlohmann::json> body = JsonBody(req);

@@ -16,6 +16,7 @@
 #include "loom/server/container_check.h"
 #include "loom/server/http_server.h"
 #include "loom/server/log_proxy.h"
+#include "loom/server/redact.h"
 #include "loom/server/route_util.h"
 #include "loom/server/submission_policy.h"
 
@@ -67,8 +68,12 @@ void HttpServer::JobRoutes() {
   Handle("GET", "/v1/jobs", [this](const Request& req, Response& res) {
     absl::StatusOr<JobQuery> f = JobQueryOf(req);
     if (!f.ok()) return ReplyError(res, f.status());
-    nlohmann::json jobs = controller_->ListJobs(*f, absl::Now());
     const Principal p = PrincipalOf(req);
+    const PrivateData hidden = controller_->cluster()->private_data;
+    JobQuery q = *f;
+    if (HidesJobsFrom(p, hidden)) q.limit = 0;  // filtered, then cut
+    nlohmann::json jobs = controller_->ListJobs(q, absl::Now());
+    FilterJobsFor(p, hidden, f->limit, jobs["jobs"]);
     for (nlohmann::json& j : jobs["jobs"]) Redact(p, j);
     Reply(res, 200, jobs);
   });
@@ -78,7 +83,12 @@ void HttpServer::JobRoutes() {
     absl::StatusOr<JobId> id = JobOfRoute(req);
     if (!id.ok()) return id.status();
     absl::StatusOr<nlohmann::json> job = controller_->GetJob(*id, absl::Now());
-    if (job.ok()) Redact(PrincipalOf(req), *job);
+    if (!job.ok()) return job;
+    if (absl::Status st = ShowJobTo(PrincipalOf(req),
+                                    controller_->cluster()->private_data, *job);
+        !st.ok()) {
+      return st;
+    }
     return job;
   };
   Handle("GET", "/v1/jobs/{id}",

@@ -20,6 +20,8 @@ class StandbyReader {
   StandbyReader(const Cluster* cluster, StateStore* store)
       : cluster_(cluster), store_(store) {}
 
+  // The cluster the jobs are read against.
+  const Cluster& cluster() const { return *cluster_; }
   // As `Controller::GetJob` and `Controller::ListJobs`.
   absl::StatusOr<nlohmann::json> GetJob(JobId id) const;
   absl::StatusOr<nlohmann::json> ListJobs(const JobQuery& query) const;
