@@ -31,6 +31,7 @@ namespace {
 class OneFileLister : public DatasetLister {
  public:
   absl::StatusOr<std::vector<DatasetEntry>> List(const std::string&,
+                                                 const std::string&,
                                                  absl::Duration) override {
     return std::vector<DatasetEntry>{{"x.bin", 100, "md5:01", ""}};
   }
@@ -42,6 +43,7 @@ class VisibilityTest : public ::testing::Test {
  protected:
   void Start(PrivateData private_data) {
     cluster_ = testing::MakeCluster({{2, 0}}, 2, 8);
+    cluster_.datasets.local_roots = {"/home/alice"};
     cluster_.private_data = private_data;
     ControllerOptions options;
     options.dataset_lister = &lister_;
@@ -289,8 +291,8 @@ TEST(DatasetsVisibility, SourcesOnlyOtherUsersJobsUseAreHidden) {
                            testing::T(1))
                   .ok());
   const std::vector<std::pair<std::string, std::string>> jobs = {
-      {"alice", "data: [{source: 'cold:alice/private', mount: /d}]\n"},
-      {"bob", "data: [{source: 'cold:bob/set', mount: /d}]\n"},
+      {"alice", "data: [{source: 'cold:alice/private', mount: /data/d}]\n"},
+      {"bob", "data: [{source: 'cold:bob/set', mount: /data/d}]\n"},
       {"bob", "data: [{dataset: wiki}]\n"}};
   for (const auto& [user, data] : jobs) {
     ASSERT_TRUE(
